@@ -1,0 +1,1 @@
+"""A small Container Device Interface library: spec model, validation, naming, atomic writes."""

@@ -1,0 +1,1 @@
+"""Driver logic behind :class:`driver.plugin.DriverPlugin`: prepare and unprepare claims."""

@@ -1,0 +1,106 @@
+"""The one exception hierarchy of numadra.
+
+Kept in its own module so that every layer can raise and catch these without import loops::
+
+    DriverError                      anything numadra raises on purpose
+    ├── ConfigError                  bad flags or environment (CLI exit code 2)
+    ├── InventoryError               the host tree cannot be read as expected (path in the message)
+    ├── SliceError                   inventory cannot be expressed within the ResourceSlice API limits
+    ├── JournalError                 the crash-safe journal is corrupt or of an unknown version
+    ├── PinningError                 CPU/memory pinning cannot be done (allocator or backend)
+    │   └── CpuExhaustedError        not enough free CPUs on the requested NUMA node
+    ├── KubeError                    the apiserver could not be reached or refused a call
+    └── ClaimError(claim_uid)        one claim cannot be prepared/unprepared; carries the UID
+        └── ConfigDecodeError        the claim's opaque configuration is invalid
+
+Errors marked :class:`RecoverableError` (via :func:`recoverable`) are logged and retried by the
+caller instead of stopping the driver, as the Go helper does with ``ErrRecoverable``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ClaimError",
+    "ConfigDecodeError",
+    "ConfigError",
+    "CpuExhaustedError",
+    "DriverError",
+    "InventoryError",
+    "JournalError",
+    "KubeError",
+    "PinningError",
+    "RecoverableError",
+    "SliceError",
+    "is_recoverable",
+    "recoverable",
+]
+
+
+class DriverError(Exception):
+    """Base class of every error numadra raises on purpose."""
+
+
+class ConfigError(DriverError):
+    """Invalid command-line flags, environment or configuration file."""
+
+
+class InventoryError(DriverError):
+    """The host tree (sysfs/procfs) could not be read as expected."""
+
+
+class SliceError(DriverError):
+    """The inventory cannot be expressed as valid ResourceSlices."""
+
+
+class JournalError(DriverError):
+    """The journal is corrupt, has a bad checksum or an unknown schema version."""
+
+
+class PinningError(DriverError):
+    """CPU or memory pinning failed (allocation or enforcement)."""
+
+
+class CpuExhaustedError(PinningError):
+    """Not enough free CPUs on the requested NUMA node(s)."""
+
+
+class KubeError(DriverError):
+    """A call to the Kubernetes apiserver failed."""
+
+
+class ClaimError(DriverError):
+    """One ResourceClaim cannot be handled; the message says why and the UID says which."""
+
+    def __init__(self, claim_uid: str, message: str) -> None:
+        super().__init__(f"claim {claim_uid}: {message}")
+        self.claim_uid = claim_uid
+        self.reason = message
+
+
+class ConfigDecodeError(ClaimError):
+    """The opaque device configuration of a claim is not valid for this driver."""
+
+
+class RecoverableError(DriverError):
+    """Wraps an error after which the driver keeps running (logged, retried later)."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.__cause__ = cause
+
+
+def recoverable(err: BaseException) -> RecoverableError:
+    """Mark ``err`` as recoverable (publishing failures, transient API errors)."""
+    return err if isinstance(err, RecoverableError) else RecoverableError(err)
+
+
+def is_recoverable(err: BaseException) -> bool:
+    """True when ``err`` or any error in its cause chain is marked recoverable."""
+    seen: set[int] = set()
+    cur: BaseException | None = err
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, RecoverableError):
+            return True
+        seen.add(id(cur))
+        cur = cur.__cause__
+    return False

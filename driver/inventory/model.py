@@ -1,0 +1,178 @@
+"""The immutable inventory of one node: what discovery found, before any Kubernetes shape is given.
+
+Everything here is plain frozen data so that it can be compared (a changed inventory means a
+republish), hashed and shared between threads without locks. Device names are derived from PCI
+addresses or NUMA ids only, so they are stable across restarts, reboots and interface renames.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+__all__ = [
+    "Cpu",
+    "DeviceKind",
+    "Gpu",
+    "Inventory",
+    "InventoryDevice",
+    "Nic",
+    "NumaNode",
+    "PciTopology",
+    "cpu_device_name",
+    "pci_device_name",
+]
+
+_BDF = re.compile(r"^([0-9a-f]{4}):([0-9a-f]{2}):([0-9a-f]{2})\.([0-7])$")
+
+
+class DeviceKind(StrEnum):
+    """The value of the ``type`` attribute; DeviceClasses select on it."""
+
+    GPU = "gpu"
+    NIC = "nic"
+    CPU = "cpu"
+
+
+def pci_device_name(kind: DeviceKind, bus_id: str) -> str:
+    """Stable DNS-label device name from a PCI address: ``gpu-0000-3b-00-0``."""
+    m = _BDF.match(bus_id.lower())
+    if m is None:
+        raise ValueError(f"not a PCI bus id (dddd:bb:dd.f): {bus_id!r}")
+    return f"{kind.value}-{'-'.join(m.groups())}"
+
+
+def cpu_device_name(numa_node: int) -> str:
+    """Stable device name of the grouped cpu device of a NUMA node: ``cpu-numa0``."""
+    return f"cpu-numa{numa_node}"
+
+
+@dataclass(frozen=True, slots=True)
+class PciTopology:
+    """Where a PCI function sits: the facts behind the standard ``resource.kubernetes.io`` attributes.
+
+    ``numa_node`` is None when the kernel reports -1 (then the attribute is omitted, never faked).
+    """
+
+    bus_id: str  # "0000:3b:00.0", lower case
+    pcie_root: str  # "pci0000:3a", the root complex from the sysfs path
+    numa_node: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Gpu:
+    """One PCI GPU / accelerator function (class 0x0300, 0x0302 or 0x1200)."""
+
+    name: str  # device name, see pci_device_name
+    pci: PciTopology
+    vendor: str  # "nvidia" | "amd" | "intel" | "generic"
+    vendor_id: int
+    device_id: int
+    pci_class: int  # 0x030000 style, full 24-bit class
+    index: int  # 0.. in PCI address order per node (stable while the hardware is)
+    driver: str | None = None
+    product_name: str | None = None
+    memory_bytes: int | None = None
+    minor: int | None = None  # NVIDIA minor number (/dev/nvidiaN)
+    #: host paths of the device nodes a container needs (e.g. /dev/nvidia0, /dev/dri/renderD128)
+    device_nodes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Nic:
+    """One physical NIC function or SR-IOV virtual function with a netdev."""
+
+    name: str
+    pci: PciTopology
+    interface_name: str
+    mac_address: str
+    driver: str | None
+    speed_mbps: int | None  # None when unknown (link down reports -1)
+    sriov_vf: bool
+    pf_bus_id: str | None  # the physical function of a VF
+    sriov_total_vfs: int  # 0 for VFs and non-SR-IOV NICs
+    rdma_devices: tuple[str, ...] = ()  # e.g. ("mlx5_0",)
+    #: host paths of RDMA character devices (/dev/infiniband/uverbsN, rdma_cm) when RDMA exists
+    device_nodes: tuple[str, ...] = ()
+    operstate: str = "unknown"  # /sys/class/net/<if>/operstate
+    carrier: bool | None = None  # None when unreadable (interface down)
+
+    @property
+    def rdma(self) -> bool:
+        """True when the function has an RDMA device."""
+        return bool(self.rdma_devices)
+
+
+@dataclass(frozen=True, slots=True)
+class Cpu:
+    """One online logical CPU and where it sits."""
+
+    id: int
+    core_id: int
+    package_id: int
+    die_id: int
+    numa_node: int
+    l3_id: int  # id of the L3 cache shared by this CPU (cache id, or lowest CPU sharing it)
+    thread_siblings: tuple[int, ...]  # sorted, includes self
+    isolated: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class NumaNode:
+    """One NUMA node (or a synthesized node 0 when the kernel exposes none)."""
+
+    id: int
+    cpus: tuple[int, ...]  # online CPUs, sorted
+    memory_bytes: int  # MemTotal of the node
+    #: total hugepages per page size in KiB: ((2048, 16), (1048576, 2))
+    hugepages: tuple[tuple[int, int], ...] = ()
+    distances: tuple[int, ...] = ()
+
+    @property
+    def name(self) -> str:
+        """The device name of this node's grouped cpu device."""
+        return cpu_device_name(self.id)
+
+    def hugepages_bytes(self, page_kib: int) -> int:
+        """Total bytes of hugepages of one page size on this node (0 when none)."""
+        return sum(count for size, count in self.hugepages if size == page_kib) * page_kib * 1024
+
+
+InventoryDevice = Gpu | Nic | NumaNode
+
+
+@dataclass(frozen=True, slots=True)
+class Inventory:
+    """Everything discovery found on one host; ordered deterministically (PCI address, id)."""
+
+    gpus: tuple[Gpu, ...] = ()
+    nics: tuple[Nic, ...] = ()
+    cpus: tuple[Cpu, ...] = ()
+    numa_nodes: tuple[NumaNode, ...] = ()
+    #: free-form facts for humans (kernel, product name of the machine), never published
+    host_facts: tuple[tuple[str, str], ...] = field(default=())
+
+    def devices(self) -> Iterator[tuple[DeviceKind, InventoryDevice]]:
+        """All publishable devices in publishing order: GPUs, NICs, then cpu (NUMA) devices."""
+        for gpu in self.gpus:
+            yield DeviceKind.GPU, gpu
+        for nic in self.nics:
+            yield DeviceKind.NIC, nic
+        for node in self.numa_nodes:
+            yield DeviceKind.CPU, node
+
+    def find(self, device_name: str) -> InventoryDevice | None:
+        """The device with this published name, or None."""
+        for _, dev in self.devices():
+            if dev.name == device_name:
+                return dev
+        return None
+
+    def cpu(self, cpu_id: int) -> Cpu | None:
+        """The online CPU with this id, or None."""
+        for cpu in self.cpus:
+            if cpu.id == cpu_id:
+                return cpu
+        return None

@@ -1,0 +1,45 @@
+"""Structured logging setup (structlog), JSON in the DaemonSet and readable on a console.
+
+Every log line about a claim or a device carries ``claim_uid`` / ``device`` as keys: bind them with
+``log.bind(claim_uid=...)`` rather than formatting them into the message.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Literal
+
+import structlog
+
+__all__ = ["LogFormat", "configure_logging", "get_logger"]
+
+LogFormat = Literal["json", "console"]
+
+
+def configure_logging(fmt: LogFormat = "console", level: int = logging.INFO) -> None:
+    """Configure structlog once for the process; logs go to stderr so stdout stays for data."""
+    renderer: structlog.typing.Processor
+    if fmt == "json":
+        renderer = structlog.processors.JSONRenderer()
+    else:
+        renderer = structlog.dev.ConsoleRenderer(colors=False)
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.StackInfoRenderer(),
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(level),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=False,
+    )
+
+
+def get_logger(name: str) -> structlog.typing.FilteringBoundLogger:
+    """A logger bound with the component name."""
+    logger: structlog.typing.FilteringBoundLogger = structlog.get_logger(component=name)
+    return logger

@@ -1,0 +1,1 @@
+"""CPU and memory pinning: pure allocator and enforcement backends (nri, hook, cgroupfs)."""

@@ -1,0 +1,97 @@
+"""Shared vocabulary of CPU/memory pinning, used by ``claims/`` (decides) and backends (enforce).
+
+The CDI spec of each request that got CPUs carries the marker environment variables below, so the
+NRI plugin, the CDI hook and the workload itself all see the same assignment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+__all__ = [
+    "ENV_CLAIM_UID",
+    "ENV_CPUS",
+    "ENV_CPU_MODE",
+    "ENV_MEMS",
+    "ENV_REQUEST",
+    "ClaimPinning",
+    "CpuAssignment",
+    "CpuMode",
+    "format_cpulist",
+    "parse_cpulist",
+]
+
+#: cpulist ("0-3,8") of the CPUs the container may run on
+ENV_CPUS = "NUMADRA_CPUS"
+#: nodelist ("0") of the NUMA nodes the container may allocate memory on
+ENV_MEMS = "NUMADRA_MEMS"
+#: "exclusive" or "shared"
+ENV_CPU_MODE = "NUMADRA_CPU_MODE"
+ENV_CLAIM_UID = "NUMADRA_CLAIM_UID"
+ENV_REQUEST = "NUMADRA_REQUEST"
+
+
+class CpuMode(StrEnum):
+    """Exclusive slice (container alone on its CPUs) or the claim's pod shared pool."""
+
+    EXCLUSIVE = "exclusive"
+    SHARED = "shared"
+
+
+@dataclass(frozen=True, slots=True)
+class CpuAssignment:
+    """CPUs and memory nodes given to one request of a claim."""
+
+    request: str  # base request name
+    mode: CpuMode
+    cpus: frozenset[int]
+    mems: frozenset[int]
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimPinning:
+    """All pinning decisions for one claim; the journal stores it, so it survives restarts."""
+
+    claim_uid: str
+    assignments: tuple[CpuAssignment, ...]
+
+    @property
+    def cpus(self) -> frozenset[int]:
+        """Every CPU this claim holds (exclusive slices and its shared pool)."""
+        out: set[int] = set()
+        for a in self.assignments:
+            out |= a.cpus
+        return frozenset(out)
+
+
+def parse_cpulist(text: str) -> frozenset[int]:
+    """Parse the kernel's list format ("0-3,8,10-11"); empty text is the empty set."""
+    out: set[int] = set()
+    for raw in text.strip().split(","):
+        part = raw.strip()
+        if not part:
+            continue
+        lo, sep, hi = part.partition("-")
+        if sep:
+            start, end = int(lo), int(hi)
+            if end < start:
+                raise ValueError(f"bad cpulist range {part!r}")
+            out.update(range(start, end + 1))
+        else:
+            out.add(int(lo))
+    return frozenset(out)
+
+
+def format_cpulist(cpus: frozenset[int] | set[int] | list[int] | tuple[int, ...]) -> str:
+    """Format ids in the kernel's list format with ranges ("0-3,8")."""
+    ids = sorted(set(cpus))
+    parts: list[str] = []
+    i = 0
+    while i < len(ids):
+        j = i
+        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
+            j += 1
+        parts.append(str(ids[i]) if i == j else f"{ids[i]}-{ids[j]}")
+        i = j + 1
+    return ",".join(parts)

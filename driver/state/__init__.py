@@ -1,0 +1,1 @@
+"""Crash-safe journal of prepared claims."""

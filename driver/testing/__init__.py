@@ -1,0 +1,1 @@
+"""Test support shipped with the package (host-tree generator, fakes named as such)."""
