@@ -1,0 +1,7 @@
+"""Access to the Kubernetes apiserver (official client, imported lazily, one shared client)."""
+
+from __future__ import annotations
+
+from driver.kube.types import ClaimGetter, JsonObject
+
+__all__ = ["ClaimGetter", "JsonObject"]
