@@ -18,7 +18,9 @@ __all__ = [
     "ClaimPinning",
     "CpuAssignment",
     "CpuMode",
+    "CpuRequest",
     "format_cpulist",
+    "marker_env",
     "parse_cpulist",
 ]
 
@@ -50,6 +52,20 @@ class CpuAssignment:
 
 
 @dataclass(frozen=True, slots=True)
+class CpuRequest:
+    """What one request of a claim asks of the planner: ``count`` CPUs on its cpu devices' nodes.
+
+    ``numa_nodes`` are the NUMA nodes of the ``cpu-numa<N>`` devices allocated to the request and
+    ``count`` the ``cpus`` capacity they consumed (summed over those devices).
+    """
+
+    request: str  # base request name
+    numa_nodes: tuple[int, ...]
+    count: int
+    mode: CpuMode = CpuMode.EXCLUSIVE
+
+
+@dataclass(frozen=True, slots=True)
 class ClaimPinning:
     """All pinning decisions for one claim; the journal stores it, so it survives restarts."""
 
@@ -63,6 +79,17 @@ class ClaimPinning:
         for a in self.assignments:
             out |= a.cpus
         return frozenset(out)
+
+
+def marker_env(assignment: CpuAssignment, claim_uid: str) -> dict[str, str]:
+    """The CDI env edit for one request: the same variables every backend and the workload read."""
+    return {
+        ENV_CPUS: format_cpulist(assignment.cpus),
+        ENV_MEMS: format_cpulist(assignment.mems),
+        ENV_CPU_MODE: assignment.mode.value,
+        ENV_CLAIM_UID: claim_uid,
+        ENV_REQUEST: assignment.request,
+    }
 
 
 def parse_cpulist(text: str) -> frozenset[int]:
