@@ -1,1 +1,63 @@
-"""A small Container Device Interface library: spec model, validation, naming, atomic writes."""
+"""A small Container Device Interface library: spec model, validation, naming, atomic writes.
+
+No driver logic lives here: ``driver/claims`` decides what goes into a spec, this package makes sure
+it is a spec every CDI loader accepts, with the lowest ``cdiVersion`` possible, written atomically.
+"""
+
+from __future__ import annotations
+
+from cdi.io import atomic_write_bytes, fsync_dir, remove_file, spec_bytes, spec_json_bytes, write_spec
+from cdi.naming import (
+    CdiNameError,
+    parse_qualified_name,
+    qualified_name,
+    split_kind,
+    transient_spec_file_name,
+    validate_class,
+    validate_device_name,
+    validate_kind,
+    validate_vendor,
+)
+from cdi.spec import (
+    HOOK_NAMES,
+    CdiSpecError,
+    ContainerEdits,
+    Device,
+    DeviceNode,
+    Hook,
+    Mount,
+    Spec,
+    spec_from_json,
+    validate_spec,
+)
+from cdi.version import KNOWN_VERSIONS, min_cdi_version
+
+__all__ = [
+    "HOOK_NAMES",
+    "KNOWN_VERSIONS",
+    "CdiNameError",
+    "CdiSpecError",
+    "ContainerEdits",
+    "Device",
+    "DeviceNode",
+    "Hook",
+    "Mount",
+    "Spec",
+    "atomic_write_bytes",
+    "fsync_dir",
+    "min_cdi_version",
+    "parse_qualified_name",
+    "qualified_name",
+    "remove_file",
+    "spec_bytes",
+    "spec_from_json",
+    "spec_json_bytes",
+    "split_kind",
+    "transient_spec_file_name",
+    "validate_class",
+    "validate_device_name",
+    "validate_kind",
+    "validate_spec",
+    "validate_vendor",
+    "write_spec",
+]

@@ -1,0 +1,274 @@
+"""The CDI spec model (the subset numadra writes) and its validation.
+
+Frozen dataclasses rather than dicts: a spec is built once per claim, validated, serialised to the
+exact JSON the CDI loader accepts (camelCase keys, empty fields omitted, since the loader rejects
+unknown fields and some runtimes choke on ``null``), and compared for equality on reconcile.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from cdi.naming import CdiNameError, validate_device_name, validate_kind
+
+__all__ = [
+    "HOOK_NAMES",
+    "CdiSpecError",
+    "ContainerEdits",
+    "Device",
+    "DeviceNode",
+    "Hook",
+    "Mount",
+    "Spec",
+    "spec_from_json",
+    "validate_spec",
+]
+
+#: the OCI hook points a CDI hook may name
+HOOK_NAMES = frozenset(
+    {"prestart", "createRuntime", "createContainer", "startContainer", "poststart", "poststop"}
+)
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_NODE_TYPES = frozenset({"", "b", "c", "u", "p"})
+_PERMISSIONS = re.compile(r"^[rwm]{1,3}$")
+
+
+class CdiSpecError(ValueError):
+    """A spec would be rejected by a CDI loader; the message names the device and field."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceNode:
+    """A device node to create in the container; ``host_path`` only when it differs from ``path``."""
+
+    path: str
+    host_path: str | None = None
+    type: str = ""
+    major: int | None = None
+    minor: int | None = None
+    permissions: str = ""
+    file_mode: int | None = None
+    uid: int | None = None
+    gid: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The CDI JSON object of this node."""
+        out: dict[str, Any] = {"path": self.path}
+        if self.host_path is not None and self.host_path != self.path:
+            out["hostPath"] = self.host_path
+        if self.type:
+            out["type"] = self.type
+        for key, value in (
+            ("major", self.major),
+            ("minor", self.minor),
+            ("fileMode", self.file_mode),
+            ("uid", self.uid),
+            ("gid", self.gid),
+        ):
+            if value is not None:
+                out[key] = value
+        if self.permissions:
+            out["permissions"] = self.permissions
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Mount:
+    """A mount into the container; ``type`` is set only when needed (it raises cdiVersion to 0.4.0)."""
+
+    host_path: str
+    container_path: str
+    options: tuple[str, ...] = ()
+    type: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """The CDI JSON object of this mount."""
+        out: dict[str, Any] = {"hostPath": self.host_path, "containerPath": self.container_path}
+        if self.options:
+            out["options"] = list(self.options)
+        if self.type:
+            out["type"] = self.type
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Hook:
+    """An OCI hook the runtime runs at ``hook_name``."""
+
+    hook_name: str
+    path: str
+    args: tuple[str, ...] = ()
+    env: tuple[str, ...] = ()
+    timeout: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The CDI JSON object of this hook."""
+        out: dict[str, Any] = {"hookName": self.hook_name, "path": self.path}
+        if self.args:
+            out["args"] = list(self.args)
+        if self.env:
+            out["env"] = list(self.env)
+        if self.timeout is not None:
+            out["timeout"] = self.timeout
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerEdits:
+    """What injecting a device changes in the container's OCI spec."""
+
+    env: tuple[str, ...] = ()  # "NAME=value"
+    device_nodes: tuple[DeviceNode, ...] = ()
+    mounts: tuple[Mount, ...] = ()
+    hooks: tuple[Hook, ...] = ()
+
+    def is_empty(self) -> bool:
+        """True when the edits change nothing."""
+        return not (self.env or self.device_nodes or self.mounts or self.hooks)
+
+    def to_json(self) -> dict[str, Any]:
+        """The CDI JSON object; empty lists are left out."""
+        out: dict[str, Any] = {}
+        if self.env:
+            out["env"] = list(self.env)
+        if self.device_nodes:
+            out["deviceNodes"] = [n.to_json() for n in self.device_nodes]
+        if self.mounts:
+            out["mounts"] = [m.to_json() for m in self.mounts]
+        if self.hooks:
+            out["hooks"] = [h.to_json() for h in self.hooks]
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """One named device of a spec; its qualified ID is ``<kind>=<name>``."""
+
+    name: str
+    edits: ContainerEdits = field(default_factory=ContainerEdits)
+
+    def to_json(self) -> dict[str, Any]:
+        """The CDI JSON object of this device (``containerEdits`` is required, even when empty)."""
+        return {"name": self.name, "containerEdits": self.edits.to_json()}
+
+
+@dataclass(frozen=True, slots=True)
+class Spec:
+    """A CDI spec file: one kind, its devices, and edits common to all of them."""
+
+    kind: str
+    devices: tuple[Device, ...]
+    edits: ContainerEdits = field(default_factory=ContainerEdits)
+
+    def to_json(self, cdi_version: str | None = None) -> dict[str, Any]:
+        """The whole spec as JSON; ``cdiVersion`` defaults to the lowest version that fits."""
+        from cdi.version import min_cdi_version
+
+        out: dict[str, Any] = {
+            "cdiVersion": cdi_version or min_cdi_version(self),
+            "kind": self.kind,
+            "devices": [d.to_json() for d in self.devices],
+        }
+        if not self.edits.is_empty():
+            out["containerEdits"] = self.edits.to_json()
+        return out
+
+
+def _validate_edits(edits: ContainerEdits, where: str) -> None:
+    for entry in edits.env:
+        name, sep, _ = entry.partition("=")
+        if not sep or not _ENV_NAME.match(name):
+            raise CdiSpecError(f"{where}: invalid env entry {entry!r}: must be NAME=value")
+    for node in edits.device_nodes:
+        if not node.path.startswith("/"):
+            raise CdiSpecError(f"{where}: device node path {node.path!r} must be absolute")
+        if node.host_path is not None and not node.host_path.startswith("/"):
+            raise CdiSpecError(f"{where}: device node hostPath {node.host_path!r} must be absolute")
+        if node.type not in _NODE_TYPES:
+            raise CdiSpecError(f"{where}: device node {node.path!r} has invalid type {node.type!r}")
+        if node.permissions and node.permissions != "none" and not _PERMISSIONS.match(node.permissions):
+            raise CdiSpecError(
+                f"{where}: device node {node.path!r} has invalid permissions {node.permissions!r}"
+            )
+    for mount in edits.mounts:
+        if not mount.host_path or not mount.container_path.startswith("/"):
+            raise CdiSpecError(
+                f"{where}: mount {mount.host_path!r} -> {mount.container_path!r} needs a hostPath "
+                "and an absolute containerPath"
+            )
+    for hook in edits.hooks:
+        if hook.hook_name not in HOOK_NAMES:
+            raise CdiSpecError(f"{where}: invalid hook name {hook.hook_name!r}")
+        if not hook.path.startswith("/"):
+            raise CdiSpecError(f"{where}: hook path {hook.path!r} must be absolute")
+
+
+def validate_spec(spec: Spec) -> None:
+    """Raise :class:`CdiSpecError` unless a CDI loader would accept ``spec``.
+
+    Checks the kind, every device name (unique, valid), env entries (``NAME=value``), absolute
+    paths, device node types and permissions, and hook names.
+    """
+    try:
+        validate_kind(spec.kind)
+    except CdiNameError as exc:
+        raise CdiSpecError(str(exc)) from exc
+    if not spec.devices:
+        raise CdiSpecError(f"spec {spec.kind}: no devices")
+    seen: set[str] = set()
+    for device in spec.devices:
+        try:
+            validate_device_name(device.name)
+        except CdiNameError as exc:
+            raise CdiSpecError(f"spec {spec.kind}: {exc}") from exc
+        if device.name in seen:
+            raise CdiSpecError(f"spec {spec.kind}: duplicate device name {device.name!r}")
+        seen.add(device.name)
+        _validate_edits(device.edits, f"device {spec.kind}={device.name}")
+    _validate_edits(spec.edits, f"spec {spec.kind}")
+
+
+def spec_from_json(obj: Mapping[str, Any]) -> Spec:
+    """Rebuild a :class:`Spec` from the JSON this module writes (used to re-read written files)."""
+
+    def edits(raw: Mapping[str, Any]) -> ContainerEdits:
+        return ContainerEdits(
+            env=tuple(raw.get("env", ())),
+            device_nodes=tuple(
+                DeviceNode(
+                    path=n["path"],
+                    host_path=n.get("hostPath"),
+                    type=n.get("type", ""),
+                    major=n.get("major"),
+                    minor=n.get("minor"),
+                    permissions=n.get("permissions", ""),
+                    file_mode=n.get("fileMode"),
+                    uid=n.get("uid"),
+                    gid=n.get("gid"),
+                )
+                for n in raw.get("deviceNodes", ())
+            ),
+            mounts=tuple(
+                Mount(m["hostPath"], m["containerPath"], tuple(m.get("options", ())), m.get("type", ""))
+                for m in raw.get("mounts", ())
+            ),
+            hooks=tuple(
+                Hook(
+                    h["hookName"],
+                    h["path"],
+                    tuple(h.get("args", ())),
+                    tuple(h.get("env", ())),
+                    h.get("timeout"),
+                )
+                for h in raw.get("hooks", ())
+            ),
+        )
+
+    return Spec(
+        kind=obj["kind"],
+        devices=tuple(Device(d["name"], edits(d.get("containerEdits", {}))) for d in obj["devices"]),
+        edits=edits(obj.get("containerEdits", {})),
+    )

@@ -1,0 +1,40 @@
+"""Choosing the lowest ``cdiVersion`` a spec needs.
+
+Runtimes that vendor an older CDI library reject specs that declare a version they do not know, and
+podman accepts only up to 0.5.0, so a spec declares the lowest version whose features it uses
+(the Go library's ``MinimumRequiredVersion``). The features this model can express and where they
+appeared: everything basic in 0.3.0, ``mounts[].type`` in 0.4.0, ``deviceNodes[].hostPath`` and
+device names not starting with a letter in 0.5.0.
+"""
+
+from __future__ import annotations
+
+from cdi.spec import ContainerEdits, Spec
+
+__all__ = ["KNOWN_VERSIONS", "V030", "V040", "V050", "min_cdi_version"]
+
+V030 = "0.3.0"
+V040 = "0.4.0"
+V050 = "0.5.0"
+#: versions this library may write, oldest first
+KNOWN_VERSIONS = (V030, V040, V050)
+
+
+def _edits_version(edits: ContainerEdits) -> str:
+    if any(n.host_path is not None and n.host_path != n.path for n in edits.device_nodes):
+        return V050
+    if any(m.type for m in edits.mounts):
+        return V040
+    return V030
+
+
+def min_cdi_version(spec: Spec) -> str:
+    """The lowest CDI version whose features ``spec`` uses."""
+    needed = _edits_version(spec.edits)
+    for device in spec.devices:
+        if device.name and not device.name[0].isalpha():
+            return V050
+        found = _edits_version(device.edits)
+        if KNOWN_VERSIONS.index(found) > KNOWN_VERSIONS.index(needed):
+            needed = found
+    return needed
