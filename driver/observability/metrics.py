@@ -1,0 +1,155 @@
+"""The driver's Prometheus metrics behind a facade with one method per event.
+
+Callers never touch prometheus-client objects: they say what happened (``observe_prepare("success",
+0.004)``) and this module decides names, labels and buckets. Each :class:`Metrics` owns its own
+registry, so two drivers in one test process (or two tests) never share counters, and label values
+are checked against small fixed sets so that a bug cannot explode the series count.
+
+Series (all prefixed ``numadra_``):
+
+* ``prepare_total`` / ``unprepare_total`` {result}; ``prepare_duration_seconds`` /
+  ``unprepare_duration_seconds`` {result} histograms (per claim);
+* ``prepared_claims``: claims currently prepared on this node (from the journal);
+* ``devices`` {type, health}: published devices;
+* ``publish_operations_total`` {operation} and ``publish_errors_total`` {operation}: ResourceSlice
+  writes (create/update/delete) and the failed ones;
+* ``journal_recoveries_total`` {action}: what start-up reconciliation did per journal entry;
+* ``build_info`` {version, driver, node}: constant 1, to join other series on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Literal
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from driver import __version__
+
+__all__ = [
+    "DEVICE_HEALTH_STATES",
+    "DEVICE_TYPES",
+    "JOURNAL_ACTIONS",
+    "PUBLISH_OPERATIONS",
+    "Metrics",
+    "Result",
+]
+
+#: outcome of one claim operation
+Result = Literal["success", "error"]
+
+DEVICE_TYPES = ("gpu", "nic", "cpu")
+DEVICE_HEALTH_STATES = ("Healthy", "Unhealthy", "Unknown")
+PUBLISH_OPERATIONS = ("create", "update", "delete")
+#: ok: entry matched the disk; recreated: CDI/metadata rewritten; dropped: stale entry removed;
+#: quarantined: entry could not be repaired and was set aside
+JOURNAL_ACTIONS = ("ok", "recreated", "dropped", "quarantined")
+
+# Prepare has a 5 ms budget on the hot path but can take seconds when the apiserver is slow
+# (the kubelet gives up after 45 s): buckets span 1 ms .. 45 s.
+_CLAIM_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 45.0)
+_RESULTS: tuple[Result, ...] = ("success", "error")
+
+
+def _check(value: str, allowed: tuple[str, ...], what: str) -> str:
+    if value not in allowed:
+        raise ValueError(f"unknown {what} label {value!r}; expected one of {', '.join(allowed)}")
+    return value
+
+
+class Metrics:
+    """All numadra metrics of one driver process, in their own registry."""
+
+    def __init__(self, driver_name: str = "", node_name: str = "") -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self._prepare = Counter("numadra_prepare", "Claims prepared, by result", ["result"], registry=r)
+        self._unprepare = Counter("numadra_unprepare", "Claims unprepared, by result", ["result"], registry=r)
+        self._prepare_seconds = Histogram(
+            "numadra_prepare_duration_seconds",
+            "Time to prepare one claim, by result",
+            ["result"],
+            buckets=_CLAIM_BUCKETS,
+            registry=r,
+        )
+        self._unprepare_seconds = Histogram(
+            "numadra_unprepare_duration_seconds",
+            "Time to unprepare one claim, by result",
+            ["result"],
+            buckets=_CLAIM_BUCKETS,
+            registry=r,
+        )
+        self._prepared_claims = Gauge("numadra_prepared_claims", "Claims currently prepared", registry=r)
+        self._devices = Gauge(
+            "numadra_devices", "Published devices by type and health", ["type", "health"], registry=r
+        )
+        self._publish_ops = Counter(
+            "numadra_publish_operations", "ResourceSlice writes, by operation", ["operation"], registry=r
+        )
+        self._publish_errors = Counter(
+            "numadra_publish_errors", "Failed ResourceSlice writes, by operation", ["operation"], registry=r
+        )
+        self._journal_recoveries = Counter(
+            "numadra_journal_recoveries",
+            "Journal entries reconciled at start-up, by action",
+            ["action"],
+            registry=r,
+        )
+        info = Gauge(
+            "numadra_build_info",
+            "Constant 1, labelled with version, driver and node",
+            ["version", "driver", "node"],
+            registry=r,
+        )
+        info.labels(version=__version__, driver=driver_name, node=node_name).set(1)
+        # Pre-create the bounded label sets so dashboards see zeros instead of missing series.
+        for result in _RESULTS:
+            self._prepare.labels(result=result)
+            self._unprepare.labels(result=result)
+        for op in PUBLISH_OPERATIONS:
+            self._publish_ops.labels(operation=op)
+            self._publish_errors.labels(operation=op)
+        for action in JOURNAL_ACTIONS:
+            self._journal_recoveries.labels(action=action)
+        self.set_device_counts({})
+
+    def observe_prepare(self, result: Result, seconds: float) -> None:
+        """One claim went through prepare in ``seconds``."""
+        _check(result, _RESULTS, "result")
+        self._prepare.labels(result=result).inc()
+        self._prepare_seconds.labels(result=result).observe(seconds)
+
+    def observe_unprepare(self, result: Result, seconds: float) -> None:
+        """One claim went through unprepare in ``seconds``."""
+        _check(result, _RESULTS, "result")
+        self._unprepare.labels(result=result).inc()
+        self._unprepare_seconds.labels(result=result).observe(seconds)
+
+    def set_prepared_claims(self, count: int) -> None:
+        """The number of claims the journal holds as prepared right now."""
+        self._prepared_claims.set(count)
+
+    def set_device_counts(self, counts: Mapping[tuple[str, str], int]) -> None:
+        """Replace the device gauge: ``{(type, health): n}``; missing pairs read as 0."""
+        for key in counts:
+            _check(key[0], DEVICE_TYPES, "device type")
+            _check(key[1], DEVICE_HEALTH_STATES, "health")
+        for dtype in DEVICE_TYPES:
+            for health in DEVICE_HEALTH_STATES:
+                self._devices.labels(type=dtype, health=health).set(counts.get((dtype, health), 0))
+
+    def count_publish(self, operation: str, *, error: bool = False) -> None:
+        """One ResourceSlice write (``create``/``update``/``delete``); ``error`` when it failed."""
+        _check(operation, PUBLISH_OPERATIONS, "publish operation")
+        self._publish_ops.labels(operation=operation).inc()
+        if error:
+            self._publish_errors.labels(operation=operation).inc()
+
+    def count_journal_recovery(self, action: str) -> None:
+        """Start-up reconciliation handled one journal entry with ``action``."""
+        _check(action, JOURNAL_ACTIONS, "journal action")
+        self._journal_recoveries.labels(action=action).inc()
+
+    def sample(self, name: str, labels: Mapping[str, str] | None = None) -> float | None:
+        """The current value of one sample (tests and ``numadra state``); None when absent."""
+        return self.registry.get_sample_value(name, dict(labels or {}))

@@ -1,0 +1,81 @@
+"""The Metrics facade and the address parser (no sockets)."""
+
+from __future__ import annotations
+
+import pytest
+
+from driver.errors import ConfigError
+from driver.observability import Metrics, parse_address
+
+
+@pytest.mark.parametrize(
+    ("address", "expected"),
+    [
+        pytest.param(":8080", ("0.0.0.0", 8080), id="all-interfaces"),
+        pytest.param("127.0.0.1:9", ("127.0.0.1", 9), id="ipv4"),
+        pytest.param("[::1]:8080", ("::1", 8080), id="ipv6"),
+        pytest.param("localhost:0", ("localhost", 0), id="name-and-port-0"),
+    ],
+)
+def test_parse_address(address: str, expected: tuple[str, int]) -> None:
+    """host:port forms accepted by --metrics-address."""
+    assert parse_address(address) == expected
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        pytest.param("8080", id="no-colon"),
+        pytest.param("host:", id="no-port"),
+        pytest.param("host:http", id="named-port"),
+        pytest.param("::1:8080", id="ipv6-without-brackets"),
+        pytest.param("h:70000", id="port-too-big"),
+    ],
+)
+def test_parse_address_rejects(address: str) -> None:
+    """Malformed addresses are a ConfigError (exit code 2), naming the address."""
+    with pytest.raises(ConfigError, match="metrics address"):
+        parse_address(address)
+
+
+def test_each_metrics_has_its_own_registry() -> None:
+    """Two Metrics objects never share counters."""
+    a, b = Metrics(), Metrics()
+    a.observe_prepare("success", 0.01)
+    assert a.sample("numadra_prepare_total", {"result": "success"}) == 1
+    assert b.sample("numadra_prepare_total", {"result": "success"}) == 0
+
+
+def test_device_counts_replace_previous_values() -> None:
+    """set_device_counts is a full replacement: a type that disappeared drops back to 0."""
+    m = Metrics()
+    m.set_device_counts({("gpu", "Healthy"): 4})
+    m.set_device_counts({("gpu", "Unhealthy"): 1, ("gpu", "Healthy"): 3})
+    assert m.sample("numadra_devices", {"type": "gpu", "health": "Healthy"}) == 3
+    m.set_device_counts({})
+    assert m.sample("numadra_devices", {"type": "gpu", "health": "Unhealthy"}) == 0
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        pytest.param(lambda m: m.observe_prepare("ok", 1.0), id="result"),
+        pytest.param(lambda m: m.count_publish("apply"), id="publish-op"),
+        pytest.param(lambda m: m.set_device_counts({("fpga", "Healthy"): 1}), id="device-type"),
+        pytest.param(lambda m: m.count_journal_recovery("fixed"), id="journal-action"),
+    ],
+)
+def test_unknown_label_values_are_rejected(call: object) -> None:
+    """Label values come from fixed sets, so a typo cannot create new series."""
+    with pytest.raises(ValueError, match="unknown"):
+        call(Metrics())  # type: ignore[operator]
+
+
+def test_histogram_counts_match_counter() -> None:
+    """Every observation lands in both the counter and the histogram of its result."""
+    m = Metrics()
+    for seconds in (0.001, 0.02, 3.0):
+        m.observe_unprepare("error", seconds)
+    assert m.sample("numadra_unprepare_total", {"result": "error"}) == 3
+    assert m.sample("numadra_unprepare_duration_seconds_count", {"result": "error"}) == 3
+    assert m.sample("numadra_unprepare_duration_seconds_bucket", {"result": "error", "le": "0.025"}) == 2
