@@ -1,0 +1,142 @@
+"""Pick exclusive CPUs for one request: a pure, deterministic function of topology and ledger.
+
+The rule, in order of priority (the kubelet's "NUMA packed" idea, restated for one request):
+
+1. **Whole cores first.** As many CPUs as possible come as complete cores (every SMT sibling
+   free and handed out together), so that no other claim shares an L1/L2 with this one.
+2. **Packed by L3 group.** Whole cores are taken from one L3 group when one can hold them. Among
+   the groups that can, the one with the *fewest* free CPUs wins (best fit): big free groups stay
+   whole for big requests later, so the node fragments less. A group that can also supply the
+   leftover single threads is preferred. When no group is big enough, the groups with the most
+   free whole cores are used first, so the request spans as few L3 groups as possible.
+3. **Single threads only when needed** (an odd remainder, or no whole cores left): threads of
+   cores that are already broken come first (a whole core is split only when no broken core is
+   left, which keeps whole cores for later requests); within that, threads in the L3 groups this
+   request already uses come before the others.
+
+Ties are broken by (package, L3 id) and then by CPU id, so the same inputs always give the same
+answer. Reserved and taken CPUs are never returned; when too few CPUs are free the function
+raises :class:`~driver.errors.CpuExhaustedError` saying which node(s), how many were wanted and how
+many were free.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
+
+from driver.errors import CpuExhaustedError
+from driver.inventory.model import Cpu
+from driver.pinning.types import format_cpulist
+
+__all__ = ["allocate_cpus", "free_cpus"]
+
+_GroupKey = tuple[int, int]  # (package id, L3 id)
+
+
+@dataclass(frozen=True, slots=True)
+class _Core:
+    """The free part of one physical core (its CPUs that are neither taken nor reserved)."""
+
+    group: _GroupKey
+    cpus: tuple[int, ...]  # free CPUs of the core, sorted
+    whole: bool  # every SMT sibling of the core is free
+
+
+def free_cpus(
+    cpus: Iterable[Cpu],
+    numa_nodes: Collection[int],
+    taken: Collection[int] = (),
+    reserved: Collection[int] = (),
+) -> list[Cpu]:
+    """The CPUs on ``numa_nodes`` that are neither taken nor reserved, in id order."""
+    blocked = set(taken) | set(reserved)
+    return sorted((c for c in cpus if c.numa_node in numa_nodes and c.id not in blocked), key=lambda c: c.id)
+
+
+def _cores(available: Sequence[Cpu]) -> list[_Core]:
+    """Group free CPUs by physical core (the thread-sibling set identifies a core)."""
+    by_core: dict[tuple[int, ...], list[Cpu]] = defaultdict(list)
+    for cpu in available:
+        by_core[cpu.thread_siblings or (cpu.id,)].append(cpu)
+    out = []
+    for siblings, members in by_core.items():
+        first = members[0]
+        ids = tuple(sorted(c.id for c in members))
+        out.append(_Core(group=(first.package_id, first.l3_id), cpus=ids, whole=set(ids) >= set(siblings)))
+    out.sort(key=lambda core: core.cpus[0])
+    return out
+
+
+def _group_order(cores: Sequence[_Core], count: int) -> list[_GroupKey]:
+    """L3 groups in the order whole cores are taken from them (rule 2 of the module docstring)."""
+    free: dict[_GroupKey, int] = defaultdict(int)
+    whole: dict[_GroupKey, int] = defaultdict(int)
+    for core in cores:
+        free[core.group] += len(core.cpus)
+        if core.whole:
+            whole[core.group] += len(core.cpus)
+    widest = max((len(c.cpus) for c in cores if c.whole), default=1)
+    whole_need = count - count % widest
+
+    def rank(group: _GroupKey) -> tuple[int, int, _GroupKey]:
+        if whole[group] >= whole_need and free[group] >= count:
+            return (0, free[group], group)  # holds the whole request: best fit
+        if whole[group] >= whole_need:
+            return (1, free[group], group)  # holds the whole cores: best fit
+        return (2, -whole[group], group)  # too small: biggest first, span few groups
+
+    return sorted(free, key=rank)
+
+
+def allocate_cpus(
+    cpus: Iterable[Cpu],
+    numa_nodes: Collection[int],
+    count: int,
+    taken: Collection[int] = (),
+    reserved: Collection[int] = (),
+) -> frozenset[int]:
+    """Choose ``count`` exclusive CPUs on ``numa_nodes`` (see the module docstring for the rule).
+
+    ``cpus`` is the node's topology (``Inventory.cpus``); ``taken`` the CPUs other claims hold;
+    ``reserved`` the CPUs kept for the system. Pure: nothing is recorded, the caller keeps the
+    ledger, so releasing CPUs is simply leaving them out of ``taken`` next time.
+    """
+    if count < 0:
+        raise ValueError(f"cannot allocate a negative number of CPUs ({count})")
+    if count == 0:
+        return frozenset()
+    available = free_cpus(cpus, numa_nodes, taken, reserved)
+    if len(available) < count:
+        nodes = ",".join(str(n) for n in sorted(numa_nodes)) or "<none>"
+        raise CpuExhaustedError(
+            f"NUMA node {nodes}: wanted {count} exclusive CPUs, {len(available)} free "
+            f"(free: {format_cpulist([c.id for c in available]) or 'none'})"
+        )
+    cores = _cores(available)
+    order = _group_order(cores, count)
+    rank = {group: i for i, group in enumerate(order)}
+
+    chosen: list[int] = []
+    used_groups: set[_GroupKey] = set()
+    remaining = count
+    for core in sorted((c for c in cores if c.whole), key=lambda c: (rank[c.group], c.cpus[0])):
+        if len(core.cpus) <= remaining:
+            chosen.extend(core.cpus)
+            used_groups.add(core.group)
+            remaining -= len(core.cpus)
+            if remaining == 0:
+                break
+
+    if remaining:
+        taken_now = set(chosen)
+        threads = [
+            (1 if core.whole else 0, 0 if core.group in used_groups else 1, rank[core.group], cpu)
+            for core in cores
+            for cpu in core.cpus
+            if cpu not in taken_now
+        ]
+        threads.sort()
+        chosen.extend(cpu for *_, cpu in threads[:remaining])
+    return frozenset(chosen)
