@@ -1,0 +1,171 @@
+"""Turn a claim's CPU requests into a :class:`ClaimPinning`: exclusive slices and a pod shared pool.
+
+The model (seed: Kubernetes pod-level resource managers, KEP-5526, expressed with DRA):
+
+* every ``exclusive`` request gets its own CPUs, chosen by :func:`allocate_cpus` on the NUMA
+  node(s) of its ``cpu-numa<N>`` device(s); the containers referencing it run there alone;
+* all ``shared`` requests of the claim together form the claim's **pod shared pool**: their CPU
+  counts are summed, allocated once, and the same CPU set is given to every shared request, so
+  sidecars share those CPUs with each other but with nobody outside the claim;
+* a claim that has a shared request but whose pool would hold zero CPUs is rejected ("empty
+  shared pool restriction"): an empty cpuset means "no change" to runtimes, so those containers
+  would silently run on every CPU of the host;
+* memory nodes (``cpuset.mems``) of an assignment are the NUMA nodes of the request's cpu devices.
+
+The claims layer serializes prepares and passes the CPUs other journaled claims hold as
+``taken``; the planner still takes a lock so that two callers can never be handed the same CPUs.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Collection, Iterable, Sequence
+
+from driver.errors import ClaimError, CpuExhaustedError, PinningError
+from driver.inventory.model import Gpu, Inventory, Nic, NumaNode
+from driver.log import get_logger
+from driver.pinning.allocator import allocate_cpus
+from driver.pinning.types import ClaimPinning, CpuAssignment, CpuMode, CpuRequest, format_cpulist
+
+__all__ = ["CpuPlanner", "mems_for_devices"]
+
+_log = get_logger("pinning.planner")
+
+
+def mems_for_devices(inventory: Inventory, device_names: Iterable[str]) -> frozenset[int]:
+    """NUMA nodes of the named devices: for claims whose memory follows their GPUs/NICs.
+
+    GPUs and NICs whose firmware reports no node (``numa_node`` None) and names this inventory
+    does not know contribute nothing; an empty result means "leave mems alone".
+    """
+    nodes: set[int] = set()
+    for name in device_names:
+        dev = inventory.find(name)
+        if isinstance(dev, NumaNode):
+            nodes.add(dev.id)
+        elif isinstance(dev, Gpu | Nic) and dev.pci.numa_node is not None:
+            nodes.add(dev.pci.numa_node)
+    return frozenset(nodes)
+
+
+class CpuPlanner:
+    """Decides which CPUs and memory nodes each request of a claim gets (see module docstring)."""
+
+    def __init__(
+        self, inventory_provider: Callable[[], Inventory], reserved_cpus: Collection[int] = ()
+    ) -> None:
+        self._inventory = inventory_provider
+        self._reserved = frozenset(reserved_cpus)
+        self._lock = threading.Lock()
+
+    @property
+    def reserved_cpus(self) -> frozenset[int]:
+        """CPUs kept for the system (``--reserved-cpus``); never handed out."""
+        return self._reserved
+
+    def plan(self, claim_uid: str, requests: Sequence[CpuRequest], taken: Collection[int]) -> ClaimPinning:
+        """Choose CPUs for every request of one claim; ``taken`` = CPUs held by other claims.
+
+        Raises :class:`ClaimError` for an invalid request set (empty shared pool, no node,
+        duplicate names), :class:`CpuExhaustedError` when a node has too few free CPUs.
+        """
+        log = _log.bind(claim_uid=claim_uid)
+        self._validate(claim_uid, requests)
+        with self._lock:
+            inventory = self._inventory()
+            known_nodes = {n.id for n in inventory.numa_nodes} | {c.numa_node for c in inventory.cpus}
+            for req in requests:
+                missing = sorted(set(req.numa_nodes) - known_nodes)
+                if missing:
+                    raise PinningError(
+                        f"claim {claim_uid} request {req.request}: NUMA node(s) "
+                        f"{format_cpulist(missing)} do not exist on this host"
+                    )
+            held = set(taken)
+            by_request: dict[str, CpuAssignment] = {}
+            for req in requests:
+                if req.mode is CpuMode.EXCLUSIVE:
+                    cpus = self._take(
+                        claim_uid,
+                        req.request,
+                        inventory=inventory,
+                        nodes=req.numa_nodes,
+                        count=req.count,
+                        held=held,
+                    )
+                    by_request[req.request] = CpuAssignment(
+                        request=req.request, mode=req.mode, cpus=cpus, mems=frozenset(req.numa_nodes)
+                    )
+            shared = [r for r in requests if r.mode is CpuMode.SHARED]
+            if shared:
+                nodes = tuple(sorted({n for r in shared for n in r.numa_nodes}))
+                names = ",".join(r.request for r in shared)
+                pool = self._take(
+                    claim_uid,
+                    names,
+                    inventory=inventory,
+                    nodes=nodes,
+                    count=sum(r.count for r in shared),
+                    held=held,
+                )
+                for req in shared:
+                    by_request[req.request] = CpuAssignment(
+                        request=req.request, mode=req.mode, cpus=pool, mems=frozenset(nodes)
+                    )
+        pinning = ClaimPinning(
+            claim_uid=claim_uid, assignments=tuple(by_request[r.request] for r in requests)
+        )
+        for a in pinning.assignments:
+            log.info(
+                "cpus planned",
+                request=a.request,
+                mode=a.mode.value,
+                cpus=format_cpulist(a.cpus),
+                mems=format_cpulist(a.mems),
+            )
+        return pinning
+
+    @staticmethod
+    def _validate(claim_uid: str, requests: Sequence[CpuRequest]) -> None:
+        """Reject request sets that cannot be pinned safely, before touching the ledger."""
+        names = [r.request for r in requests]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ClaimError(claim_uid, f"duplicate cpu request name(s): {', '.join(dupes)}")
+        for req in requests:
+            if not req.numa_nodes:
+                raise ClaimError(claim_uid, f"cpu request {req.request} has no NUMA node (no cpu device)")
+            if req.count < 0:
+                raise ClaimError(claim_uid, f"cpu request {req.request} asks for {req.count} CPUs")
+            if req.mode is CpuMode.EXCLUSIVE and req.count == 0:
+                raise ClaimError(
+                    claim_uid,
+                    f"exclusive cpu request {req.request} got 0 CPUs: an empty cpuset would let its "
+                    "containers run on every CPU",
+                )
+        shared = [r for r in requests if r.mode is CpuMode.SHARED]
+        if shared and sum(r.count for r in shared) == 0:
+            raise ClaimError(
+                claim_uid,
+                "empty shared pool restriction: request(s) "
+                f"{', '.join(r.request for r in shared)} use the pod shared pool but it would hold 0 CPUs; "
+                "give a shared request a 'cpus' capacity of at least 1",
+            )
+
+    def _take(
+        self,
+        claim_uid: str,
+        what: str,
+        *,
+        inventory: Inventory,
+        nodes: Collection[int],
+        count: int,
+        held: set[int],
+    ) -> frozenset[int]:
+        """Allocate ``count`` CPUs and add them to ``held``; errors name the claim and request."""
+        try:
+            cpus = allocate_cpus(inventory.cpus, set(nodes), count, frozenset(held), self._reserved)
+        except CpuExhaustedError as exc:
+            raise CpuExhaustedError(f"claim {claim_uid} request {what}: {exc}") from exc
+        held |= cpus
+        return cpus

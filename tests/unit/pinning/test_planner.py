@@ -1,0 +1,147 @@
+"""The claim planner: exclusive slices, the pod shared pool and its empty-pool restriction."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from driver.errors import ClaimError, CpuExhaustedError, PinningError
+from driver.inventory.model import Gpu, Inventory, Nic, PciTopology
+from driver.pinning.planner import CpuPlanner, mems_for_devices
+from driver.pinning.types import CpuMode, CpuRequest, marker_env
+from tests.unit.pinning.topo import synthetic_inventory
+
+EXCL = CpuMode.EXCLUSIVE
+SHARED = CpuMode.SHARED
+
+
+def _planner(reserved: tuple[int, ...] = ()) -> CpuPlanner:
+    inv = synthetic_inventory(nodes=2, cores_per_node=4)  # 16 CPUs, node 0: 0-3,8-11
+    return CpuPlanner(lambda: inv, reserved)
+
+
+def test_exclusive_requests_get_disjoint_cpus() -> None:
+    """Two exclusive requests of one claim get their own, disjoint CPUs on their node."""
+    p = _planner().plan("uid-1", [CpuRequest("main", (0,), 2), CpuRequest("aux", (0,), 2)], taken=())
+    main, aux = p.assignments
+    assert len(main.cpus) == 2 and len(aux.cpus) == 2
+    assert not main.cpus & aux.cpus
+    assert main.mems == aux.mems == frozenset({0})
+
+
+def test_shared_requests_share_one_pool() -> None:
+    """Shared requests sum their counts into one pool, and each gets the same CPU set."""
+    reqs = [
+        CpuRequest("app", (1,), 4),
+        CpuRequest("sc1", (1,), 1, SHARED),
+        CpuRequest("sc2", (1,), 1, SHARED),
+    ]
+    app, sc1, sc2 = _planner().plan("uid-2", reqs, taken=()).assignments
+    assert sc1.cpus == sc2.cpus
+    assert len(sc1.cpus) == 2
+    assert not sc1.cpus & app.cpus
+    assert sc1.mode is SHARED and app.mode is EXCL
+    assert sc1.mems == frozenset({1})
+
+
+def test_empty_shared_pool_rejected() -> None:
+    """A shared request with no CPUs for the pool is rejected with the restriction's name."""
+    reqs = [CpuRequest("app", (0,), 8), CpuRequest("sidecars", (0,), 0, SHARED)]
+    with pytest.raises(ClaimError, match="empty shared pool restriction") as err:
+        _planner().plan("uid-3", reqs, taken=())
+    assert err.value.claim_uid == "uid-3"
+
+
+@pytest.mark.parametrize(
+    ("reqs", "message"),
+    [
+        pytest.param([CpuRequest("a", (0,), 1), CpuRequest("a", (0,), 1)], "duplicate", id="duplicate"),
+        pytest.param([CpuRequest("a", (), 1)], "no NUMA node", id="no-node"),
+        pytest.param([CpuRequest("a", (0,), 0)], "got 0 CPUs", id="empty-exclusive"),
+        pytest.param([CpuRequest("a", (0,), -2)], "asks for -2", id="negative"),
+    ],
+)
+def test_invalid_requests(reqs: list[CpuRequest], message: str) -> None:
+    """Request sets that cannot be pinned safely are rejected before allocation."""
+    with pytest.raises(ClaimError, match=message):
+        _planner().plan("uid-x", reqs, taken=())
+
+
+def test_unknown_node_rejected() -> None:
+    """A request on a NUMA node this host lacks is a PinningError that names the node."""
+    with pytest.raises(PinningError, match=r"NUMA node\(s\) 7 do not exist"):
+        _planner().plan("uid-y", [CpuRequest("a", (7,), 1)], taken=())
+
+
+def test_taken_and_reserved_respected_and_exhaustion_named() -> None:
+    """CPUs of other claims and reserved CPUs are skipped; exhaustion names claim and request."""
+    planner = _planner(reserved=(0, 8))
+    first = planner.plan("uid-a", [CpuRequest("main", (0,), 4)], taken=())
+    assert not first.cpus & {0, 8}
+    second = planner.plan("uid-b", [CpuRequest("main", (0,), 2)], taken=first.cpus)
+    assert not second.cpus & (first.cpus | {0, 8})
+    with pytest.raises(CpuExhaustedError, match="claim uid-c request main: NUMA node 0: wanted 1"):
+        planner.plan("uid-c", [CpuRequest("main", (0,), 1)], taken=first.cpus | second.cpus)
+
+
+def test_concurrent_plans_with_shared_ledger_never_overlap() -> None:
+    """Callers that serialize through the ledger never get the same CPU from parallel threads."""
+    planner = _planner()
+    ledger: set[int] = set()
+    guard = threading.Lock()
+    results: list[frozenset[int]] = []
+
+    def worker(i: int) -> None:
+        with guard:
+            pinning = planner.plan(f"uid-{i}", [CpuRequest("r", (i % 2,), 2)], taken=frozenset(ledger))
+            ledger.update(pinning.cpus)
+            results.append(pinning.cpus)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == 8
+    assert sum(len(r) for r in results) == len(set().union(*results)) == 16
+
+
+def test_marker_env_matches_assignment() -> None:
+    """marker_env spells cpus/mems in kernel list format, with mode, claim and request."""
+    a = _planner().plan("uid-e", [CpuRequest("main", (1,), 4)], taken=()).assignments[0]
+    env = marker_env(a, "uid-e")
+    assert env["NUMADRA_CPUS"] == "4-5,12-13"
+    assert env["NUMADRA_MEMS"] == "1"
+    assert env["NUMADRA_CPU_MODE"] == "exclusive"
+    assert env["NUMADRA_CLAIM_UID"] == "uid-e"
+    assert env["NUMADRA_REQUEST"] == "main"
+
+
+def test_mems_for_devices() -> None:
+    """Memory nodes follow GPUs, NICs and cpu devices; unknown nodes and names add nothing."""
+    base = synthetic_inventory(nodes=2, cores_per_node=1)
+    gpu = Gpu(
+        name="gpu-0000-3b-00-0",
+        pci=PciTopology("0000:3b:00.0", "pci0000:3a", 1),
+        vendor="nvidia",
+        vendor_id=0x10DE,
+        device_id=1,
+        pci_class=0x030200,
+        index=0,
+    )
+    nic = Nic(
+        name="nic-0000-5e-00-0",
+        pci=PciTopology("0000:5e:00.0", "pci0000:5d", None),
+        interface_name="eth1",
+        mac_address="00:11:22:33:44:55",
+        driver="mlx5_core",
+        speed_mbps=None,
+        sriov_vf=False,
+        pf_bus_id=None,
+        sriov_total_vfs=0,
+    )
+    inv = Inventory(gpus=(gpu,), nics=(nic,), cpus=base.cpus, numa_nodes=base.numa_nodes)
+    assert mems_for_devices(inv, ["gpu-0000-3b-00-0"]) == frozenset({1})
+    assert mems_for_devices(inv, ["nic-0000-5e-00-0", "nope"]) == frozenset()
+    assert mems_for_devices(inv, ["cpu-numa0", "gpu-0000-3b-00-0"]) == frozenset({0, 1})
