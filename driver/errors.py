@@ -65,7 +65,29 @@ class CpuExhaustedError(PinningError):
 
 
 class KubeError(DriverError):
-    """A call to the Kubernetes apiserver failed."""
+    """A call to the Kubernetes apiserver failed.
+
+    ``status`` is the HTTP status (None when no answer came: refused, timeout, broken stream), so
+    callers can tell "not found" (404) from "conflict" (409) without parsing text. ``transient``
+    says whether retrying the same call later may succeed (unreachable, 409, 429, 5xx).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        verb: str = "",
+        resource: str = "",
+        name: str = "",
+        status: int | None = None,
+        transient: bool = False,
+    ) -> None:
+        super().__init__(message)
+        self.verb = verb
+        self.resource = resource
+        self.name = name
+        self.status = status
+        self.transient = transient
 
 
 class ClaimError(DriverError):
