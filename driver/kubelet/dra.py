@@ -1,0 +1,156 @@
+"""The ``DRAPlugin`` gRPC services (v1 and v1beta1) on top of :class:`driver.plugin.DriverPlugin`.
+
+Both versions share one :class:`ClaimCalls` core; the servicers only convert messages. Error model,
+as the kubelet reads it:
+
+* a bad claim reference (see :mod:`driver.kubelet.translate`) or a claim the driver failed is a
+  per-claim ``error`` entry; the other claims of the request are still prepared;
+* an exception raised by the driver is an infrastructure failure of the whole call and becomes the
+  gRPC status ``INTERNAL`` with the message ``"<method>: driver failed: <Type>: <text>"``; the
+  kubelet then ignores the response and retries the whole call later.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import NoReturn
+
+import grpc
+
+from driver._proto import dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1beta1_pb2_grpc
+from driver.kubelet import translate
+from driver.kubelet.serialize import SerializeLock
+from driver.log import get_logger
+from driver.plugin import ClaimRef, DriverPlugin, PrepareResult
+
+__all__ = ["ClaimCalls", "DraV1Servicer", "DraV1beta1Servicer", "DriverCallError"]
+
+_log = get_logger("kubelet.dra")
+
+
+class DriverCallError(Exception):
+    """The driver raised: the whole call fails with gRPC INTERNAL."""
+
+
+class ClaimCalls:
+    """Version-neutral prepare/unprepare: check references, serialize, call the driver, complete."""
+
+    def __init__(self, plugin: DriverPlugin, lock: SerializeLock) -> None:
+        self._plugin = plugin
+        self._lock = lock
+
+    def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, PrepareResult]:
+        """Per-UID results for every claim; raises :class:`DriverCallError` if the driver raised."""
+        check = translate.check_claims(claims)
+        for uid, reason in check.rejected.items():
+            _log.warning("claim rejected", claim_uid=uid, call="prepare", error=reason)
+        results: Mapping[str, PrepareResult] = {}
+        if check.valid:
+            try:
+                with self._lock.hold():
+                    results = self._plugin.prepare_claims(check.valid)
+            except Exception as exc:
+                _log.exception("driver prepare_claims failed", claim_uids=[c.uid for c in check.valid])
+                raise DriverCallError(f"{type(exc).__name__}: {exc}") from exc
+        complete = translate.complete_results(check.valid, results, check.rejected)
+        for claim in check.valid:
+            result = complete[claim.uid]
+            if result.error:
+                _log.warning(
+                    "claim prepare failed", claim_uid=claim.uid, claim=_name(claim), error=result.error
+                )
+            else:
+                _log.info(
+                    "claim prepared",
+                    claim_uid=claim.uid,
+                    claim=_name(claim),
+                    devices=[d.device_name for d in result.devices],
+                )
+        return complete
+
+    def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, str]:
+        """Per-UID error text ("" = done) for every claim; raises :class:`DriverCallError`."""
+        check = translate.check_claims(claims)
+        for uid, reason in check.rejected.items():
+            _log.warning("claim rejected", claim_uid=uid, call="unprepare", error=reason)
+        errors: Mapping[str, str] = {}
+        if check.valid:
+            try:
+                with self._lock.hold():
+                    errors = self._plugin.unprepare_claims(check.valid)
+            except Exception as exc:
+                _log.exception("driver unprepare_claims failed", claim_uids=[c.uid for c in check.valid])
+                raise DriverCallError(f"{type(exc).__name__}: {exc}") from exc
+        out = dict(check.rejected)
+        for claim in check.valid:
+            error = errors.get(claim.uid)
+            if error is None:
+                error = "driver returned no result for this claim"
+            out[claim.uid] = error
+            if error:
+                _log.warning("claim unprepare failed", claim_uid=claim.uid, claim=_name(claim), error=error)
+            else:
+                _log.info("claim unprepared", claim_uid=claim.uid, claim=_name(claim))
+        return out
+
+
+def _name(claim: ClaimRef) -> str:
+    return f"{claim.namespace}/{claim.name}"
+
+
+def _abort(context: grpc.ServicerContext, method: str, exc: DriverCallError) -> NoReturn:
+    context.abort(grpc.StatusCode.INTERNAL, f"{method}: driver failed: {exc}")
+
+
+class DraV1Servicer(dra_v1_pb2_grpc.DRAPluginServicer):
+    """``k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin`` (advertised as ``v1.DRAPlugin``)."""
+
+    def __init__(self, calls: ClaimCalls) -> None:
+        self._calls = calls
+
+    def NodePrepareResources(  # noqa: N802 (gRPC method name)
+        self, request: dra_v1_pb2.NodePrepareResourcesRequest, context: grpc.ServicerContext
+    ) -> dra_v1_pb2.NodePrepareResourcesResponse:
+        """Prepare the claims; see the module docstring for the error model."""
+        try:
+            results = self._calls.prepare(translate.claims_from_proto(request.claims))
+        except DriverCallError as exc:
+            _abort(context, "NodePrepareResources", exc)
+        return translate.prepare_response_v1(results)
+
+    def NodeUnprepareResources(  # noqa: N802 (gRPC method name)
+        self, request: dra_v1_pb2.NodeUnprepareResourcesRequest, context: grpc.ServicerContext
+    ) -> dra_v1_pb2.NodeUnprepareResourcesResponse:
+        """Unprepare the claims; unknown claims succeed (the driver's contract)."""
+        try:
+            errors = self._calls.unprepare(translate.claims_from_proto(request.claims))
+        except DriverCallError as exc:
+            _abort(context, "NodeUnprepareResources", exc)
+        return translate.unprepare_response_v1(errors)
+
+
+class DraV1beta1Servicer(dra_v1beta1_pb2_grpc.DRAPluginServicer):
+    """``k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin`` (advertised as ``v1beta1.DRAPlugin``)."""
+
+    def __init__(self, calls: ClaimCalls) -> None:
+        self._calls = calls
+
+    def NodePrepareResources(  # noqa: N802 (gRPC method name)
+        self, request: dra_v1beta1_pb2.NodePrepareResourcesRequest, context: grpc.ServicerContext
+    ) -> dra_v1beta1_pb2.NodePrepareResourcesResponse:
+        """Prepare the claims; ``share_id`` is not part of v1beta1 and is dropped."""
+        try:
+            results = self._calls.prepare(translate.claims_from_proto(request.claims))
+        except DriverCallError as exc:
+            _abort(context, "NodePrepareResources", exc)
+        return translate.prepare_response_v1beta1(results)
+
+    def NodeUnprepareResources(  # noqa: N802 (gRPC method name)
+        self, request: dra_v1beta1_pb2.NodeUnprepareResourcesRequest, context: grpc.ServicerContext
+    ) -> dra_v1beta1_pb2.NodeUnprepareResourcesResponse:
+        """Unprepare the claims; unknown claims succeed (the driver's contract)."""
+        try:
+            errors = self._calls.unprepare(translate.claims_from_proto(request.claims))
+        except DriverCallError as exc:
+            _abort(context, "NodeUnprepareResources", exc)
+        return translate.unprepare_response_v1beta1(errors)

@@ -1,0 +1,91 @@
+"""Where our two unix sockets live, and their names during a rolling update.
+
+The kubelet watches the registration directory for sockets and dials the DRA socket named in the
+registration answer. During a rolling update (``POD_UID`` set) two pods of the DaemonSet run at
+once, so each needs its own socket names: reusing one would make the new pod unlink the old pod's
+socket and break the kubelet's fallback. An AF_UNIX path holds at most 107 bytes plus the NUL, so
+long pod UIDs fall back to hashed names, in the same order as the Go helper.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from driver.errors import ConfigError
+
+__all__ = [
+    "DRA_SOCKET_NAME",
+    "MAX_SOCKET_PATH_BYTES",
+    "SERIALIZE_LOCK_NAME",
+    "SocketPaths",
+    "dra_socket_path",
+    "registration_socket_path",
+    "socket_paths",
+]
+
+#: sun_path is 108 bytes including the terminating NUL
+MAX_SOCKET_PATH_BYTES = 107
+DRA_SOCKET_NAME = "dra.sock"
+SERIALIZE_LOCK_NAME = "serialize.lock"
+
+
+@dataclass(frozen=True, slots=True)
+class SocketPaths:
+    """The absolute paths one plugin process owns."""
+
+    registration: Path
+    dra: Path
+    lock: Path
+
+
+def _fits(path: Path) -> bool:
+    return len(str(path).encode()) <= MAX_SOCKET_PATH_BYTES
+
+
+def _short_hash(data: str, nbytes: int) -> str:
+    digest = hashlib.sha256(data.encode()).digest()[:nbytes]
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+def registration_socket_path(registrar_dir: Path, driver_name: str, pod_uid: str | None) -> Path:
+    """``<driver>-reg.sock``, or the first rolling-update name that fits the AF_UNIX limit."""
+    if not pod_uid:
+        candidates = [f"{driver_name}-reg.sock"]
+    else:
+        candidates = [
+            f"{driver_name}-{pod_uid}-reg.sock",
+            f"{driver_name}-{_short_hash(pod_uid, 8)}-reg.sock",
+            f"dra-{_short_hash(driver_name + chr(0) + pod_uid, 16)}-reg.sock",
+        ]
+    for name in candidates:
+        path = registrar_dir / name
+        if _fits(path):
+            return path
+    raise ConfigError(
+        f"registration socket path {registrar_dir / candidates[-1]} is longer than "
+        f"{MAX_SOCKET_PATH_BYTES} bytes; use a shorter --registrar-dir"
+    )
+
+
+def dra_socket_path(plugin_dir: Path, pod_uid: str | None) -> Path:
+    """``dra.sock``, or ``dra-<podUID>.sock`` during a rolling update."""
+    path = plugin_dir / (f"dra-{pod_uid}.sock" if pod_uid else DRA_SOCKET_NAME)
+    if not _fits(path):
+        raise ConfigError(
+            f"DRA socket path {path} is longer than {MAX_SOCKET_PATH_BYTES} bytes; use a shorter --plugin-dir"
+        )
+    return path
+
+
+def socket_paths(registrar_dir: Path, plugin_dir: Path, driver_name: str, pod_uid: str | None) -> SocketPaths:
+    """All paths of one process; relative directories are made absolute (the kubelet needs that)."""
+    registrar_dir = registrar_dir.absolute()
+    plugin_dir = plugin_dir.absolute()
+    return SocketPaths(
+        registration=registration_socket_path(registrar_dir, driver_name, pod_uid),
+        dra=dra_socket_path(plugin_dir, pod_uid),
+        lock=plugin_dir / SERIALIZE_LOCK_NAME,
+    )

@@ -1,0 +1,232 @@
+"""The kubelet-facing plugin server: both unix sockets, the gRPC services and the serialize lock.
+
+Start order matters to the kubelet: it connects to the DRA socket as soon as it has read the
+registration answer, so the DRA server listens (and is checked to accept) before the registration
+socket exists. The registration socket is bound under a dot-prefixed temporary name, which the
+kubelet's watcher ignores, and renamed into place once its server runs; the kubelet therefore
+never sees a socket that does not answer.
+
+Stop order is the reverse: the registration socket goes first (the kubelet deregisters the plugin
+when the file disappears), then health streams end, then the DRA server drains and its socket is
+removed. Only our own socket files are ever removed; with ``pod_uid`` their names are unique to this
+pod, so two pods can run side by side during a rolling update.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import socket
+import stat
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+import grpc
+
+from driver._proto import (
+    dra_v1_pb2_grpc,
+    dra_v1beta1_pb2_grpc,
+    health_v1_pb2_grpc,
+    health_v1alpha1_pb2_grpc,
+    pluginregistration_v1_pb2_grpc,
+)
+from driver.errors import ConfigError, DriverError
+from driver.kubelet.dra import ClaimCalls, DraV1beta1Servicer, DraV1Servicer
+from driver.kubelet.health import (
+    DEFAULT_RESEND_INTERVAL,
+    HealthFanout,
+    HealthV1alpha1Servicer,
+    HealthV1Servicer,
+)
+from driver.kubelet.paths import SocketPaths, socket_paths
+from driver.kubelet.registration import RegistrationResult, RegistrationServicer, supported_versions
+from driver.kubelet.serialize import SerializeLock
+from driver.log import get_logger
+from driver.plugin import DriverPlugin, HealthSource
+
+__all__ = ["KubeletPluginServer"]
+
+_log = get_logger("kubelet.server")
+
+
+def _remove_stale_socket(path: Path) -> None:
+    """Delete a socket left by an earlier run of this pod; refuse to delete anything else."""
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise ConfigError(f"{path} exists and is not a unix socket; refusing to replace it")
+    path.unlink(missing_ok=True)
+    _log.info("removed stale socket", path=str(path))
+
+
+def _check_accepts(path: Path) -> None:
+    """Connect once to prove the server is listening on ``path`` (the kubelet connects at once)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1.0)
+        try:
+            probe.connect(str(path))
+        except OSError as exc:
+            raise DriverError(f"DRA socket {path} does not accept connections: {exc}") from exc
+
+
+class KubeletPluginServer:
+    """Serves registration, DRA v1/v1beta1 and (with a health source) health v1/v1alpha1.
+
+    ``start()`` returns once both sockets serve; ``wait_registered()`` then waits for the kubelet's
+    ``NotifyRegistrationStatus(true)``. ``stop()`` is idempotent and also runs on ``with`` exit.
+    """
+
+    def __init__(
+        self,
+        *,
+        driver_name: str,
+        node_name: str,
+        registrar_dir: Path,
+        plugin_dir: Path,
+        plugin: DriverPlugin,
+        health: HealthSource | None = None,
+        pod_uid: str | None = None,
+        health_resend_interval: float = DEFAULT_RESEND_INTERVAL,
+        max_workers: int = 8,
+    ) -> None:
+        if not driver_name:
+            raise ConfigError("driver name must not be empty")
+        self.driver_name = driver_name
+        self.node_name = node_name
+        self.registrar_dir = Path(registrar_dir).absolute()
+        self.plugin_dir = Path(plugin_dir).absolute()
+        self.pod_uid = pod_uid or None
+        self.paths: SocketPaths = socket_paths(self.registrar_dir, self.plugin_dir, driver_name, self.pod_uid)
+        self._plugin = plugin
+        self._health = health
+        self._resend_interval = health_resend_interval
+        self._max_workers = max_workers
+        self._lock = SerializeLock(self.paths.lock)
+        self._registration = RegistrationServicer(
+            driver_name, str(self.paths.dra), supported_versions(with_health=health is not None)
+        )
+        self._fanout: HealthFanout | None = None
+        self._dra_server: grpc.Server | None = None
+        self._reg_server: grpc.Server | None = None
+        self._state_lock = threading.Lock()
+        self._started = False
+        self._stopped = False
+        self._log = _log.bind(driver=driver_name, node=node_name, pod_uid=self.pod_uid)
+
+    @property
+    def registration_socket(self) -> Path:
+        """Absolute path of the registration socket in the registrar directory."""
+        return self.paths.registration
+
+    @property
+    def dra_socket(self) -> Path:
+        """Absolute path of the DRA socket; the registration answer names it as endpoint."""
+        return self.paths.dra
+
+    @property
+    def registration_result(self) -> RegistrationResult | None:
+        """The kubelet's last ``NotifyRegistrationStatus``, or None before the first one."""
+        return self._registration.result
+
+    def wait_registered(self, timeout: float | None = None) -> bool:
+        """True once the kubelet reported a successful registration, False after ``timeout`` s."""
+        return self._registration.registered.wait(timeout)
+
+    def start(self) -> None:
+        """Bring up the DRA server, then the registration socket. Raises on any failure."""
+        with self._state_lock:
+            if self._started:
+                raise DriverError("kubelet plugin server already started")
+            self._started = True
+        t0 = time.monotonic()
+        if not self.registrar_dir.is_dir():
+            raise ConfigError(
+                f"registrar directory {self.registrar_dir} does not exist (kubelet's plugins_registry)"
+            )
+        self.plugin_dir.mkdir(mode=0o750, parents=True, exist_ok=True)
+        _remove_stale_socket(self.paths.registration)
+        _remove_stale_socket(self.paths.dra)
+        self._lock.open()
+        try:
+            self._start_dra()
+            self._start_registration()
+        except BaseException:
+            self.stop(grace=0)
+            raise
+        self._log.info(
+            "kubelet plugin server started",
+            registration_socket=str(self.paths.registration),
+            dra_socket=str(self.paths.dra),
+            start_ms=round((time.monotonic() - t0) * 1000, 1),
+        )
+
+    def _start_dra(self) -> None:
+        server = grpc.server(
+            ThreadPoolExecutor(max_workers=self._max_workers, thread_name_prefix="dra-grpc"),
+            options=[("grpc.so_reuseport", 0)],
+        )
+        calls = ClaimCalls(self._plugin, self._lock)
+        dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(DraV1Servicer(calls), server)
+        dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(DraV1beta1Servicer(calls), server)
+        if self._health is not None:
+            self._fanout = HealthFanout(self._health, self._plugin.handle_error, self._resend_interval)
+            health_v1_pb2_grpc.add_DRAResourceHealthServicer_to_server(HealthV1Servicer(self._fanout), server)
+            health_v1alpha1_pb2_grpc.add_DRAResourceHealthServicer_to_server(
+                HealthV1alpha1Servicer(self._fanout), server
+            )
+            self._fanout.start()
+        self._dra_server = server
+        server.add_insecure_port(f"unix://{self.paths.dra}")
+        server.start()
+        _check_accepts(self.paths.dra)
+
+    def _start_registration(self) -> None:
+        final = self.paths.registration
+        temp = final.with_name(f".{secrets.token_hex(6)}.tmp")
+        server = grpc.server(
+            ThreadPoolExecutor(max_workers=2, thread_name_prefix="reg-grpc"),
+            options=[("grpc.so_reuseport", 0)],
+        )
+        pluginregistration_v1_pb2_grpc.add_RegistrationServicer_to_server(self._registration, server)
+        self._reg_server = server
+        try:
+            server.add_insecure_port(f"unix://{temp}")
+            server.start()
+            temp.replace(final)
+        finally:
+            temp.unlink(missing_ok=True)
+
+    def stop(self, grace: float = 1.0) -> None:
+        """Remove the registration socket, end health streams, drain and remove the DRA socket."""
+        with self._state_lock:
+            if self._stopped or not self._started:
+                self._stopped = True
+                return
+            self._stopped = True
+        with contextlib.suppress(FileNotFoundError):
+            self.paths.registration.unlink()
+        if self._reg_server is not None:
+            self._reg_server.stop(0).wait()
+        if self._fanout is not None:
+            self._fanout.stop()
+        if self._dra_server is not None:
+            self._dra_server.stop(grace).wait()
+        with contextlib.suppress(FileNotFoundError):
+            self.paths.dra.unlink()
+        self._lock.close()
+        self._log.info("kubelet plugin server stopped")
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()

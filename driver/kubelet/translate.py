@@ -1,0 +1,284 @@
+"""Pure translation between the kubelet's protobuf messages and the ``driver.plugin`` types.
+
+Nothing here does I/O. The protocol-level checks reject what no real kubelet sends (empty or
+oversized fields, names that are not Kubernetes names, duplicate UIDs, oversized batches) before
+the driver sees it; each rejected claim gets its own error entry so the rest of the request still
+goes through. The response builders guarantee one map entry per requested claim UID.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from driver._proto import dra_v1_pb2, dra_v1beta1_pb2, health_v1_pb2, health_v1alpha1_pb2
+from driver.plugin import ClaimRef, DeviceHealth, HealthState, PreparedDevice, PrepareResult
+
+__all__ = [
+    "MAX_CLAIMS_PER_REQUEST",
+    "MAX_HEALTH_MESSAGE_CHARS",
+    "ClaimCheck",
+    "base_request_name",
+    "check_claims",
+    "claims_from_proto",
+    "complete_results",
+    "health_message",
+    "health_response_v1",
+    "health_response_v1alpha1",
+    "health_status_value",
+    "prepare_response_v1",
+    "prepare_response_v1beta1",
+    "resource_id",
+    "unprepare_response_v1",
+    "unprepare_response_v1beta1",
+]
+
+#: a pod's claims for one driver arrive in one call; far more than any pod can reference
+MAX_CLAIMS_PER_REQUEST = 256
+#: the kubelet truncates longer messages itself; we do it first so the text stays ours
+MAX_HEALTH_MESSAGE_CHARS = 1024
+
+_MAX_UID = 128
+_MAX_NAMESPACE = 63
+_MAX_NAME = 253
+# RFC 1123 label (namespaces) and subdomain (object names), as the apiserver validates them
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+# UIDs are UUIDs in practice; they end up in file and CDI names, so no '/' or leading '.'
+_UID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+_HEALTH_VALUES: dict[HealthState, int] = {
+    HealthState.UNKNOWN: health_v1_pb2.UNKNOWN,
+    HealthState.HEALTHY: health_v1_pb2.HEALTHY,
+    HealthState.UNHEALTHY: health_v1_pb2.UNHEALTHY,
+}
+
+
+class _ProtoClaim(Protocol):
+    namespace: str
+    uid: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimCheck:
+    """Claims fit for the driver, and claim UID -> error for those rejected by the protocol layer."""
+
+    valid: tuple[ClaimRef, ...]
+    rejected: Mapping[str, str]
+
+
+def claims_from_proto(claims: Iterable[_ProtoClaim]) -> list[ClaimRef]:
+    """Copy the kubelet's ``Claim`` messages (v1 or v1beta1) into plain references, unchecked."""
+    return [ClaimRef(namespace=c.namespace, name=c.name, uid=c.uid) for c in claims]
+
+
+def _shorten(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _claim_problem(claim: ClaimRef) -> str:
+    """Why this claim reference cannot be valid, or "" when it can."""
+    checks = (
+        ("uid", claim.uid, _MAX_UID, _UID),
+        ("namespace", claim.namespace, _MAX_NAMESPACE, _DNS_LABEL),
+        ("name", claim.name, _MAX_NAME, _DNS_SUBDOMAIN),
+    )
+    for field, value, limit, pattern in checks:
+        if not value:
+            return f"invalid claim reference: {field} is empty"
+        if len(value) > limit:
+            return f"invalid claim reference: {field} is {len(value)} characters long, the limit is {limit}"
+        if not pattern.fullmatch(value):
+            return f"invalid claim reference: {field} {_shorten(value)!r} is not a valid Kubernetes {field}"
+    return ""
+
+
+def check_claims(claims: Sequence[ClaimRef]) -> ClaimCheck:
+    """Split a request into claims for the driver and per-UID protocol errors."""
+    if len(claims) > MAX_CLAIMS_PER_REQUEST:
+        reason = f"request carries {len(claims)} claims, more than the limit of {MAX_CLAIMS_PER_REQUEST}"
+        return ClaimCheck(valid=(), rejected={c.uid: reason for c in claims})
+    counts: dict[str, int] = {}
+    for claim in claims:
+        counts[claim.uid] = counts.get(claim.uid, 0) + 1
+    valid: list[ClaimRef] = []
+    rejected: dict[str, str] = {}
+    for claim in claims:
+        if counts[claim.uid] > 1:
+            rejected[claim.uid] = f"claim UID appears {counts[claim.uid]} times in one request"
+        elif problem := _claim_problem(claim):
+            rejected[claim.uid] = problem
+        else:
+            valid.append(claim)
+    return ClaimCheck(valid=tuple(valid), rejected=rejected)
+
+
+def base_request_name(request: str) -> str:
+    """``"gpu/high-mem"`` -> ``"gpu"``: the kubelet matches containers on base request names."""
+    return request.split("/", 1)[0]
+
+
+def _base_names(names: Iterable[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(base_request_name(n) for n in names))
+
+
+def _normalize(result: PrepareResult) -> PrepareResult:
+    if result.error:
+        return PrepareResult(error=result.error)
+    devices = tuple(
+        PreparedDevice(
+            request_names=_base_names(d.request_names),
+            pool_name=d.pool_name,
+            device_name=d.device_name,
+            cdi_device_ids=d.cdi_device_ids,
+            share_id=d.share_id,
+        )
+        for d in result.devices
+    )
+    return PrepareResult(devices=devices)
+
+
+def complete_results(
+    claims: Sequence[ClaimRef], results: Mapping[str, PrepareResult], rejected: Mapping[str, str]
+) -> dict[str, PrepareResult]:
+    """One normalized result per requested UID: a forgotten claim becomes an error entry.
+
+    UIDs the driver returned without being asked are dropped: the kubelet treats an unknown UID in
+    the response as an error for the whole call.
+    """
+    out: dict[str, PrepareResult] = {uid: PrepareResult(error=err) for uid, err in rejected.items()}
+    for claim in claims:
+        result = results.get(claim.uid)
+        if result is None:
+            out[claim.uid] = PrepareResult(error="driver returned no result for this claim")
+        else:
+            out[claim.uid] = _normalize(result)
+    return out
+
+
+class _ProtoDevice(Protocol):
+    pool_name: str
+    device_name: str
+
+    @property
+    def request_names(self) -> _Extendable: ...
+    @property
+    def cdi_device_ids(self) -> _Extendable: ...
+
+
+class _Extendable(Protocol):
+    def extend(self, values: Iterable[str]) -> None: ...
+
+
+def _fill_device(msg: _ProtoDevice, device: PreparedDevice) -> None:
+    msg.request_names.extend(device.request_names)
+    msg.pool_name = device.pool_name
+    msg.device_name = device.device_name
+    msg.cdi_device_ids.extend(device.cdi_device_ids)
+
+
+def prepare_response_v1(results: Mapping[str, PrepareResult]) -> dra_v1_pb2.NodePrepareResourcesResponse:
+    """v1 response: one entry per UID; ``share_id`` is set only where the driver gave one."""
+    response = dra_v1_pb2.NodePrepareResourcesResponse()
+    for uid, result in results.items():
+        entry = response.claims[uid]
+        if result.error:
+            entry.error = result.error
+            continue
+        for device in result.devices:
+            msg = entry.devices.add()
+            _fill_device(msg, device)
+            if device.share_id is not None:
+                msg.share_id = device.share_id
+    return response
+
+
+def prepare_response_v1beta1(
+    results: Mapping[str, PrepareResult],
+) -> dra_v1beta1_pb2.NodePrepareResourcesResponse:
+    """v1beta1 response: like v1 without ``share_id`` (the field does not exist there)."""
+    response = dra_v1beta1_pb2.NodePrepareResourcesResponse()
+    for uid, result in results.items():
+        entry = response.claims[uid]
+        if result.error:
+            entry.error = result.error
+            continue
+        for device in result.devices:
+            _fill_device(entry.devices.add(), device)
+    return response
+
+
+def unprepare_response_v1(errors: Mapping[str, str]) -> dra_v1_pb2.NodeUnprepareResourcesResponse:
+    """v1 response: an entry per UID, empty on success."""
+    response = dra_v1_pb2.NodeUnprepareResourcesResponse()
+    for uid, error in errors.items():
+        response.claims[uid].error = error
+    return response
+
+
+def unprepare_response_v1beta1(errors: Mapping[str, str]) -> dra_v1beta1_pb2.NodeUnprepareResourcesResponse:
+    """v1beta1 response: an entry per UID, empty on success."""
+    response = dra_v1beta1_pb2.NodeUnprepareResourcesResponse()
+    for uid, error in errors.items():
+        response.claims[uid].error = error
+    return response
+
+
+def health_message(text: str) -> str:
+    """At most 1024 characters: longer text becomes its first 1021 characters plus ``...``."""
+    if len(text) <= MAX_HEALTH_MESSAGE_CHARS:
+        return text
+    return text[: MAX_HEALTH_MESSAGE_CHARS - 3] + "..."
+
+
+def health_status_value(state: HealthState) -> int:
+    """The ``HealthStatus`` enum number (the same in v1 and v1alpha1)."""
+    return _HEALTH_VALUES[state]
+
+
+def resource_id(driver_name: str, health: DeviceHealth) -> str:
+    """What the kubelet shows as ``resourceID`` in pod status: first CDI ID, else driver/pool/device.
+
+    The health message has no such field; the kubelet derives it. We compute the same string for
+    our logs so that an operator can match them with the pod status.
+    """
+    if health.cdi_device_ids:
+        return health.cdi_device_ids[0]
+    return f"{driver_name}/{health.pool_name}/{health.device_name}"
+
+
+def health_response_v1(
+    devices: Sequence[DeviceHealth], now: int, timeout_seconds: int = 0
+) -> health_v1_pb2.NodeWatchResourcesResponse:
+    """A full v1 health report stamped ``now`` (unix seconds); timeout 0 = the kubelet default."""
+    response = health_v1_pb2.NodeWatchResourcesResponse()
+    for device in devices:
+        response.devices.add(
+            device=health_v1_pb2.DeviceIdentifier(pool_name=device.pool_name, device_name=device.device_name),
+            health=health_status_value(device.state),
+            last_updated_time=now,
+            health_check_timeout_seconds=timeout_seconds,
+            message=health_message(device.reason),
+        )
+    return response
+
+
+def health_response_v1alpha1(
+    devices: Sequence[DeviceHealth], now: int, timeout_seconds: int = 0
+) -> health_v1alpha1_pb2.NodeWatchResourcesResponse:
+    """The same report for the v1alpha1 service (field for field identical to v1)."""
+    response = health_v1alpha1_pb2.NodeWatchResourcesResponse()
+    for device in devices:
+        response.devices.add(
+            device=health_v1alpha1_pb2.DeviceIdentifier(
+                pool_name=device.pool_name, device_name=device.device_name
+            ),
+            health=health_status_value(device.state),
+            last_updated_time=now,
+            health_check_timeout_seconds=timeout_seconds,
+            message=health_message(device.reason),
+        )
+    return response
