@@ -1,0 +1,198 @@
+"""``--pinning hook``: an OCI ``createRuntime`` hook, referenced from the CDI spec, writes the cpuset.
+
+runc calls ``createRuntime`` hooks after it created and configured the container cgroup, with
+``runc init`` (the future workload) already inside it and before the user process runs, so
+``mems`` applies before the workload allocates anything. The hook receives the OCI state JSON on
+stdin (``pid``, ``bundle``); the assignment comes from its argv (the CDI hook entry carries it)
+or from the marker env in ``<bundle>/config.json``.
+
+When the cgroup cannot be written (no cpuset controller, read-only cgroupfs), the hook falls back
+to ``sched_setaffinity`` on every thread of the process: CPUs are still confined (children
+inherit the mask) but memory nodes are not, and the outcome says so.
+
+This pins the claim's containers only; it does not keep other containers off those CPUs (that
+needs NRI): "pinning without isolation", see docs/pinning.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from driver.errors import PinningError
+from driver.log import get_logger
+from driver.pinning.backend import PinningKind, PinTarget
+from driver.pinning.cgroupfs import CgroupfsBackend
+from driver.pinning.types import ENV_CPUS, ENV_MEMS, CpuAssignment, CpuMode, format_cpulist, parse_cpulist
+
+__all__ = [
+    "DEFAULT_HOOK_PATH",
+    "HookBackend",
+    "HookOutcome",
+    "OciState",
+    "assignment_from_bundle",
+    "cdi_hook_entry",
+    "parse_oci_state",
+    "run_create_runtime",
+]
+
+#: where the DaemonSet installs the numadra executable on the host (the runtime execs host paths)
+DEFAULT_HOOK_PATH = "/opt/numadra/bin/numadra"
+#: seconds the runtime waits for the hook before failing the container
+HOOK_TIMEOUT_S = 5
+
+_log = get_logger("pinning.hook")
+
+
+@dataclass(frozen=True, slots=True)
+class OciState:
+    """The fields of the OCI runtime state the hook uses."""
+
+    container_id: str
+    pid: int
+    bundle: Path
+
+
+@dataclass(frozen=True, slots=True)
+class HookOutcome:
+    """What the hook did: ``method`` is "cgroup", "affinity" (CPUs only) or "none" (no marker)."""
+
+    method: str
+    pid: int
+    cpus: frozenset[int]
+    mems: frozenset[int]
+
+
+def parse_oci_state(text: str) -> OciState:
+    """Parse the OCI state JSON a runtime writes to a hook's stdin."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise PinningError(f"OCI state on stdin is not JSON: {exc.msg} at {exc.pos}") from exc
+    if not isinstance(doc, dict):
+        raise PinningError("OCI state on stdin is not a JSON object")
+    pid = doc.get("pid")
+    bundle = doc.get("bundle")
+    if not isinstance(pid, int) or pid <= 0:
+        raise PinningError(f"OCI state has no valid pid (got {pid!r})")
+    if not isinstance(bundle, str) or not bundle:
+        raise PinningError(f"OCI state has no bundle path (got {bundle!r})")
+    return OciState(container_id=str(doc.get("id", "")), pid=pid, bundle=Path(bundle))
+
+
+def assignment_from_bundle(bundle: Path) -> tuple[str | None, str | None]:
+    """The marker env values (cpus, mems) from ``<bundle>/config.json`` ``process.env``."""
+    path = bundle / "config.json"
+    try:
+        doc: Any = json.loads(path.read_text())
+    except OSError as exc:
+        raise PinningError(f"read {path}: {exc.strerror}") from exc
+    except json.JSONDecodeError as exc:
+        raise PinningError(f"{path} is not JSON: {exc.msg}") from exc
+    env = (doc.get("process") or {}).get("env") or [] if isinstance(doc, dict) else []
+    values: dict[str, str] = {}
+    for item in env:
+        if isinstance(item, str):
+            key, sep, value = item.partition("=")
+            if sep:
+                values[key] = value
+    return values.get(ENV_CPUS), values.get(ENV_MEMS)
+
+
+def _cpulist(text: str, what: str) -> frozenset[int]:
+    try:
+        return parse_cpulist(text)
+    except ValueError as exc:
+        raise PinningError(f"malformed {what} list {text!r}: {exc}") from exc
+
+
+class HookBackend:
+    """Pins a container from inside its ``createRuntime`` hook: cgroup write, affinity fallback."""
+
+    def __init__(self, cgroupfs: CgroupfsBackend | None = None, proc_root: Path = Path("/proc")) -> None:
+        self._cgroupfs = cgroupfs or CgroupfsBackend(proc_root=proc_root)
+        self._proc = proc_root
+
+    @property
+    def kind(self) -> PinningKind:
+        """Always :attr:`PinningKind.HOOK`."""
+        return PinningKind.HOOK
+
+    def apply(self, target: PinTarget, assignment: CpuAssignment) -> None:
+        """Pin the process ``target.pid`` (its cgroup, else its threads' affinity)."""
+        self.pin(target, assignment)
+
+    def pin(self, target: PinTarget, assignment: CpuAssignment) -> str:
+        """Like :meth:`apply`, returning the method used ("cgroup" or "affinity")."""
+        if target.pid is None:
+            raise PinningError("hook pinning needs the container's pid")
+        try:
+            self._cgroupfs.apply(PinTarget(pid=target.pid, cgroup=target.cgroup), assignment)
+        except PinningError as cgroup_error:
+            if not assignment.cpus:
+                raise
+            try:
+                self._set_affinity(target.pid, assignment.cpus)
+            except OSError as exc:
+                raise PinningError(
+                    f"{cgroup_error}; sched_setaffinity fallback for pid {target.pid} "
+                    f"failed too: {exc.strerror}"
+                ) from exc
+            _log.warning(
+                "cgroup write impossible, CPUs pinned by affinity only (memory nodes not enforced)",
+                pid=target.pid,
+                error=str(cgroup_error),
+                cpus=format_cpulist(assignment.cpus),
+            )
+            return "affinity"
+        return "cgroup"
+
+    def release(self, target: PinTarget) -> None:
+        """Nothing to undo: the container's cgroup goes away with the container."""
+
+    def _set_affinity(self, pid: int, cpus: frozenset[int]) -> None:
+        """Set the CPU mask of every thread of ``pid`` (the exec'ing thread may be any of them)."""
+        try:
+            tids = [int(t.name) for t in (self._proc / str(pid) / "task").iterdir()]
+        except OSError:
+            tids = [pid]
+        for tid in sorted(tids):
+            try:
+                os.sched_setaffinity(tid, cpus)
+            except ProcessLookupError:
+                continue  # thread exited meanwhile
+
+
+def run_create_runtime(
+    state_text: str,
+    cpus_arg: str | None = None,
+    mems_arg: str | None = None,
+    backend: HookBackend | None = None,
+) -> HookOutcome:
+    """The body of ``numadra hook create-runtime``: parse, find the assignment, pin."""
+    state = parse_oci_state(state_text)
+    cpus_text, mems_text = cpus_arg, mems_arg
+    if cpus_text is None and mems_text is None:
+        cpus_text, mems_text = assignment_from_bundle(state.bundle)
+    cpus = _cpulist(cpus_text or "", "cpu")
+    mems = _cpulist(mems_text or "", "memory node")
+    if not cpus and not mems:
+        return HookOutcome(method="none", pid=state.pid, cpus=cpus, mems=mems)
+    assignment = CpuAssignment(request="", mode=CpuMode.EXCLUSIVE, cpus=cpus, mems=mems)
+    method = (backend or HookBackend()).pin(
+        PinTarget(pid=state.pid, container_id=state.container_id), assignment
+    )
+    return HookOutcome(method=method, pid=state.pid, cpus=cpus, mems=mems)
+
+
+def cdi_hook_entry(assignment: CpuAssignment, path: str = DEFAULT_HOOK_PATH) -> dict[str, Any]:
+    """The CDI ``containerEdits.hooks`` entry that pins a request's containers (cdiVersion 0.3.0+)."""
+    args = [Path(path).name, "hook", "create-runtime"]
+    if assignment.cpus:
+        args += ["--cpus", format_cpulist(assignment.cpus)]
+    if assignment.mems:
+        args += ["--mems", format_cpulist(assignment.mems)]
+    return {"hookName": "createRuntime", "path": path, "args": args, "timeout": HOOK_TIMEOUT_S}

@@ -1,0 +1,96 @@
+"""The createRuntime hook's parsing, its CDI entry and its affinity fallback."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from driver.errors import PinningError
+from driver.pinning.cgroupfs import CgroupfsBackend, CpusetHierarchy
+from driver.pinning.hook import (
+    HookBackend,
+    assignment_from_bundle,
+    cdi_hook_entry,
+    parse_oci_state,
+    run_create_runtime,
+)
+from driver.pinning.types import CpuAssignment, CpuMode
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        pytest.param("nope", "not JSON", id="not-json"),
+        pytest.param("[]", "not a JSON object", id="not-object"),
+        pytest.param('{"bundle": "/b"}', "no valid pid", id="no-pid"),
+        pytest.param('{"pid": 0, "bundle": "/b"}', "no valid pid", id="zero-pid"),
+        pytest.param('{"pid": 7}', "no bundle", id="no-bundle"),
+    ],
+)
+def test_bad_oci_state(text: str, message: str) -> None:
+    """Malformed OCI state is refused with a reason."""
+    with pytest.raises(PinningError, match=message):
+        parse_oci_state(text)
+
+
+def test_oci_state_fields() -> None:
+    """id, pid and bundle are taken from the runtime state."""
+    s = parse_oci_state('{"ociVersion": "1.2.0", "id": "c1", "status": "creating", "pid": 7, "bundle": "/b"}')
+    assert (s.container_id, s.pid, s.bundle) == ("c1", 7, Path("/b"))
+
+
+def test_marker_from_bundle(tmp_path: Path) -> None:
+    """NUMADRA_CPUS/MEMS are read from process.env of config.json; values may contain '='."""
+    (tmp_path / "config.json").write_text(
+        json.dumps({"process": {"env": ["A=b=c", "NUMADRA_CPUS=2-3", "NUMADRA_MEMS=1", "junk"]}})
+    )
+    assert assignment_from_bundle(tmp_path) == ("2-3", "1")
+
+
+def test_missing_config_json_names_path(tmp_path: Path) -> None:
+    """A bundle without config.json is an error naming the path."""
+    with pytest.raises(PinningError, match=str(tmp_path / "config.json")):
+        assignment_from_bundle(tmp_path)
+
+
+def test_malformed_marker_rejected(tmp_path: Path) -> None:
+    """A malformed cpulist fails the hook (fail closed) instead of running unpinned."""
+    state = json.dumps({"pid": os.getpid(), "bundle": str(tmp_path)})
+    with pytest.raises(PinningError, match="malformed cpu list"):
+        run_create_runtime(state, cpus_arg="3-1")
+
+
+def test_affinity_fallback_when_cgroup_unwritable(tmp_path: Path) -> None:
+    """Without a writable cgroup the hook pins every thread by affinity and says so."""
+    proc = tmp_path / "proc"
+    pid = os.getpid()
+    (proc / str(pid) / "task" / str(pid)).mkdir(parents=True)
+    (proc / str(pid) / "cgroup").write_text("3:cpuset:/gone\n")
+    backend = HookBackend(
+        CgroupfsBackend(CpusetHierarchy(1, tmp_path / "nocg"), proc_root=proc), proc_root=proc
+    )
+    before = os.sched_getaffinity(pid)
+    target = min(before)
+    try:
+        out = run_create_runtime(
+            json.dumps({"pid": pid, "bundle": str(tmp_path)}), str(target), None, backend
+        )
+        assert out.method == "affinity"
+        assert os.sched_getaffinity(pid) == {target}
+    finally:
+        os.sched_setaffinity(pid, before)
+
+
+def test_cdi_hook_entry() -> None:
+    """The CDI hook entry runs 'numadra hook create-runtime' with the assignment as args."""
+    a = CpuAssignment("main", CpuMode.EXCLUSIVE, frozenset({4, 5, 6}), frozenset({1}))
+    entry = cdi_hook_entry(a, path="/opt/numadra/bin/numadra")
+    assert entry == {
+        "hookName": "createRuntime",
+        "path": "/opt/numadra/bin/numadra",
+        "args": ["numadra", "hook", "create-runtime", "--cpus", "4-6", "--mems", "1"],
+        "timeout": 5,
+    }
