@@ -1,0 +1,46 @@
+# numadra: the DaemonSet image of the NUMA-aligned DRA driver.
+#
+# Two stages on the same base: "builder" turns the source into wheels (numadra and every
+# dependency), the final stage installs only those wheels into a virtual environment, with no
+# compiler, no pip cache and no source tree left behind.
+#
+#   podman build -t numadra:dev .                          # base from a registry
+#   scripts/build-image.sh                                 # no registry: local Debian base, offline
+#
+# BASE_IMAGE must provide python3 (3.11+) with the venv module. Wheels found in
+# build/wheelhouse/ of the build context are used first, so an offline build (PIP_NO_INDEX=1 and
+# a wheelhouse filled by scripts/build-image.sh) needs no package index either.
+#
+# Privileges are set by the DaemonSet, not here: the image runs as an unprivileged user, which is
+# all `numadra discover|explain|state|version` need. `numadra run` is root in the DaemonSet because
+# it creates sockets in the kubelet's root-owned hostPath dirs (see docs/deploy.md).
+ARG BASE_IMAGE=docker.io/library/python:3.11-slim-bookworm
+
+FROM ${BASE_IMAGE} AS builder
+ARG PIP_NO_INDEX=0
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PIP_FIND_LINKS=/src/build/wheelhouse
+COPY . /src
+RUN mkdir -p /src/build/wheelhouse \
+ && python3 -m venv /opt/build \
+ && /opt/build/bin/pip wheel --quiet --wheel-dir /wheels /src
+
+FROM ${BASE_IMAGE}
+ARG VERSION=0.1.0
+ARG REVISION=unknown
+LABEL org.opencontainers.image.title="numadra" \
+      org.opencontainers.image.description="NUMA-aligned DRA kubelet plugin: GPUs, NICs, CPUs and memory in one ResourceClaim" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.vendor="numadra"
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
+COPY --from=builder /wheels /tmp/wheels
+RUN python3 -m venv /opt/numadra \
+ && /opt/numadra/bin/pip install --quiet --no-index --find-links /tmp/wheels numadra \
+ && rm -rf /tmp/wheels \
+ && (getent passwd numadra >/dev/null || useradd --uid 10001 --no-create-home --home-dir /nonexistent \
+        --shell /usr/sbin/nologin numadra)
+ENV PATH=/opt/numadra/bin:${PATH} PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+USER 10001:10001
+ENTRYPOINT ["numadra"]
+CMD ["run"]

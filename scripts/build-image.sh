@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Builds the numadra image with podman without any image registry, then smoke-tests it:
+#   1. a local base image (Debian bookworm minbase + python3 + venv, from Debian's mirror with
+#      debootstrap, `podman import`ed) -- cached: reused while the tag exists;
+#   2. a wheelhouse on the host (numadra + dependencies + build backend), so the image build
+#      itself runs with --network=none;
+#   3. `podman build` of the Dockerfile with BASE_IMAGE pointing at the local base;
+#   4. `numadra version` and `numadra discover -o table` inside the image (the host's /sys and
+#      /proc mounted read-only under /host, as the DaemonSet does).
+#
+# Env: IMAGE (default localhost/numadra:<version>), BASE_IMAGE (default
+# localhost/numadra-base:bookworm), REBUILD_BASE=1 to rebuild the base, DEBIAN_MIRROR, PYTHON (for
+# the wheelhouse; default .venv/bin/python). Exit codes: 0 ok, 3 prerequisites missing (no
+# podman/debootstrap: nothing was tried), anything else a real failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VERSION="$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml | head -n1)"
+IMAGE="${IMAGE:-localhost/numadra:$VERSION}"
+BASE_IMAGE="${BASE_IMAGE:-localhost/numadra-base:bookworm}"
+DEBIAN_MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+PYTHON="${PYTHON:-.venv/bin/python}"
+WORK="build/image"
+WHEELHOUSE="build/wheelhouse"
+
+for tool in podman debootstrap; do
+  if ! command -v "$tool" >/dev/null; then
+    echo "build-image: $tool not found (apt-get install -y --no-install-recommends podman runc conmon catatonit debootstrap)" >&2
+    exit 3
+  fi
+done
+
+mkdir -p "$WORK"
+# podman on this kind of host: crun cannot run in cgroup hybrid mode and the hard nofile limit is
+# lower than rootful podman's default, so pin runc, cgroupfs and small ulimits; no network at all.
+cat >"$WORK/containers.conf" <<'CONF'
+[containers]
+default_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]
+netns = "none"
+[engine]
+runtime = "runc"
+cgroup_manager = "cgroupfs"
+events_logger = "file"
+CONF
+export CONTAINERS_CONF="$PWD/$WORK/containers.conf"
+
+step() { echo "::: build-image: $*" >&2; }
+t0=$SECONDS
+
+if [[ "${REBUILD_BASE:-0}" != 1 ]] && podman image exists "$BASE_IMAGE"; then
+  step "base $BASE_IMAGE cached (REBUILD_BASE=1 rebuilds it)"
+else
+  step "base $BASE_IMAGE from debootstrap (bookworm minbase + python3)"
+  rootfs="$WORK/rootfs"
+  rm -rf "$rootfs"
+  debootstrap --variant=minbase --include=python3,python3-venv,libudev1 bookworm "$rootfs" "$DEBIAN_MIRROR" \
+    >"$WORK/debootstrap.log" 2>&1 || { tail -n 20 "$WORK/debootstrap.log" >&2; exit 1; }
+  rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/log/*
+  tar -C "$rootfs" --numeric-owner -c . | podman import \
+    --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+    --change 'CMD ["/usr/bin/python3"]' - "$BASE_IMAGE" >/dev/null
+  rm -rf "$rootfs"
+  step "base built in $((SECONDS - t0)) s"
+fi
+
+t1=$SECONDS
+step "wheelhouse $WHEELHOUSE (host pip, reused between runs)"
+mkdir -p "$WHEELHOUSE"
+"$PYTHON" -m pip wheel --quiet --disable-pip-version-check --wheel-dir "$WHEELHOUSE" \
+  . "setuptools>=69" wheel pip
+# numadra itself is rebuilt in the image from the sources; a stale copy must not win.
+rm -f "$WHEELHOUSE"/numadra-*.whl
+step "wheelhouse ready in $((SECONDS - t1)) s"
+
+t2=$SECONDS
+step "podman build $IMAGE"
+podman build --network=none --pull=never \
+  --build-arg BASE_IMAGE="$BASE_IMAGE" --build-arg PIP_NO_INDEX=1 \
+  --build-arg VERSION="$VERSION" --build-arg REVISION="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" \
+  -t "$IMAGE" -f Dockerfile .
+step "image built in $((SECONDS - t2)) s"
+
+step "smoke test: numadra version / discover inside $IMAGE"
+podman run --rm "$IMAGE" version
+podman run --rm -v /sys:/host/sys:ro -v /proc:/host/proc:ro "$IMAGE" discover --host-root /host -o table
+step "done in $((SECONDS - t0)) s"
