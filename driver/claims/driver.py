@@ -1,0 +1,482 @@
+"""``ClaimsDriver``: the :class:`~driver.plugin.DriverPlugin` behind the kubelet layer.
+
+One prepare call:
+
+1. check the claim references (names reach file paths) and drop exact duplicates;
+2. GET every claim concurrently, *before* taking the lock (slow API calls never hold up others);
+3. under the lock: re-read the journal, then per claim either answer from the journal (a repeat:
+   same devices and CDI IDs, missing files re-created) or select devices, resolve config, plan CPU
+   pinning (the journal says which CPUs other claims hold), render the CDI spec and metadata;
+4. save the journal **once**, then write the files. The journal is the durable record (fsynced);
+   specs and metadata are derived from it (written atomically without fsync, re-created by
+   :meth:`ClaimsDriver.reconcile` after a crash or a reboot that emptied ``/var/run/cdi``).
+
+Every claim gets a result; a bad claim gets an error that names claim, request and device, and
+never fails the others. Exceptions escape only for infrastructure failures (journal unreadable,
+inventory unavailable), after which the kubelet retries the whole call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from functools import partial
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from cdi import atomic_write_bytes, remove_file, spec_bytes
+from cdi.spec import CdiSpecError
+from driver.claims.attributes import PublishedAttributes
+from driver.claims.metadata import METADATA_DIR, metadata_files
+from driver.claims.names import check_claim_name, check_claim_uid, check_namespace
+from driver.claims.render import claim_spec, claim_spec_file_name
+from driver.claims.selection import ClaimView, cpu_requests, select_devices
+from driver.errors import ClaimError, KubeError, PinningError, is_recoverable
+from driver.inventory.model import DeviceKind, Inventory
+from driver.kube.types import ClaimGetter, JsonObject
+from driver.log import get_logger
+from driver.pinning.types import ClaimPinning, CpuRequest
+from driver.plugin import ClaimRef, PreparedDevice, PrepareResult
+from driver.state.journal import Journal, JournalEntry, StoredFile, journal_path
+
+__all__ = ["ClaimsDriver", "InventoryProvider", "PinPlanner", "StatusWriter"]
+
+_log = get_logger("claims")
+
+InventoryProvider = Callable[[], Inventory]
+
+
+@runtime_checkable
+class PinPlanner(Protocol):
+    """Chooses the CPUs of a claim (``driver.pinning.planner.CpuPlanner``).
+
+    Raises PinningError (e.g. CpuExhaustedError) or ClaimError (e.g. an empty shared pool) when it
+    cannot; either becomes that claim's error.
+    """
+
+    def plan(self, claim_uid: str, requests: Sequence[CpuRequest], taken: frozenset[int], /) -> ClaimPinning:
+        """Pin every request; never hand out a CPU in ``taken_cpus``."""
+        ...
+
+
+@runtime_checkable
+class StatusWriter(Protocol):
+    """Reports prepared devices in the claim's ``status.devices`` (best effort)."""
+
+    def report_prepared(self, claim: JsonObject, devices: Sequence[PreparedDevice]) -> None:
+        """Publish the prepared devices of a claim."""
+        ...
+
+    def clear(self, namespace: str, name: str) -> None:
+        """Remove what :meth:`report_prepared` published."""
+        ...
+
+
+def _describe(ref: ClaimRef) -> str:
+    return f"claim {ref.namespace}/{ref.name} (uid {ref.uid})"
+
+
+def _check_ref(ref: ClaimRef) -> str:
+    return check_claim_uid(ref.uid) or check_namespace(ref.namespace) or check_claim_name(ref.name)
+
+
+@dataclass(frozen=True, slots=True)
+class _Planned:
+    ref: ClaimRef
+    claim: JsonObject
+    entry: JournalEntry
+
+
+class ClaimsDriver:
+    """Prepares and unprepares claims of one driver on one node (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        driver_name: str,
+        node_name: str,
+        inventory: InventoryProvider,
+        claims: ClaimGetter,
+        cdi_dir: Path,
+        plugin_dir: Path,
+        planner: PinPlanner | None = None,
+        status: StatusWriter | None = None,
+        on_fatal: Callable[[BaseException, str], None] | None = None,
+        max_get_workers: int = 16,
+    ) -> None:
+        self.driver_name = driver_name
+        self.node_name = node_name
+        self.cdi_dir = cdi_dir
+        self.plugin_dir = plugin_dir
+        self._inventory = inventory
+        self._claims = claims
+        self._planner = planner
+        self._status = status
+        self._on_fatal = on_fatal
+        self._journal = Journal(journal_path(plugin_dir))
+        self._attributes = PublishedAttributes(node_name=node_name, driver_name=driver_name)
+        self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
+        self._max_get_workers = max_get_workers
+
+    # -- DriverPlugin ---------------------------------------------------------------------------
+
+    def prepare_claims(self, claims: Sequence[ClaimRef]) -> Mapping[str, PrepareResult]:
+        """Prepare every claim; one result per claim UID (see the module docstring)."""
+        results: dict[str, PrepareResult] = {}
+        todo = self._admit(claims, lambda ref, msg: results.__setitem__(ref.uid, PrepareResult(error=msg)))
+        fetched = self._get_all(todo)
+        planned: list[_Planned] = []
+        with self._lock:
+            inventory = self._inventory()
+            self._journal.load()
+            attrs = self._attributes.get(inventory)
+            dirty = False
+            for ref in todo:
+                got = fetched[ref.uid]
+                if isinstance(got, str):
+                    results[ref.uid] = PrepareResult(error=got)
+                    continue
+                try:
+                    entry = self._journal.get(ref.uid)
+                    if entry is not None:
+                        devices, changed = self._repeat(entry, got, ref, inventory, attrs)
+                        dirty |= changed
+                        results[ref.uid] = PrepareResult(devices=devices)
+                        continue
+                    planned.append(_Planned(ref, got, self._plan(ref, got, inventory, attrs)))
+                except ClaimError as exc:
+                    results[ref.uid] = PrepareResult(error=f"{_describe(ref)}: {exc.reason}")
+                except (PinningError, CdiSpecError) as exc:
+                    results[ref.uid] = PrepareResult(error=f"{_describe(ref)}: {exc}")
+                except Exception as exc:  # a bug must not fail the other claims of the batch
+                    _log.exception("prepare failed unexpectedly", claim_uid=ref.uid)
+                    results[ref.uid] = PrepareResult(error=f"{_describe(ref)}: internal error: {exc!r}")
+            if planned or dirty:
+                planned = self._save_or_fail(planned, results)
+            done = self._write_planned(planned, results)
+        self._report(done)
+        return results
+
+    def unprepare_claims(self, claims: Sequence[ClaimRef]) -> Mapping[str, str]:
+        """Undo prepares; unknown or already unprepared claims succeed."""
+        results: dict[str, str] = {}
+        cleared: list[ClaimRef] = []
+        with self._lock:
+            self._journal.load()
+            dirty = False
+            for ref in claims:
+                if ref.uid in results:
+                    continue
+                entry = self._journal.get(ref.uid)
+                try:
+                    self._remove_files(ref, entry)
+                except OSError as exc:
+                    path = exc.filename or "?"
+                    results[ref.uid] = f"{_describe(ref)}: cannot remove {path}: {exc.strerror or exc}"
+                    _log.error("unprepare failed", claim_uid=ref.uid, path=str(path), error=str(exc))
+                    continue
+                if entry is not None:
+                    self._journal.remove(ref.uid)
+                    dirty = True
+                    cleared.append(ClaimRef(entry.namespace, entry.name, entry.uid))
+                    _log.info("unprepared", claim_uid=ref.uid, claim=f"{entry.namespace}/{entry.name}")
+                results[ref.uid] = ""
+            if dirty:
+                self._journal.save()
+        if self._status is not None:
+            for ref in cleared:
+                self._best_effort("clear", partial(self._status.clear, ref.namespace, ref.name))
+        return results
+
+    def handle_error(self, err: BaseException, msg: str) -> None:
+        """Log background failures; a non-recoverable one goes to ``on_fatal`` (stop the driver)."""
+        if is_recoverable(err):
+            _log.warning(msg, error=str(err), recoverable=True)
+            return
+        _log.error(msg, error=str(err), recoverable=False)
+        if self._on_fatal is not None:
+            self._on_fatal(err, msg)
+
+    # -- start-up -------------------------------------------------------------------------------
+
+    def reconcile(self) -> int:
+        """Re-create every journaled file missing or different on disk; returns how many.
+
+        Run at start: after a reboot ``/var/run/cdi`` is empty but the journal is not. Raises
+        :class:`~driver.errors.JournalError` when the journal is unusable (the caller exits 1).
+        """
+        with self._lock:
+            self._journal.load()
+            count = 0
+            for entry in self._journal.entries():
+                for stored in entry.files():
+                    if self._restore(stored):
+                        count += 1
+                        _log.info("re-created file", claim_uid=entry.uid, path=stored.path)
+            _log.info("reconciled journal", claims=len(self._journal), recreated=count)
+            return count
+
+    def prepared_claims(self) -> list[JournalEntry]:
+        """The journal's entries (for inspection and health: CDI IDs of prepared devices)."""
+        with self._lock:
+            self._journal.load()
+            return list(self._journal.entries())
+
+    def close(self) -> None:
+        """Stop the GET thread pool."""
+        with self._pool_lock:
+            if self._pool is not None:
+                self._pool.shutdown(wait=False)
+                self._pool = None
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _admit(self, claims: Sequence[ClaimRef], fail: Callable[[ClaimRef, str], None]) -> list[ClaimRef]:
+        """Refs worth fetching: valid names, exact duplicates dropped, conflicting UIDs refused."""
+        by_uid: dict[str, ClaimRef] = {}
+        conflicting: set[str] = set()
+        for ref in claims:
+            seen = by_uid.get(ref.uid)
+            if seen is None:
+                by_uid[ref.uid] = ref
+            elif seen != ref:
+                conflicting.add(ref.uid)
+        todo: list[ClaimRef] = []
+        for uid, ref in by_uid.items():
+            if uid in conflicting:
+                fail(ref, f"{_describe(ref)}: the same claim UID appears more than once with other names")
+                continue
+            problem = _check_ref(ref)
+            if problem:
+                fail(ref, f"{_describe(ref)}: {problem}")
+                continue
+            todo.append(ref)
+        return todo
+
+    def _get_one(self, ref: ClaimRef) -> JsonObject | str:
+        try:
+            return self._claims.get_resource_claim(ref.namespace, ref.name)
+        except KubeError as exc:
+            if getattr(exc, "status", None) == 404:
+                return f"{_describe(ref)}: ResourceClaim not found in the apiserver (deleted?)"
+            return f"{_describe(ref)}: cannot get ResourceClaim: {exc}"
+        except Exception as exc:
+            _log.exception("claim GET failed unexpectedly", claim_uid=ref.uid)
+            return f"{_describe(ref)}: cannot get ResourceClaim: {exc!r}"
+
+    def _get_all(self, refs: Sequence[ClaimRef]) -> dict[str, JsonObject | str]:
+        """GET every claim, in parallel when there are several."""
+        if len(refs) <= 1:
+            return {ref.uid: self._get_one(ref) for ref in refs}
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self._max_get_workers, thread_name_prefix="claim-get")
+            pool = self._pool
+        return dict(zip((r.uid for r in refs), pool.map(self._get_one, refs), strict=True))
+
+    def _check_not_in_use(self, view: ClaimView) -> None:
+        """Last line of defence: a whole GPU or NIC is never prepared for two claims at once."""
+        for dev in view.devices:
+            if dev.share_id is not None or dev.kind is DeviceKind.CPU:
+                continue
+            for other in self._journal.entries():
+                if other.uid == view.uid:
+                    continue
+                for held in other.devices:
+                    if (held.pool_name, held.device_name, held.share_id) == (dev.pool, dev.device_name, None):
+                        raise ClaimError(
+                            view.uid,
+                            f"request {dev.request!r}: device {dev.device_name!r} is already prepared "
+                            f"for claim {other.namespace}/{other.name} (uid {other.uid})",
+                        )
+
+    def _render(
+        self,
+        view: ClaimView,
+        pinning: ClaimPinning | None,
+        attrs: Mapping[str, Mapping[str, Any]],
+        previous: Mapping[str, str] | None,
+    ) -> JournalEntry:
+        """Everything to write for a claim, as a journal entry (pure apart from reading attrs)."""
+        devices: list[PreparedDevice] = []
+        specs: list[StoredFile] = []
+        metas: list[StoredFile] = []
+        dirs: tuple[str, ...] = ()
+        if view.devices:
+            spec, devices = claim_spec(view, driver_name=self.driver_name, pinning=pinning)
+            spec_path = self.cdi_dir / claim_spec_file_name(self.driver_name, view.uid)
+            specs.append(StoredFile(str(spec_path), spec_bytes(spec).decode()))
+            files = metadata_files(
+                view,
+                driver_name=self.driver_name,
+                plugin_dir=self.plugin_dir,
+                cdi_dir=self.cdi_dir,
+                attributes=attrs,
+                previous=previous,
+            )
+            for meta in files:
+                first = next(i for i, d in enumerate(devices) if d.request_names == (meta.request,))
+                devices[first] = replace(
+                    devices[first], cdi_device_ids=(*devices[first].cdi_device_ids, meta.cdi_id)
+                )
+                specs.append(StoredFile(str(meta.spec_file), spec_bytes(meta.spec).decode()))
+                metas.append(StoredFile(str(meta.host_path), meta.content))
+            if files:
+                dirs = (str(self.plugin_dir / METADATA_DIR / f"{view.namespace}_{view.name}"),)
+        return JournalEntry(
+            namespace=view.namespace,
+            name=view.name,
+            uid=view.uid,
+            devices=tuple(devices),
+            cdi_specs=tuple(specs),
+            metadata_files=tuple(metas),
+            pinning=pinning,
+            directories=dirs,
+        )
+
+    def _plan(
+        self, ref: ClaimRef, claim: JsonObject, inventory: Inventory, attrs: Mapping[str, Mapping[str, Any]]
+    ) -> JournalEntry:
+        """Decide a new claim and put it into the journal (in memory)."""
+        view = select_devices(
+            claim, ref, driver_name=self.driver_name, node_name=self.node_name, inventory=inventory
+        )
+        self._check_not_in_use(view)
+        requests = cpu_requests(view)
+        pinning = None
+        if requests and self._planner is not None:
+            taken = self._journal.taken_cpus(except_uid=ref.uid)
+            pinning = self._planner.plan(ref.uid, requests, taken)
+        entry = self._render(view, pinning, attrs, None)
+        self._journal.put(entry)
+        return entry
+
+    def _repeat(
+        self,
+        entry: JournalEntry,
+        claim: JsonObject,
+        ref: ClaimRef,
+        inventory: Inventory,
+        attrs: Mapping[str, Mapping[str, Any]],
+    ) -> tuple[tuple[PreparedDevice, ...], bool]:
+        """A repeated prepare: same devices and CDI IDs; refresh changed metadata; restore files."""
+        changed = False
+        try:
+            view = select_devices(
+                claim, ref, driver_name=self.driver_name, node_name=self.node_name, inventory=inventory
+            )
+            previous = {f.path: f.content for f in entry.metadata_files}
+            fresh = self._render(view, entry.pinning, attrs, previous)
+            if fresh.metadata_files != entry.metadata_files and fresh.devices == entry.devices:
+                entry = replace(entry, metadata_files=fresh.metadata_files)
+                self._journal.put(entry)
+                changed = True
+        except (ClaimError, CdiSpecError) as exc:
+            # prepared before and still journaled: answer from the journal, as the kubelet expects
+            _log.warning("repeat prepare could not re-read the claim", claim_uid=ref.uid, error=str(exc))
+        for stored in entry.files():
+            if self._restore(stored):
+                _log.info("re-created file", claim_uid=ref.uid, path=stored.path)
+        _log.info("prepare repeated from journal", claim_uid=ref.uid, devices=len(entry.devices))
+        return entry.devices, changed
+
+    def _save_or_fail(self, planned: list[_Planned], results: dict[str, PrepareResult]) -> list[_Planned]:
+        """Save the journal; if that fails, the new claims fail (and leave the journal as it was)."""
+        try:
+            self._journal.save()
+        except OSError as exc:
+            for item in planned:
+                self._journal.remove(item.ref.uid)
+                results[item.ref.uid] = PrepareResult(
+                    error=f"{_describe(item.ref)}: cannot write the journal {self._journal.path}: {exc}"
+                )
+            _log.error("cannot write journal", path=str(self._journal.path), error=str(exc))
+            return []
+        return planned
+
+    def _write_planned(self, planned: list[_Planned], results: dict[str, PrepareResult]) -> list[_Planned]:
+        """Write the files of newly planned claims; a failure undoes that claim only."""
+        done: list[_Planned] = []
+        failed = False
+        for item in planned:
+            uid = item.ref.uid
+            try:
+                for stored in item.entry.files():
+                    self._write(stored)
+            except OSError as exc:
+                failed = True
+                self._journal.remove(uid)
+                self._remove_entry_files(item.entry)
+                results[uid] = PrepareResult(
+                    error=f"{_describe(item.ref)}: cannot write {exc.filename or '?'}: {exc.strerror or exc}"
+                )
+                _log.error("prepare failed writing files", claim_uid=uid, error=str(exc))
+                continue
+            results[uid] = PrepareResult(devices=item.entry.devices)
+            done.append(item)
+            _log.info("prepared", claim_uid=uid, devices=[d.device_name for d in item.entry.devices])
+        if failed:
+            try:
+                self._journal.save()
+            except OSError as exc:  # the entries stay journaled; unprepare or a repeat cleans up
+                _log.error("cannot write journal", path=str(self._journal.path), error=str(exc))
+        return done
+
+    def _write(self, stored: StoredFile) -> None:
+        path = Path(stored.path)
+        path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        atomic_write_bytes(path, stored.content.encode(), mode=stored.mode, sync=False)
+
+    def _restore(self, stored: StoredFile) -> bool:
+        """Write ``stored`` if the file is missing or differs; True when it was written."""
+        path = Path(stored.path)
+        try:
+            if path.read_bytes() == stored.content.encode():
+                return False
+        except OSError:
+            pass
+        self._write(stored)
+        return True
+
+    def _remove_entry_files(self, entry: JournalEntry) -> None:
+        for stored in entry.files():
+            remove_file(Path(stored.path))
+        for directory in entry.directories:
+            shutil.rmtree(directory, ignore_errors=True)
+
+    def _remove_files(self, ref: ClaimRef, entry: JournalEntry | None) -> None:
+        """Remove a claim's files: journaled ones, plus any spec file named after its UID."""
+        if entry is not None:
+            for stored in entry.files():
+                remove_file(Path(stored.path))
+            for directory in entry.directories:
+                with contextlib.suppress(FileNotFoundError):
+                    shutil.rmtree(directory)
+        if check_claim_uid(ref.uid):
+            return  # not a UID we could have written files for
+        orphans = [self.cdi_dir / claim_spec_file_name(self.driver_name, ref.uid)]
+        with contextlib.suppress(OSError):
+            orphans += self.cdi_dir.glob(f"{self.driver_name}_metadata_{ref.uid}_*.json")
+        for path in orphans:
+            remove_file(path)
+
+    def _report(self, done: Sequence[_Planned]) -> None:
+        if self._status is None:
+            return
+        status = self._status
+        for item in done:
+            self._best_effort(
+                "report_prepared", partial(status.report_prepared, item.claim, item.entry.devices)
+            )
+
+    def _best_effort(self, what: str, call: Callable[[], object]) -> None:
+        try:
+            call()
+        except Exception as exc:
+            _log.warning("status writer failed", call=what, error=str(exc))

@@ -1,0 +1,164 @@
+"""Device metadata files (KEP-5304): what a container can read about its devices, per request.
+
+For every (claim, base request) with devices:
+
+* a JSON *stream* at ``<plugin-dir>/dra-device-metadata/<ns>_<claim>/<request>/metadata.json``:
+  the same ``DeviceMetadata`` object once per API version, newest first
+  (``metadata.resource.k8s.io/v1beta1`` then ``v1alpha1``), each followed by a newline; readers
+  take the first version they understand;
+* a CDI spec ``<cdi-dir>/<driver>_metadata_<claimUID>_<request>.json`` (kind ``<driver>/metadata``,
+  device ``<claimUID>_<request>``) that bind-mounts that file read-only at
+  ``/var/run/kubernetes.io/dra-device-attributes/{resourceclaims/<claim>|resourceclaimtemplates/
+  <podClaimName>}/<request>/<driver>-metadata.json``; its CDI ID is appended to the first device
+  of the request.
+
+``metadata.generation`` starts at 1 and increases whenever the content of a file changes.
+Attributes are those of the published device (taken from the slice builder, so they cannot drift).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cdi import ContainerEdits, Device, Mount, Spec, qualified_name, transient_spec_file_name
+from driver.claims.selection import AllocatedDevice, ClaimView
+from driver.inventory.model import Nic
+
+__all__ = [
+    "API_VERSIONS",
+    "CONTAINER_DIR",
+    "METADATA_DIR",
+    "MetadataFile",
+    "container_path",
+    "metadata_cdi_kind",
+    "metadata_files",
+    "parse_generation",
+]
+
+#: newest first: the order of objects in the stream
+API_VERSIONS = ("metadata.resource.k8s.io/v1beta1", "metadata.resource.k8s.io/v1alpha1")
+CONTAINER_DIR = "/var/run/kubernetes.io/dra-device-attributes"
+METADATA_DIR = "dra-device-metadata"
+_GENERATION = re.compile(r'"generation":[0-9]+')
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataFile:
+    """One request's metadata: the host file, its content, and the CDI spec that mounts it."""
+
+    request: str  # base request name
+    host_path: Path
+    content: str
+    spec_file: Path
+    spec: Spec
+    cdi_id: str
+
+
+def metadata_cdi_kind(driver_name: str) -> str:
+    """The CDI kind of metadata specs."""
+    return f"{driver_name}/metadata"
+
+
+def container_path(view: ClaimView, request: str, driver_name: str) -> str:
+    """Where the container sees the file (template claims use the pod's claim name)."""
+    if view.pod_claim_name:
+        sub = f"resourceclaimtemplates/{view.pod_claim_name}"
+    else:
+        sub = f"resourceclaims/{view.name}"
+    return f"{CONTAINER_DIR}/{sub}/{request}/{driver_name}-metadata.json"
+
+
+def _device_json(dev: AllocatedDevice, driver_name: str, attributes: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "driver": driver_name,
+        "pool": dev.pool,
+        "name": dev.device_name,
+        "attributes": dict(attributes),
+    }
+    if isinstance(dev.device, Nic):
+        network: dict[str, Any] = {"interfaceName": dev.device.interface_name}
+        if dev.device.mac_address:
+            network["hardwareAddress"] = dev.device.mac_address
+        out["networkData"] = network
+    return out
+
+
+def _stream(view: ClaimView, full_request: str, devices: list[dict[str, Any]], generation: int) -> str:
+    lines = []
+    for api_version in API_VERSIONS:
+        obj: dict[str, Any] = {
+            "kind": "DeviceMetadata",
+            "apiVersion": api_version,
+            "metadata": {
+                "name": view.name,
+                "namespace": view.namespace,
+                "uid": view.uid,
+                "generation": generation,
+            },
+        }
+        if view.pod_claim_name:
+            obj["podClaimName"] = view.pod_claim_name
+        obj["requests"] = [{"name": full_request, "devices": devices}]
+        lines.append(json.dumps(obj, separators=(",", ":")) + "\n")
+    return "".join(lines)
+
+
+def parse_generation(content: str) -> int:
+    """The generation of a written stream (0 when it cannot be read)."""
+    try:
+        first = json.loads(content.split("\n", 1)[0])
+        return int(first["metadata"]["generation"])
+    except (ValueError, KeyError, TypeError):
+        return 0
+
+
+def _without_generation(content: str) -> str:
+    return _GENERATION.sub('"generation":0', content)
+
+
+def metadata_files(
+    view: ClaimView,
+    *,
+    driver_name: str,
+    plugin_dir: Path,
+    cdi_dir: Path,
+    attributes: Mapping[str, Mapping[str, Any]],
+    previous: Mapping[str, str] | None = None,
+) -> list[MetadataFile]:
+    """The metadata files of a claim, one per base request, in order of first appearance.
+
+    ``attributes`` maps device names to their published attributes. ``previous`` maps host paths to
+    the content written before: an unchanged file keeps its generation, a changed one gets +1.
+    """
+    by_request: dict[str, list[AllocatedDevice]] = {}
+    for dev in view.devices:
+        by_request.setdefault(dev.base_request, []).append(dev)
+    kind = metadata_cdi_kind(driver_name)
+    claim_dir = plugin_dir / METADATA_DIR / f"{view.namespace}_{view.name}"
+    out: list[MetadataFile] = []
+    for request, devs in by_request.items():
+        host_path = claim_dir / request / "metadata.json"
+        devices = [_device_json(d, driver_name, attributes.get(d.device_name, {})) for d in devs]
+        old = (previous or {}).get(str(host_path), "")
+        generation = max(parse_generation(old), 1)
+        content = _stream(view, devs[0].request, devices, generation)
+        if old and _without_generation(content) != _without_generation(old):
+            content = _stream(view, devs[0].request, devices, generation + 1)
+        device_name = f"{view.uid}_{request}"
+        mount = Mount(str(host_path), container_path(view, request, driver_name), ("ro", "bind"))
+        out.append(
+            MetadataFile(
+                request=request,
+                host_path=host_path,
+                content=content,
+                spec_file=cdi_dir / transient_spec_file_name(kind, view.uid, request),
+                spec=Spec(kind=kind, devices=(Device(device_name, ContainerEdits(mounts=(mount,))),)),
+                cdi_id=qualified_name(kind, device_name),
+            )
+        )
+    return out

@@ -1,0 +1,59 @@
+"""Validation of the names that reach file paths, and request-name handling.
+
+Claim namespaces, names, UIDs and request names end up in file names (CDI specs, metadata
+directories); a name like ``../x`` must be refused before it gets near the file system, with an
+error that quotes it. The rules are the apiserver's own (DNS label / subdomain), so a real claim
+always passes.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = [
+    "base_request_name",
+    "check_claim_name",
+    "check_claim_uid",
+    "check_namespace",
+    "check_request_name",
+]
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_UID = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,126}[A-Za-z0-9])?$")
+
+
+def check_namespace(namespace: str) -> str:
+    """Return an error message unless ``namespace`` is a DNS label ("" when fine)."""
+    if not _DNS_LABEL.match(namespace):
+        return f"invalid namespace {namespace!r}: must be a DNS label"
+    return ""
+
+
+def check_claim_name(name: str) -> str:
+    """Return an error message unless ``name`` is a DNS subdomain of at most 253 characters."""
+    if len(name) > 253 or not _DNS_SUBDOMAIN.match(name):
+        return f"invalid claim name {name!r}: must be a DNS subdomain"
+    return ""
+
+
+def check_claim_uid(uid: str) -> str:
+    """Return an error message unless ``uid`` is a non-empty, file-name-safe UID."""
+    if not uid:
+        return "empty claim UID"
+    if not _UID.match(uid):
+        return f"invalid claim UID {uid!r}: letters, digits and '-' only"
+    return ""
+
+
+def check_request_name(request: str) -> str:
+    """Return an error message unless ``request`` is ``<req>`` or ``<req>/<sub>`` of DNS labels."""
+    parts = request.split("/")
+    if len(parts) > 2 or not all(_DNS_LABEL.match(p) for p in parts):
+        return f"invalid request name {request!r}: must be <request> or <request>/<subrequest> (DNS labels)"
+    return ""
+
+
+def base_request_name(request: str) -> str:
+    """The request a container references: ``"gpu/high-mem"`` -> ``"gpu"``."""
+    return request.partition("/")[0]

@@ -1,0 +1,162 @@
+"""The per-claim CDI spec: device nodes, environment and the CPU/memory markers of each device.
+
+Deterministic: the same claim view and pinning give byte-identical specs, so a repeated prepare or
+a reconcile after a reboot re-creates exactly what the runtime saw before. Device nodes come from
+the inventory as host paths and are mounted at the same path (no ``hostPath``, so cdiVersion stays
+low); major/minor numbers are left for the runtime to read at injection time, because numbers
+captured at prepare can be stale after a reboot.
+
+Environment per device (values cover the device's whole request, so the order in which a runtime
+applies several devices of one request does not matter):
+
+* gpu: ``NUMADRA_GPU_INDICES`` (host indices), ``NUMADRA_GPU_PCI_BUS_IDS``; for NVIDIA also
+  ``NVIDIA_VISIBLE_DEVICES`` (host indices).
+* nic: ``NUMADRA_NIC_INTERFACES``, ``NUMADRA_NIC_PCI_BUS_IDS``, ``NUMADRA_RDMA_DEVICES`` (if any).
+* cpu: the pinning markers (driver/pinning/types.py): ``NUMADRA_CPUS`` (when pinned), ``NUMADRA_MEMS``,
+  ``NUMADRA_CPU_MODE``, ``NUMADRA_CLAIM_UID``, ``NUMADRA_REQUEST``.
+* gpu/nic of a claim without cpu devices: ``NUMADRA_MEMS`` (NUMA nodes of the claim's devices) and
+  ``NUMADRA_CLAIM_UID``, so memory can follow the devices.
+* then the ``env`` of the effective opaque config (user values win).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from cdi import ContainerEdits, Device, DeviceNode, Spec, qualified_name, transient_spec_file_name
+from driver.claims.selection import AllocatedDevice, ClaimView
+from driver.inventory.model import DeviceKind, Gpu, InventoryDevice, Nic, NumaNode
+from driver.pinning.types import (
+    ENV_CLAIM_UID,
+    ENV_CPU_MODE,
+    ENV_MEMS,
+    ENV_REQUEST,
+    ClaimPinning,
+    format_cpulist,
+    marker_env,
+)
+from driver.plugin import PreparedDevice
+
+__all__ = [
+    "CLAIM_CDI_CLASS",
+    "cdi_device_name",
+    "claim_cdi_kind",
+    "claim_spec",
+    "claim_spec_file_name",
+    "device_numa_node",
+]
+
+#: the CDI class of the per-claim spec: kind ``<driver>/claim``
+CLAIM_CDI_CLASS = "claim"
+
+
+def claim_cdi_kind(driver_name: str) -> str:
+    """The CDI kind of per-claim specs."""
+    return f"{driver_name}/{CLAIM_CDI_CLASS}"
+
+
+def claim_spec_file_name(driver_name: str, claim_uid: str) -> str:
+    """``<driver>_claim_<claimUID>.json``: one transient spec per claim."""
+    return transient_spec_file_name(claim_cdi_kind(driver_name), claim_uid)
+
+
+def cdi_device_name(claim_uid: str, dev: AllocatedDevice) -> str:
+    """``<claimUID>-<device>[-<shareID>]``: unique per claim and share, never reused."""
+    name = f"{claim_uid}-{dev.device_name}"
+    return f"{name}-{dev.share_id}" if dev.share_id else name
+
+
+def device_numa_node(device: InventoryDevice) -> int | None:
+    """The NUMA node of a device (None when the kernel does not say)."""
+    if isinstance(device, NumaNode):
+        return device.id
+    return device.pci.numa_node
+
+
+def _joined(values: Iterable[str]) -> str:
+    return ",".join(values)
+
+
+def _request_env(devs: list[AllocatedDevice]) -> dict[str, str]:
+    """Environment shared by all devices of one request and one type."""
+    kind = devs[0].kind
+    env: dict[str, str] = {}
+    if kind is DeviceKind.GPU:
+        gpus = [d.device for d in devs if isinstance(d.device, Gpu)]
+        indices = _joined(str(g.index) for g in gpus)
+        env["NUMADRA_GPU_INDICES"] = indices
+        env["NUMADRA_GPU_PCI_BUS_IDS"] = _joined(g.pci.bus_id for g in gpus)
+        if all(g.vendor == "nvidia" for g in gpus):
+            env["NVIDIA_VISIBLE_DEVICES"] = indices
+    elif kind is DeviceKind.NIC:
+        nics = [d.device for d in devs if isinstance(d.device, Nic)]
+        env["NUMADRA_NIC_INTERFACES"] = _joined(n.interface_name for n in nics)
+        env["NUMADRA_NIC_PCI_BUS_IDS"] = _joined(n.pci.bus_id for n in nics)
+        rdma = [r for n in nics for r in n.rdma_devices]
+        if rdma:
+            env["NUMADRA_RDMA_DEVICES"] = _joined(rdma)
+    return env
+
+
+def _cpu_env(
+    view: ClaimView, base: str, devs: list[AllocatedDevice], pinning: ClaimPinning | None
+) -> dict[str, str]:
+    if pinning is not None:
+        for assignment in pinning.assignments:
+            if assignment.request == base:
+                return marker_env(assignment, view.uid)
+    nodes = {n for n in (device_numa_node(d.device) for d in devs) if n is not None}
+    return {
+        ENV_MEMS: format_cpulist(nodes),
+        ENV_CPU_MODE: devs[0].config.mode.value,
+        ENV_CLAIM_UID: view.uid,
+        ENV_REQUEST: base,
+    }
+
+
+def claim_spec(
+    view: ClaimView, *, driver_name: str, pinning: ClaimPinning | None
+) -> tuple[Spec, list[PreparedDevice]]:
+    """The claim's CDI spec and the devices to return to the kubelet (same order as the results)."""
+    kind = claim_cdi_kind(driver_name)
+    groups: dict[tuple[str, DeviceKind], list[AllocatedDevice]] = {}
+    for dev in view.devices:
+        groups.setdefault((dev.base_request, dev.kind), []).append(dev)
+    has_cpu = any(d.kind is DeviceKind.CPU for d in view.devices)
+    claim_nodes = {n for n in (device_numa_node(d.device) for d in view.devices) if n is not None}
+
+    cdi_devices: list[Device] = []
+    prepared: list[PreparedDevice] = []
+    for dev in view.devices:
+        group = groups[(dev.base_request, dev.kind)]
+        if dev.kind is DeviceKind.CPU:
+            env = _cpu_env(view, dev.base_request, group, pinning)
+        else:
+            env = _request_env(group)
+            if not has_cpu and claim_nodes:
+                env[ENV_MEMS] = format_cpulist(claim_nodes)
+                env[ENV_CLAIM_UID] = view.uid
+        env.update(dev.config.env)
+        nodes: tuple[str, ...] = ()
+        if isinstance(dev.device, Gpu | Nic):
+            nodes = dev.device.device_nodes
+        name = cdi_device_name(view.uid, dev)
+        cdi_devices.append(
+            Device(
+                name,
+                ContainerEdits(
+                    env=tuple(f"{k}={v}" for k, v in sorted(env.items())),
+                    device_nodes=tuple(DeviceNode(path=p) for p in nodes),
+                ),
+            )
+        )
+        prepared.append(
+            PreparedDevice(
+                request_names=(dev.base_request,),
+                pool_name=dev.pool,
+                device_name=dev.device_name,
+                cdi_device_ids=(qualified_name(kind, name),),
+                share_id=dev.share_id,
+            )
+        )
+    return Spec(kind=kind, devices=tuple(cdi_devices)), prepared

@@ -1,0 +1,258 @@
+"""From a ResourceClaim (JSON) to the devices numadra must prepare: checks, configs, CPU requests.
+
+Pure apart from reading the inventory object: no files, no API calls. Every refusal raises a
+:class:`~driver.errors.ClaimError` (or :class:`~driver.errors.ConfigDecodeError`) whose message names
+the request and device at fault, because that message is what the user reads in the pod's events.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from driver.claims.config import (
+    ConfigEntry,
+    EffectiveConfig,
+    decode_parameters,
+    effective_config,
+)
+from driver.claims.names import base_request_name, check_request_name
+from driver.errors import ClaimError, ConfigDecodeError
+from driver.inventory.model import DeviceKind, Gpu, Inventory, InventoryDevice, Nic, NumaNode
+from driver.kube.types import JsonObject
+from driver.pinning.types import CpuMode, CpuRequest
+from driver.plugin import ClaimRef
+
+__all__ = [
+    "MAX_CONFIGS",
+    "MAX_RESULTS",
+    "POD_CLAIM_NAME_ANNOTATION",
+    "AllocatedDevice",
+    "ClaimView",
+    "cpu_requests",
+    "device_kind",
+    "parse_cpu_quantity",
+    "select_devices",
+]
+
+#: AllocationResultsMaxSize of resource.k8s.io/v1
+MAX_RESULTS = 32
+#: DeviceConfigMaxSize * 2 (class and claim configs) of resource.k8s.io/v1
+MAX_CONFIGS = 64
+POD_CLAIM_NAME_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
+_CPU_QUANTITY = re.compile(r"^([0-9]+)(m?)$")
+
+
+@dataclass(frozen=True, slots=True)
+class AllocatedDevice:
+    """One allocation result of our driver on this node, resolved against the inventory."""
+
+    request: str  # full reference, "<req>" or "<req>/<sub>"
+    device_name: str
+    pool: str
+    share_id: str | None
+    consumed: Mapping[str, str]
+    kind: DeviceKind
+    device: InventoryDevice
+    config: EffectiveConfig
+
+    @property
+    def base_request(self) -> str:
+        """The request name containers reference."""
+        return base_request_name(self.request)
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimView:
+    """What prepare acts on for one claim."""
+
+    namespace: str
+    name: str
+    uid: str
+    pod_claim_name: str  # "" unless the claim came from a template
+    devices: tuple[AllocatedDevice, ...]
+
+
+def device_kind(device: InventoryDevice) -> DeviceKind:
+    """The published ``type`` of an inventory device."""
+    if isinstance(device, Gpu):
+        return DeviceKind.GPU
+    if isinstance(device, Nic):
+        return DeviceKind.NIC
+    return DeviceKind.CPU
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _known_requests(claim: JsonObject, results: Sequence[Any]) -> set[str]:
+    names: set[str] = set()
+    for req in _mapping(_mapping(claim.get("spec")).get("devices")).get("requests") or ():
+        if isinstance(req, Mapping) and isinstance(req.get("name"), str):
+            names.add(req["name"])
+            for sub in req.get("firstAvailable") or ():
+                if isinstance(sub, Mapping) and isinstance(sub.get("name"), str):
+                    names.add(f"{req['name']}/{sub['name']}")
+    for res in results:
+        if isinstance(res, Mapping) and isinstance(res.get("request"), str):
+            names.add(res["request"])
+            names.add(base_request_name(res["request"]))
+    return names
+
+
+def _decode_configs(uid: str, raw: Sequence[Any], driver_name: str, known: set[str]) -> list[ConfigEntry]:
+    entries: list[ConfigEntry] = []
+    for index, item in enumerate(raw):
+        if not isinstance(item, Mapping):
+            raise ConfigDecodeError(uid, f"config #{index}: not an object")
+        opaque = _mapping(item.get("opaque"))
+        if opaque.get("driver") != driver_name:
+            continue  # another driver's configuration: not ours to judge
+        source = item.get("source") if isinstance(item.get("source"), str) else "FromClaim"
+        where = f"config #{index} ({source})"
+        requests = item.get("requests") or []
+        if not isinstance(requests, list) or not all(isinstance(r, str) for r in requests):
+            raise ConfigDecodeError(uid, f"{where}: requests must be a list of request names")
+        unknown = [r for r in requests if r not in known]
+        if unknown:
+            raise ConfigDecodeError(uid, f"{where}: names unknown request(s) {', '.join(map(repr, unknown))}")
+        try:
+            config = decode_parameters(opaque.get("parameters"))
+        except ValueError as exc:
+            raise ConfigDecodeError(uid, f"{where}: {exc}") from exc
+        entries.append(ConfigEntry(requests=tuple(requests), config=config, source=str(source)))
+    return entries
+
+
+def _resolve_result(
+    uid: str,
+    index: int,
+    res: Mapping[str, Any],
+    *,
+    node_name: str,
+    inventory: Inventory,
+    entries: Sequence[ConfigEntry],
+) -> AllocatedDevice:
+    request, pool, name = res.get("request"), res.get("pool"), res.get("device")
+    if not (isinstance(request, str) and isinstance(pool, str) and isinstance(name, str)):
+        raise ClaimError(uid, f"allocation result #{index}: request, pool and device must be strings")
+    problem = check_request_name(request)
+    if problem:
+        raise ClaimError(uid, f"allocation result #{index}: {problem}")
+    where = f"request {request!r}: device {name!r}"
+    if pool != node_name:
+        raise ClaimError(uid, f"{where} is in pool {pool!r}, not this node's pool {node_name!r}")
+    found = inventory.find(name)
+    if found is None:
+        raise ClaimError(uid, f"{where} not found in this node's inventory")
+    share = res.get("shareID")
+    if share is not None and not isinstance(share, str):
+        raise ClaimError(uid, f"{where}: shareID must be a string")
+    consumed = res.get("consumedCapacity") or {}
+    if not isinstance(consumed, Mapping) or not all(isinstance(v, str) for v in consumed.values()):
+        raise ClaimError(uid, f"{where}: malformed consumedCapacity")
+    kind = device_kind(found)
+    return AllocatedDevice(
+        request=request,
+        device_name=name,
+        pool=pool,
+        share_id=share,
+        consumed=dict(consumed),
+        kind=kind,
+        device=found,
+        config=effective_config(entries, request, kind),
+    )
+
+
+def select_devices(
+    claim: JsonObject,
+    ref: ClaimRef,
+    *,
+    driver_name: str,
+    node_name: str,
+    inventory: Inventory,
+) -> ClaimView:
+    """Check the claim and return our devices on this node with their effective configs.
+
+    Results of other drivers are skipped. Raises :class:`ClaimError` when the claim was replaced
+    (UID differs), is not allocated, has a result of ours in another pool or on a device this node
+    does not have, or is malformed; :class:`ConfigDecodeError` for invalid configuration of ours.
+    """
+    uid = ref.uid
+    meta = _mapping(claim.get("metadata"))
+    if meta.get("uid") != uid:
+        raise ClaimError(uid, f"got replaced: the apiserver's claim has UID {meta.get('uid')!r}")
+    allocation = _mapping(claim.get("status")).get("allocation")
+    if not isinstance(allocation, Mapping):
+        raise ClaimError(uid, "not allocated (status.allocation is missing)")
+    devs = _mapping(allocation.get("devices"))
+    results = devs.get("results") or []
+    configs = devs.get("config") or []
+    if not isinstance(results, list) or not isinstance(configs, list):
+        raise ClaimError(uid, "malformed status.allocation.devices (results/config must be lists)")
+    if len(results) > MAX_RESULTS:
+        raise ClaimError(uid, f"too many allocation results: {len(results)} (the API allows {MAX_RESULTS})")
+    if len(configs) > MAX_CONFIGS:
+        raise ClaimError(uid, f"too many allocation configs: {len(configs)} (the API allows {MAX_CONFIGS})")
+    entries = _decode_configs(uid, configs, driver_name, _known_requests(claim, results))
+
+    devices: list[AllocatedDevice] = []
+    seen: set[tuple[str, str | None]] = set()
+    for index, res in enumerate(results):
+        if not isinstance(res, Mapping):
+            raise ClaimError(uid, f"allocation result #{index} is not an object")
+        if res.get("driver") != driver_name:
+            continue
+        dev = _resolve_result(uid, index, res, node_name=node_name, inventory=inventory, entries=entries)
+        if (dev.device_name, dev.share_id) in seen:
+            raise ClaimError(uid, f"request {dev.request!r}: device {dev.device_name!r} allocated twice")
+        seen.add((dev.device_name, dev.share_id))
+        devices.append(dev)
+    annotations = _mapping(meta.get("annotations"))
+    pod_claim = annotations.get(POD_CLAIM_NAME_ANNOTATION)
+    return ClaimView(
+        namespace=ref.namespace,
+        name=ref.name,
+        uid=uid,
+        pod_claim_name=pod_claim if isinstance(pod_claim, str) else "",
+        devices=tuple(devices),
+    )
+
+
+def parse_cpu_quantity(value: str) -> int:
+    """A whole number of CPUs from a Kubernetes quantity ("4", "4000m"); ValueError otherwise."""
+    m = _CPU_QUANTITY.match(value.strip())
+    if m is None:
+        raise ValueError(f"not a whole CPU count: {value!r}")
+    amount = int(m.group(1))
+    if m.group(2):
+        if amount % 1000:
+            raise ValueError(f"not a whole CPU count: {value!r}")
+        amount //= 1000
+    return amount
+
+
+def cpu_requests(view: ClaimView) -> list[CpuRequest]:
+    """What the pinning planner is asked: one request per base request with cpu devices."""
+    grouped: dict[str, list[AllocatedDevice]] = {}
+    for dev in view.devices:
+        if dev.kind is DeviceKind.CPU:
+            grouped.setdefault(dev.base_request, []).append(dev)
+    out: list[CpuRequest] = []
+    for base, devs in grouped.items():
+        count = 0
+        for dev in devs:
+            raw = dev.consumed.get("cpus", "0")
+            try:
+                count += parse_cpu_quantity(raw)
+            except ValueError as exc:
+                raise ClaimError(
+                    view.uid, f"request {dev.request!r}: device {dev.device_name!r}: consumed cpus {exc}"
+                ) from exc
+        nodes = sorted({dev.device.id for dev in devs if isinstance(dev.device, NumaNode)})
+        mode = devs[0].config.mode if devs else CpuMode.EXCLUSIVE
+        out.append(CpuRequest(request=base, numa_nodes=tuple(nodes), count=count, mode=mode))
+    return out

@@ -1,0 +1,379 @@
+"""Prepare/unprepare through ClaimsDriver with real files: CDI specs, metadata, journal, pinning."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from driver.pinning.types import parse_cpulist
+from driver.plugin import ClaimRef, DriverPlugin
+from tests.integration.claims._world import (
+    CPU0,
+    DRIVER,
+    GPU0,
+    GPU1,
+    NIC0,
+    NODE,
+    World,
+    claim,
+    cpu_result,
+    opaque,
+    result,
+)
+
+UID = "5f2c8a9e-0d1b-4c3a-9e8f-000000000001"
+
+
+def _full_claim(uid: str = UID, **kwargs: Any) -> dict[str, Any]:
+    return claim(
+        uid,
+        "train",
+        "ml",
+        results=[result("gpu", GPU0), result("nic", NIC0), cpu_result("cpu", 4)],
+        configs=[opaque({"apiVersion": "numadra.dev/v1alpha1", "kind": "GpuConfig", "env": {"FOO": "1"}})],
+        **kwargs,
+    )
+
+
+def _env(spec: dict[str, Any], device_suffix: str) -> dict[str, str]:
+    for dev in spec["devices"]:
+        if dev["name"].endswith(device_suffix) or device_suffix in dev["name"]:
+            return dict(e.split("=", 1) for e in dev["containerEdits"].get("env", []))
+    raise AssertionError(f"no device {device_suffix}")
+
+
+def test_claims_driver_satisfies_driver_plugin(world: World) -> None:
+    """ClaimsDriver is a DriverPlugin (the kubelet layer's seam)."""
+    assert isinstance(world.driver(), DriverPlugin)
+
+
+def test_prepare_writes_one_cdi_spec_with_nodes_env_and_pinning(world: World) -> None:
+    """A GPU+NIC+CPU claim gets one transient CDI spec with device nodes, env and CPU markers."""
+    ref = world.getter.add(_full_claim())
+    out = world.driver().prepare_claims([ref])
+    res = out[UID]
+    assert res.ok, res.error
+    assert [d.device_name for d in res.devices] == [GPU0, NIC0, CPU0]
+    assert all(d.pool_name == NODE for d in res.devices)
+    assert [d.request_names for d in res.devices] == [("gpu",), ("nic",), ("cpu",)]
+    assert res.devices[2].share_id is not None
+    assert res.devices[0].cdi_device_ids == (
+        f"{DRIVER}/claim={UID}-{GPU0}",
+        f"{DRIVER}/metadata={UID}_gpu",
+    )
+    spec_path = world.cdi_dir / f"{DRIVER}_claim_{UID}.json"
+    spec = json.loads(spec_path.read_text())
+    assert spec["kind"] == f"{DRIVER}/claim"
+    assert spec["cdiVersion"] == "0.5.0"  # the UID starts with a digit
+    gpu = spec["devices"][0]
+    assert gpu["name"] == f"{UID}-{GPU0}"
+    assert gpu["containerEdits"]["deviceNodes"] == [{"path": "/dev/nvidia0"}, {"path": "/dev/nvidiactl"}]
+    gpu_env = _env(spec, GPU0)
+    assert gpu_env["NVIDIA_VISIBLE_DEVICES"] == "0"
+    assert gpu_env["NUMADRA_GPU_PCI_BUS_IDS"] == "0000:3b:00.0"
+    assert gpu_env["FOO"] == "1"  # GpuConfig env
+    assert "NUMADRA_MEMS" not in gpu_env  # the claim has a cpu device: memory follows its pinning
+    nic_env = _env(spec, NIC0)
+    assert nic_env["NUMADRA_NIC_INTERFACES"] == "eth1"
+    assert nic_env["NUMADRA_RDMA_DEVICES"] == "mlx5_0"
+    assert "FOO" not in nic_env  # GpuConfig does not apply to a NIC
+    cpu_env = _env(spec, CPU0)
+    assert len(parse_cpulist(cpu_env["NUMADRA_CPUS"])) == 4
+    assert parse_cpulist(cpu_env["NUMADRA_CPUS"]) <= set(range(8))
+    assert cpu_env["NUMADRA_MEMS"] == "0"
+    assert cpu_env["NUMADRA_CPU_MODE"] == "exclusive"
+    assert cpu_env["NUMADRA_CLAIM_UID"] == UID
+    assert cpu_env["NUMADRA_REQUEST"] == "cpu"
+
+
+def test_gpu_only_claim_gets_memory_nodes_of_its_devices(world: World) -> None:
+    """Without a cpu device, GPU/NIC devices carry NUMADRA_MEMS = the NUMA nodes of the claim's devices."""
+    ref = world.getter.add(claim("u-gpus", results=[result("gpu", GPU0), result("gpu", GPU1)]))
+    res = world.driver().prepare_claims([ref])["u-gpus"]
+    assert res.ok, res.error
+    spec = json.loads((world.cdi_dir / f"{DRIVER}_claim_u-gpus.json").read_text())
+    assert spec["cdiVersion"] == "0.3.0"  # letters first, no hostPath: the lowest version
+    env = _env(spec, GPU1)
+    assert env["NUMADRA_MEMS"] == "0-1"
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "0,1"
+    assert env["NUMADRA_CLAIM_UID"] == "u-gpus"
+    # the metadata CDI ID goes to the first device of the request only
+    assert len(res.devices[0].cdi_device_ids) == 2
+    assert len(res.devices[1].cdi_device_ids) == 1
+
+
+def test_two_claims_never_share_exclusive_cpus(world: World) -> None:
+    """CPUs pinned for one claim are taken for the next, also across a driver restart."""
+    a = world.getter.add(
+        claim("u-a", results=[cpu_result("cpu", 4, share="11111111-0000-4000-8000-000000000001")])
+    )
+    b = world.getter.add(
+        claim("u-b", results=[cpu_result("cpu", 2, share="11111111-0000-4000-8000-000000000002")])
+    )
+    first = world.driver().prepare_claims([a])
+    assert first["u-a"].ok
+    second = world.driver().prepare_claims([b])  # a new process: taken CPUs come from the journal
+    assert second["u-b"].ok
+    entries = {e.uid: e for e in world.driver().prepared_claims()}
+    cpus_a = entries["u-a"].pinning.cpus if entries["u-a"].pinning else frozenset()
+    cpus_b = entries["u-b"].pinning.cpus if entries["u-b"].pinning else frozenset()
+    assert len(cpus_a) == 4
+    assert len(cpus_b) == 2
+    assert not cpus_a & cpus_b
+
+
+def test_shared_mode_from_claim_config_beats_class_config(world: World) -> None:
+    """Claim config wins over class config; the request gets the shared mode marker."""
+    cfg_class = opaque(
+        {"apiVersion": "numadra.dev/v1alpha1", "kind": "CpuConfig", "mode": "exclusive"},
+        requests=["cpu"],
+        source="FromClass",
+    )
+    cfg_claim = opaque({"apiVersion": "numadra.dev/v1alpha1", "kind": "CpuConfig", "mode": "shared"})
+    ref = world.getter.add(claim("u-sh", results=[cpu_result("cpu", 2)], configs=[cfg_claim, cfg_class]))
+    res = world.driver().prepare_claims([ref])["u-sh"]
+    assert res.ok, res.error
+    spec = json.loads((world.cdi_dir / f"{DRIVER}_claim_u-sh.json").read_text())
+    assert _env(spec, CPU0)["NUMADRA_CPU_MODE"] == "shared"
+
+
+def test_without_planner_cpu_devices_get_markers_but_no_cpus(world: World) -> None:
+    """With pinning off, cpu devices still validate and carry mems/mode markers, but no NUMADRA_CPUS."""
+    ref = world.getter.add(claim("u-np", results=[cpu_result("cpu", 2)]))
+    drv = world.driver(planner=False)
+    res = drv.prepare_claims([ref])["u-np"]
+    assert res.ok, res.error
+    spec = json.loads((world.cdi_dir / f"{DRIVER}_claim_u-np.json").read_text())
+    env = _env(spec, CPU0)
+    assert "NUMADRA_CPUS" not in env
+    assert env["NUMADRA_MEMS"] == "0"
+    assert drv.prepared_claims()[0].pinning is None
+
+
+def test_metadata_stream_and_its_cdi_spec(world: World) -> None:
+    """KEP-5304: v1beta1 then v1alpha1 objects, a read-only bind mount at the documented path."""
+    ref = world.getter.add(_full_claim())
+    world.driver().prepare_claims([ref])
+    host = world.plugin_dir / "dra-device-metadata" / "ml_train" / "nic" / "metadata.json"
+    lines = host.read_text().splitlines()
+    assert len(lines) == 2
+    first, second = (json.loads(line) for line in lines)
+    assert first["apiVersion"] == "metadata.resource.k8s.io/v1beta1"
+    assert second["apiVersion"] == "metadata.resource.k8s.io/v1alpha1"
+    assert first["kind"] == "DeviceMetadata"
+    assert first["metadata"] == {"name": "train", "namespace": "ml", "uid": UID, "generation": 1}
+    assert "podClaimName" not in first
+    (req,) = first["requests"]
+    assert req["name"] == "nic"
+    (dev,) = req["devices"]
+    assert dev["driver"] == DRIVER
+    assert dev["pool"] == NODE
+    assert dev["name"] == NIC0
+    assert dev["attributes"]["interfaceName"] == {"string": "eth1"}
+    assert dev["attributes"]["resource.kubernetes.io/numaNode"] == {"int": 0}
+    assert dev["networkData"] == {"interfaceName": "eth1", "hardwareAddress": "b8:ce:f6:00:00:01"}
+    assert host.stat().st_mode & 0o777 == 0o644
+    spec = json.loads((world.cdi_dir / f"{DRIVER}_metadata_{UID}_nic.json").read_text())
+    assert spec["kind"] == f"{DRIVER}/metadata"
+    (device,) = spec["devices"]
+    assert device["name"] == f"{UID}_nic"
+    assert device["containerEdits"]["mounts"] == [
+        {
+            "hostPath": str(host),
+            "containerPath": f"/var/run/kubernetes.io/dra-device-attributes/resourceclaims/train/nic/{DRIVER}-metadata.json",
+            "options": ["ro", "bind"],
+        }
+    ]
+
+
+def test_metadata_of_template_claim_uses_pod_claim_name(world: World) -> None:
+    """A claim from a template is mounted under resourceclaimtemplates/<podClaimName> and says so."""
+    obj = claim(
+        "u-tpl",
+        "pod-1-gpu-x7k2",
+        results=[result("gpu/big", GPU0)],
+        requests=["gpu"],
+        annotations={"resource.kubernetes.io/pod-claim-name": "gpu"},
+    )
+    obj["spec"]["devices"]["requests"] = [{"name": "gpu", "firstAvailable": [{"name": "big"}]}]
+    ref = world.getter.add(obj)
+    res = world.driver().prepare_claims([ref])["u-tpl"]
+    assert res.ok, res.error
+    assert res.devices[0].request_names == ("gpu",)  # base name, the sub-request is stripped
+    host = world.plugin_dir / "dra-device-metadata" / "default_pod-1-gpu-x7k2" / "gpu" / "metadata.json"
+    first = json.loads(host.read_text().splitlines()[0])
+    assert first["podClaimName"] == "gpu"
+    assert first["requests"][0]["name"] == "gpu/big"  # the full request reference
+    spec = json.loads((world.cdi_dir / f"{DRIVER}_metadata_u-tpl_gpu.json").read_text())
+    mount = spec["devices"][0]["containerEdits"]["mounts"][0]
+    assert mount["containerPath"] == (
+        f"/var/run/kubernetes.io/dra-device-attributes/resourceclaimtemplates/gpu/gpu/{DRIVER}-metadata.json"
+    )
+
+
+def test_prepare_is_idempotent_and_survives_restart(world: World) -> None:
+    """A repeat, also from a new driver over the same dirs, returns the same devices and CDI IDs."""
+    ref = world.getter.add(_full_claim())
+    first = world.driver().prepare_claims([ref])[UID]
+    spec_path = world.cdi_dir / f"{DRIVER}_claim_{UID}.json"
+    content = spec_path.read_bytes()
+    again = world.driver().prepare_claims([ref])[UID]
+    assert again == first
+    # even when the inventory changed so that a new plan would differ, the repeat answers the same
+    world.inventory = world.inventory.__class__(
+        gpus=world.inventory.gpus,
+        nics=world.inventory.nics,
+        cpus=world.inventory.cpus,
+        numa_nodes=world.inventory.numa_nodes,
+    )
+    assert world.driver().prepare_claims([ref])[UID] == first
+    assert spec_path.read_bytes() == content
+
+
+def test_repeat_prepare_rewrites_missing_files(world: World) -> None:
+    """A repeated prepare re-creates CDI and metadata files that vanished, byte for byte."""
+    ref = world.getter.add(_full_claim())
+    drv = world.driver()
+    drv.prepare_claims([ref])
+    files = sorted(world.cdi_dir.iterdir())
+    before = {p: p.read_bytes() for p in files}
+    for p in files:
+        p.unlink()
+    assert drv.prepare_claims([ref])[UID].ok
+    assert {p: p.read_bytes() for p in sorted(world.cdi_dir.iterdir())} == before
+
+
+def test_metadata_generation_bumps_when_content_changes(world: World) -> None:
+    """A repeat after the device's attributes changed rewrites the metadata with generation + 1."""
+    from tests.integration.claims._world import make_inventory
+
+    ref = world.getter.add(_full_claim())
+    drv = world.driver()
+    drv.prepare_claims([ref])
+    host = world.plugin_dir / "dra-device-metadata" / "ml_train" / "nic" / "metadata.json"
+    assert json.loads(host.read_text().splitlines()[0])["metadata"]["generation"] == 1
+    world.inventory = make_inventory(nic0_interface="ens5")
+    drv.prepare_claims([ref])
+    objs = [json.loads(line) for line in host.read_text().splitlines()]
+    assert [o["metadata"]["generation"] for o in objs] == [2, 2]
+    assert objs[0]["requests"][0]["devices"][0]["networkData"]["interfaceName"] == "ens5"
+    drv.prepare_claims([ref])  # nothing changed since: the generation stays
+    assert json.loads(host.read_text().splitlines()[0])["metadata"]["generation"] == 2
+    # and a restarted driver restores the new content
+    host.unlink()
+    assert world.driver().reconcile() == 1
+    assert json.loads(host.read_text().splitlines()[0])["metadata"]["generation"] == 2
+
+
+def test_reboot_recovery_recreates_identical_files(world: World) -> None:
+    """After /var/run/cdi is wiped, reconcile at start puts every spec back, identical."""
+    world.getter.add(_full_claim())
+    world.getter.add(claim("u-2", results=[result("gpu", GPU1)]))
+    world.driver().prepare_claims([ClaimRef("ml", "train", UID), ClaimRef("default", "claim-u-2", "u-2")])
+    before = {p.name: p.read_bytes() for p in world.cdi_dir.iterdir()}
+    meta = world.plugin_dir / "dra-device-metadata" / "ml_train" / "gpu" / "metadata.json"
+    meta_before = meta.read_bytes()
+    assert len(before) == 1 + 3 + 1 + 1  # two claim specs, four metadata specs
+    for p in world.cdi_dir.iterdir():
+        p.unlink()
+    meta.unlink()
+    fresh = world.driver()
+    assert fresh.reconcile() == len(before) + 1
+    assert {p.name: p.read_bytes() for p in world.cdi_dir.iterdir()} == before
+    assert meta.read_bytes() == meta_before
+    assert fresh.reconcile() == 0  # nothing left to do
+
+
+def test_unprepare_removes_everything_and_is_idempotent(world: World) -> None:
+    """Unprepare removes the spec, metadata files and journal entry; repeating it succeeds."""
+    ref = world.getter.add(_full_claim())
+    drv = world.driver()
+    drv.prepare_claims([ref])
+    assert drv.unprepare_claims([ref]) == {UID: ""}
+    assert world.cdi_files() == []
+    assert not (world.plugin_dir / "dra-device-metadata" / "ml_train").exists()
+    assert drv.prepared_claims() == []
+    assert world.driver().unprepare_claims([ref]) == {UID: ""}
+
+
+def test_unprepare_unknown_claim_succeeds(world: World) -> None:
+    """An unknown claim (never prepared, any names) unprepares successfully."""
+    refs = [ClaimRef("default", "nope", "u-unknown"), ClaimRef("a/b", "../x", "")]
+    assert world.driver().unprepare_claims(refs) == {"u-unknown": "", "": ""}
+
+
+def test_unprepare_works_after_claim_deleted(world: World) -> None:
+    """Unprepare needs no API call: it works after the claim is gone from the apiserver."""
+    ref = world.getter.add(_full_claim())
+    drv = world.driver()
+    assert drv.prepare_claims([ref])[UID].ok
+    world.getter.claims.clear()
+    world.getter.calls = 0
+    assert world.driver().unprepare_claims([ref]) == {UID: ""}
+    assert world.getter.calls == 0
+    assert world.cdi_files() == []
+
+
+def test_unprepare_frees_cpus_for_the_next_claim(world: World) -> None:
+    """After unprepare, the CPUs of the claim can be pinned again."""
+    big = world.getter.add(
+        claim("u-big", results=[cpu_result("cpu", 8, share="22222222-0000-4000-8000-000000000001")])
+    )
+    other = world.getter.add(
+        claim("u-other", results=[cpu_result("cpu", 1, share="22222222-0000-4000-8000-000000000002")])
+    )
+    drv = world.driver()
+    assert drv.prepare_claims([big])["u-big"].ok
+    blocked = drv.prepare_claims([other])["u-other"]
+    assert not blocked.ok
+    assert "u-other" in blocked.error
+    assert drv.unprepare_claims([big]) == {"u-big": ""}
+    assert drv.prepare_claims([other])["u-other"].ok
+
+
+def test_status_writer_is_called_and_its_failures_ignored(world: World) -> None:
+    """The status writer gets prepared devices and clears; its exceptions never fail a prepare."""
+    calls: list[tuple[str, Any]] = []
+
+    class RecordingStatus:
+        def report_prepared(self, claim_json: Any, devices: Any) -> None:
+            calls.append(("report", claim_json["metadata"]["uid"]))
+            raise RuntimeError("apiserver said no")
+
+        def clear(self, namespace: str, name: str) -> None:
+            calls.append(("clear", f"{namespace}/{name}"))
+            raise RuntimeError("apiserver said no")
+
+    ref = world.getter.add(_full_claim())
+    drv = world.driver(status=RecordingStatus())
+    assert drv.prepare_claims([ref])[UID].ok
+    assert drv.unprepare_claims([ref]) == {UID: ""}
+    assert calls == [("report", UID), ("clear", "ml/train")]
+
+
+def test_claim_gets_run_concurrently(world: World) -> None:
+    """32 claims whose GETs take 50 ms each are fetched in parallel, not one after another."""
+    import time
+
+    world.getter.delay = 0.05
+    refs = [
+        world.getter.add(claim(f"u-{i}", results=[result("nic", NIC0 if i == 0 else "nic-0000-b0-00-0")]))
+        for i in range(2)
+    ]
+    refs += [world.getter.add(claim(f"u-x{i}", results=[])) for i in range(30)]
+    start = time.monotonic()
+    out = world.driver().prepare_claims(refs)
+    elapsed = time.monotonic() - start
+    assert len(out) == 32
+    assert all(r.ok for r in out.values()), [r.error for r in out.values() if r.error]
+    assert elapsed < 0.05 * 32 / 3
+
+
+def test_written_files_leave_no_temp_files(world: World) -> None:
+    """Atomic writes leave only the final files in the CDI and journal directories."""
+    ref = world.getter.add(_full_claim())
+    world.driver().prepare_claims([ref])
+    leftovers = [p for p in Path(world.root).rglob("*.tmp")]
+    assert leftovers == []
+    assert (world.plugin_dir / "state" / "journal.json").exists()
