@@ -1,0 +1,152 @@
+"""Fixtures: short temp dirs (AF_UNIX paths are limited to 107 bytes), servers and plugin processes."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from driver.kubelet.server import KubeletPluginServer
+from driver.testing.fakeplugin import FAKE_DRIVER, FakePlugin
+from driver.testing.kubeletclient import KubeletClient
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+@dataclass(frozen=True)
+class Dirs:
+    root: Path
+    registrar: Path
+    plugin: Path
+
+
+@pytest.fixture
+def dirs() -> Iterator[Dirs]:
+    root = Path(tempfile.mkdtemp(prefix="kp", dir="/tmp"))
+    (root / "reg").mkdir()
+    try:
+        yield Dirs(root, root / "reg", root / "plug")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def fake() -> FakePlugin:
+    return FakePlugin()
+
+
+@pytest.fixture
+def make_server(dirs: Dirs) -> Iterator[Callable[..., KubeletPluginServer]]:
+    """Build (not start) servers on the temp dirs; every one is stopped at teardown."""
+    made: list[KubeletPluginServer] = []
+
+    def make(plugin: FakePlugin, **kwargs: object) -> KubeletPluginServer:
+        options: dict[str, object] = {
+            "driver_name": FAKE_DRIVER,
+            "node_name": "node-a",
+            "registrar_dir": dirs.registrar,
+            "plugin_dir": dirs.plugin,
+            "plugin": plugin,
+            "health": plugin,
+        }
+        options.update(kwargs)
+        server = KubeletPluginServer(**options)  # type: ignore[arg-type]
+        made.append(server)
+        return server
+
+    yield make
+    for server in made:
+        server.stop(grace=0)
+
+
+@pytest.fixture
+def server(make_server: Callable[..., KubeletPluginServer], fake: FakePlugin) -> KubeletPluginServer:
+    srv = make_server(fake, health_resend_interval=0.3)
+    srv.start()
+    return srv
+
+
+@pytest.fixture
+def client() -> Iterator[KubeletClient]:
+    with KubeletClient() as c:
+        yield c
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 10.0, step: float = 0.01) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(step)
+
+
+@dataclass
+class PluginProcess:
+    proc: subprocess.Popen[bytes]
+    registration_socket: Path
+    dra_socket: Path
+    log: Path
+
+    def logs(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def terminate(self, timeout: float = 10.0) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout)
+
+
+@pytest.fixture
+def spawn(dirs: Dirs) -> Iterator[Callable[..., PluginProcess]]:
+    """Start ``python -m driver.testing.fakeplugin`` processes; kill leftovers at teardown."""
+    started: list[PluginProcess] = []
+
+    def start(*extra: str, pod_uid: str | None = None, wait: bool = True) -> PluginProcess:
+        args = [
+            sys.executable, "-m", "driver.testing.fakeplugin",
+            "--registrar-dir", str(dirs.registrar), "--plugin-dir", str(dirs.plugin), *extra,
+        ]  # fmt: skip
+        if pod_uid:
+            args += ["--pod-uid", pod_uid]
+        env = {k: v for k, v in os.environ.items() if k != "POD_UID"}
+        log = dirs.root / f"plugin-{len(started)}.log"
+        with log.open("wb") as sink:
+            proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=sink)
+        suffix = f"-{pod_uid}" if pod_uid else ""
+        plugin = PluginProcess(
+            proc,
+            dirs.registrar / f"{FAKE_DRIVER}{suffix}-reg.sock",
+            dirs.plugin / (f"dra-{pod_uid}.sock" if pod_uid else "dra.sock"),
+            log,
+        )
+        started.append(plugin)
+        if wait:
+            wait_for(lambda: plugin.registration_socket.exists() or proc.poll() is not None, timeout=30)
+            assert proc.poll() is None, plugin.logs()
+        return plugin
+
+    yield start
+    for plugin in started:
+        if plugin.proc.poll() is None:
+            plugin.proc.kill()
+            plugin.proc.wait()
+
+
+def assert_no_overlap(record: Path, expected_calls: int) -> list[dict[str, object]]:
+    """Read the fake's call log and check that no two driver calls overlapped in time."""
+    calls = [json.loads(line) for line in record.read_text().splitlines()]
+    assert len(calls) == expected_calls
+    calls.sort(key=lambda c: c["enter"])
+    for before, after in itertools.pairwise(calls):
+        assert before["exit"] <= after["enter"], f"overlap: {before} and {after}"
+    return calls
