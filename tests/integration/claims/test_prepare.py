@@ -181,7 +181,9 @@ def test_metadata_stream_and_its_cdi_spec(world: World) -> None:
     assert device["containerEdits"]["mounts"] == [
         {
             "hostPath": str(host),
-            "containerPath": f"/var/run/kubernetes.io/dra-device-attributes/resourceclaims/train/nic/{DRIVER}-metadata.json",
+            "containerPath": (
+                f"/var/run/kubernetes.io/dra-device-attributes/resourceclaims/train/nic/{DRIVER}-metadata.json"
+            ),
             "options": ["ro", "bind"],
         }
     ]
@@ -374,6 +376,6 @@ def test_written_files_leave_no_temp_files(world: World) -> None:
     """Atomic writes leave only the final files in the CDI and journal directories."""
     ref = world.getter.add(_full_claim())
     world.driver().prepare_claims([ref])
-    leftovers = [p for p in Path(world.root).rglob("*.tmp")]
+    leftovers = list(Path(world.root).rglob("*.tmp"))
     assert leftovers == []
     assert (world.plugin_dir / "state" / "journal.json").exists()
