@@ -153,7 +153,8 @@ class ClaimsDriver:
                 except ClaimError as exc:
                     results[ref.uid] = PrepareResult(error=f"{_describe(ref)}: {exc.reason}")
                 except (PinningError, CdiSpecError) as exc:
-                    results[ref.uid] = PrepareResult(error=f"{_describe(ref)}: {exc}")
+                    text = str(exc).removeprefix(f"claim {ref.uid} ")
+                    results[ref.uid] = PrepareResult(error=f"{_describe(ref)}: {text}")
                 except Exception as exc:  # a bug must not fail the other claims of the batch
                     _log.exception("prepare failed unexpectedly", claim_uid=ref.uid)
                     results[ref.uid] = PrepareResult(error=f"{_describe(ref)}: internal error: {exc!r}")
@@ -445,8 +446,10 @@ class ClaimsDriver:
         return True
 
     def _remove_entry_files(self, entry: JournalEntry) -> None:
+        """Best-effort undo of a failed prepare (the error being reported is the first one)."""
         for stored in entry.files():
-            remove_file(Path(stored.path))
+            with contextlib.suppress(OSError):
+                remove_file(Path(stored.path))
         for directory in entry.directories:
             shutil.rmtree(directory, ignore_errors=True)
 

@@ -1,0 +1,282 @@
+"""Named bad inputs: each gives that claim a specific error while a good claim in the batch succeeds."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from driver.plugin import ClaimRef
+from tests.integration.claims._world import (
+    CPU0,
+    DRIVER,
+    GPU0,
+    GPU1,
+    NIC0,
+    NIC1,
+    World,
+    claim,
+    cpu_result,
+    opaque,
+    result,
+)
+
+BAD = "bad00000-0000-4000-8000-000000000000"
+GOOD = "good0000-0000-4000-8000-000000000000"
+API = "numadra.dev/v1alpha1"
+
+
+@dataclass(frozen=True)
+class Case:
+    """How to make the bad claim: returns the ref the kubelet sends (after registering claims)."""
+
+    setup: Callable[[World], ClaimRef]
+    error: str
+
+
+def _add(**kwargs: Any) -> Callable[[World], ClaimRef]:
+    def setup(world: World) -> ClaimRef:
+        return world.getter.add(claim(BAD, "bad", **kwargs))
+
+    return setup
+
+
+def _cfg(params: Any, **kwargs: Any) -> Callable[[World], ClaimRef]:
+    return _add(results=[result("gpu", GPU1)], configs=[opaque(params, **kwargs)])
+
+
+def _unknown(world: World) -> ClaimRef:
+    return ClaimRef("default", "bad", BAD)
+
+
+def _uid_mismatch(world: World) -> ClaimRef:
+    world.getter.add(claim("someone-else", "bad", results=[result("gpu", GPU1)]))
+    return ClaimRef("default", "bad", BAD)
+
+
+def _unreachable(world: World) -> ClaimRef:
+    ref = world.getter.add(claim(BAD, "bad", results=[result("gpu", GPU1)]))
+    world.getter.unreachable.add(("default", "bad"))
+    return ref
+
+
+def _ref(namespace: str, name: str, uid: str) -> Callable[[World], ClaimRef]:
+    return lambda world: ClaimRef(namespace, name, uid)
+
+
+def _huge(world: World) -> ClaimRef:
+    results = [result(f"r{i}", GPU1) for i in range(1000)]
+    return world.getter.add(claim(BAD, "bad", results=results))
+
+
+def _raw_results(value: Any) -> Callable[[World], ClaimRef]:
+    def setup(world: World) -> ClaimRef:
+        obj = claim(BAD, "bad", results=[])
+        obj["status"]["allocation"]["devices"]["results"] = value
+        return world.getter.add(obj)
+
+    return setup
+
+
+CASES = {
+    "unknown-claim-404": Case(_unknown, "ResourceClaim not found in the apiserver"),
+    "uid-mismatch": Case(_uid_mismatch, "got replaced: the apiserver's claim has UID 'someone-else'"),
+    "not-allocated": Case(_add(results=[result("gpu", GPU1)], allocated=False), "not allocated"),
+    "other-pool": Case(
+        _add(results=[result("gpu", GPU1, pool="node-b")]),
+        "request 'gpu': device 'gpu-0000-af-00-0' is in pool 'node-b', not this node's pool 'node-a'",
+    ),
+    "unknown-device": Case(
+        _add(results=[result("gpu", "gpu-0000-99-00-0")]),
+        "request 'gpu': device 'gpu-0000-99-00-0' not found in this node's inventory",
+    ),
+    "config-not-json-object": Case(_cfg([1, 2]), "parameters must be a JSON object, got array"),
+    "config-is-a-string": Case(_cfg('{"kind": "GpuConfig"}'), "parameters must be a JSON object, got string"),
+    "config-unknown-field": Case(
+        _cfg({"apiVersion": API, "kind": "GpuConfig", "colour": "red"}), "GpuConfig: unknown field(s) colour"
+    ),
+    "config-wrong-type-mode": Case(
+        _cfg({"apiVersion": API, "kind": "CpuConfig", "mode": 5}),
+        "CpuConfig.mode must be 'exclusive' or 'shared', got 5",
+    ),
+    "config-wrong-type-env": Case(
+        _cfg({"apiVersion": API, "kind": "GpuConfig", "env": {"A": 1}}),
+        "GpuConfig.env.A must be a string, got number",
+    ),
+    "config-env-not-object": Case(
+        _cfg({"apiVersion": API, "kind": "GpuConfig", "env": ["A=1"]}),
+        "GpuConfig.env must be an object of strings",
+    ),
+    "config-wrong-api-version": Case(
+        _cfg({"apiVersion": "numadra.dev/v9", "kind": "GpuConfig"}),
+        "apiVersion must be 'numadra.dev/v1alpha1'",
+    ),
+    "config-unknown-kind": Case(_cfg({"apiVersion": API, "kind": "TpuConfig"}), "kind must be one of"),
+    "config-reserved-env": Case(
+        _cfg({"apiVersion": API, "kind": "DeviceConfig", "env": {"NUMADRA_CPUS": "0-63"}}),
+        "reserved prefix NUMADRA_",
+    ),
+    "config-bad-env-name": Case(
+        _cfg({"apiVersion": API, "kind": "GpuConfig", "env": {"a-b": "x"}}), "invalid variable name 'a-b'"
+    ),
+    "config-for-unknown-request": Case(
+        _cfg({"apiVersion": API, "kind": "GpuConfig"}, requests=["nope"]), "names unknown request(s) 'nope'"
+    ),
+    "huge-number-of-results": Case(_huge, "too many allocation results: 1000 (the API allows 32)"),
+    "results-not-a-list": Case(_raw_results("gpu"), "results/config must be lists"),
+    "result-not-an-object": Case(_raw_results([42]), "allocation result #0 is not an object"),
+    "result-missing-device": Case(
+        _raw_results([{"request": "gpu", "driver": DRIVER, "pool": "node-a"}]),
+        "request, pool and device must be strings",
+    ),
+    "path-like-request-name": Case(_add(results=[result("../x", GPU1)]), "invalid request name '../x'"),
+    "path-like-claim-name": Case(_ref("default", "../x", BAD), "invalid claim name '../x'"),
+    "namespace-with-slash": Case(_ref("a/b", "bad", BAD), "invalid namespace 'a/b'"),
+    "empty-uid": Case(_ref("default", "bad", ""), "empty claim UID"),
+    "path-like-uid": Case(_ref("default", "bad", "../etc"), "invalid claim UID '../etc'"),
+    "apiserver-unreachable": Case(
+        _unreachable, "cannot get ResourceClaim: get resourceclaims/default/bad: connection refused"
+    ),
+    "device-allocated-twice": Case(
+        _add(results=[result("gpu", GPU1), result("gpu2", GPU1)]), "device 'gpu-0000-af-00-0' allocated twice"
+    ),
+    "cpu-count-not-whole": Case(
+        _add(results=[cpu_result("cpu", "1500m")]), "consumed cpus not a whole CPU count: '1500m'"
+    ),
+    "shared-pool-empty": Case(
+        _add(
+            results=[cpu_result("cpu", 0)],
+            configs=[opaque({"apiVersion": API, "kind": "CpuConfig", "mode": "shared"})],
+        ),
+        "empty shared pool restriction",
+    ),
+    "cpus-exhausted": Case(_add(results=[cpu_result("cpu", 9)]), "request cpu"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES.values()), ids=list(CASES))
+def test_bad_claim_fails_alone(world: World, case: Case) -> None:
+    """The bad claim gets its specific error naming it; the good claim of the batch is prepared."""
+    good = world.getter.add(claim(GOOD, "good", results=[result("gpu", GPU0), result("nic", NIC0)]))
+    bad = case.setup(world)
+    out = world.driver().prepare_claims([bad, good])
+    assert set(out) == {bad.uid, GOOD}
+    assert out[GOOD].ok, out[GOOD].error
+    assert [d.device_name for d in out[GOOD].devices] == [GPU0, NIC0]
+    error = out[bad.uid].error
+    assert case.error in error
+    assert f"uid {bad.uid})" in error  # every error names the claim
+    assert not out[bad.uid].devices
+    assert all(GOOD in name for name in world.cdi_files())  # nothing written for the bad claim
+    journal = json.loads((world.plugin_dir / "state" / "journal.json").read_text())
+    assert list(journal["body"]["claims"]) == [GOOD]
+
+
+def test_other_drivers_only_is_success_without_devices(world: World) -> None:
+    """Results and configs of other drivers are skipped: success with no devices and no files."""
+    ref = world.getter.add(
+        claim(
+            "u-other",
+            results=[result("gpu", "gpu-0", driver="gpu.nvidia.com")],
+            configs=[opaque([1, 2, 3], driver="gpu.nvidia.com")],  # not ours to judge
+        )
+    )
+    drv = world.driver()
+    res = drv.prepare_claims([ref])["u-other"]
+    assert res.ok
+    assert res.devices == ()
+    assert world.cdi_files() == []
+    assert drv.unprepare_claims([ref]) == {"u-other": ""}
+
+
+def test_mixed_drivers_only_ours_prepared(world: World) -> None:
+    """A claim with another driver's result next to ours prepares only ours."""
+    ref = world.getter.add(
+        claim("u-mix", results=[result("a", "x", driver="other.dev", pool="elsewhere"), result("b", NIC1)])
+    )
+    res = world.driver().prepare_claims([ref])["u-mix"]
+    assert res.ok, res.error
+    assert [d.device_name for d in res.devices] == [NIC1]
+
+
+def test_duplicate_uids_in_one_batch(world: World) -> None:
+    """An identical repeat in one batch is prepared once; the same UID with other names is an error."""
+    ref = world.getter.add(claim("u-dup", results=[result("gpu", GPU0)]))
+    drv = world.driver()
+    out = drv.prepare_claims([ref, ref])
+    assert list(out) == ["u-dup"]
+    assert out["u-dup"].ok
+    assert world.getter.calls == 1
+    clash = world.getter.add(claim("u-clash", "one", results=[result("gpu", GPU1)]))
+    out = drv.prepare_claims([clash, ClaimRef("default", "two", "u-clash")])
+    assert "appears more than once" in out["u-clash"].error
+
+
+def test_cdi_dir_not_writable(world: World) -> None:
+    """A CDI dir that cannot hold files fails that claim with the path; nothing is journaled."""
+    ref = world.getter.add(claim("u-ro", results=[result("gpu", GPU0)]))
+    drv = world.driver()
+    world.cdi_dir.rmdir()
+    world.cdi_dir.write_text("not a directory")  # unwritable even for root
+    res = drv.prepare_claims([ref])["u-ro"]
+    assert not res.ok
+    assert "cannot write" in res.error
+    assert str(world.cdi_dir) in res.error
+    assert drv.prepared_claims() == []
+    assert not (world.plugin_dir / "dra-device-metadata" / "default_claim-u-ro").exists()
+    world.cdi_dir.unlink()
+    world.cdi_dir.mkdir()
+    assert drv.prepare_claims([ref])["u-ro"].ok  # and a retry once the dir is back works
+
+
+def test_device_vanished_from_inventory(world: World) -> None:
+    """A device that disappeared is refused for new claims; prepared claims still answer."""
+    from tests.integration.claims._world import make_inventory
+
+    old = world.getter.add(claim("u-old", results=[result("gpu", GPU1)]))
+    new = world.getter.add(claim("u-new", results=[result("gpu", GPU1)]))
+    drv = world.driver()
+    first = drv.prepare_claims([old])["u-old"]
+    assert first.ok
+    world.inventory = make_inventory(with_gpu1=False)
+    out = drv.prepare_claims([old, new])
+    assert out["u-old"] == first
+    assert "device 'gpu-0000-af-00-0' not found in this node's inventory" in out["u-new"].error
+
+
+def test_device_already_prepared_for_another_claim(world: World) -> None:
+    """A whole GPU prepared for one claim is refused to a second one (last line of defence)."""
+    a = world.getter.add(claim("u-a", "a", results=[result("gpu", GPU0)]))
+    b = world.getter.add(claim("u-b", "b", results=[result("gpu", GPU0)]))
+    out = world.driver().prepare_claims([a, b])
+    assert out["u-a"].ok
+    assert "device 'gpu-0000-3b-00-0' is already prepared for claim default/a (uid u-a)" in out["u-b"].error
+
+
+def test_cpu_shares_of_one_device_in_two_claims(world: World) -> None:
+    """Two claims may hold shares of the same cpu device; their CPUs stay disjoint."""
+    a = world.getter.add(
+        claim("u-a", "a", results=[cpu_result("cpu", 2, share="33333333-0000-4000-8000-000000000001")])
+    )
+    b = world.getter.add(
+        claim("u-b", "b", results=[cpu_result("cpu", 2, share="33333333-0000-4000-8000-000000000002")])
+    )
+    drv = world.driver()
+    out = drv.prepare_claims([a, b])
+    assert out["u-a"].ok and out["u-b"].ok
+    assert out["u-a"].devices[0].device_name == out["u-b"].devices[0].device_name == CPU0
+    pins = [e.pinning.cpus for e in drv.prepared_claims() if e.pinning]
+    assert len(pins) == 2
+    assert not pins[0] & pins[1]
+
+
+def test_apiserver_unreachable_for_every_claim(world: World) -> None:
+    """With no apiserver, every claim fails with a clear error and nothing is written."""
+    refs = [world.getter.add(claim(f"u-{i}", results=[result("gpu", GPU0)])) for i in range(3)]
+    world.getter.unreachable.update((r.namespace, r.name) for r in refs)
+    out = world.driver().prepare_claims(refs)
+    assert all("connection refused" in r.error for r in out.values())
+    assert world.cdi_files() == []
