@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""Render deploy/ with kustomize and with Helm and check that both give the same objects.
+
+Variants compared (kustomize target  <->  helm values):
+  base      deploy/kustomize/base              <-> defaults
+  cgroupfs  deploy/kustomize/overlays/cgroupfs <-> --set pinning.backend=cgroupfs
+
+Helm renders with release "numadra" in namespace "numadra-system", the names the kustomize base
+hard-codes. Before comparing, objects are sorted by (apiVersion, kind, namespace, name) and the
+labels only Helm adds (helm.sh/chart, app.kubernetes.io/managed-by, app.kubernetes.io/version) are
+dropped; everything else must be equal, list order included.
+
+Usage: render_deploy.py [--tools-dir DIR] [--out DIR]
+Exit codes: 0 identical, 1 different (a unified diff is printed), 3 kustomize/helm not found.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+RELEASE = "numadra"
+NAMESPACE = "numadra-system"
+KUBE_VERSION = "1.37.0"
+HELM_ONLY_LABELS = ("helm.sh/chart", "app.kubernetes.io/managed-by", "app.kubernetes.io/version")
+VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "base": ("deploy/kustomize/base", ()),
+    "cgroupfs": ("deploy/kustomize/overlays/cgroupfs", ("--set", "pinning.backend=cgroupfs")),
+}
+
+
+def find_tool(name: str, tools_dir: Path | None) -> str | None:
+    """The tool from --tools-dir / $NUMADRA_TOOLS_DIR/bin / ~/.cache/numadra-tools/bin, else PATH."""
+    dirs = [tools_dir] if tools_dir else []
+    env_dir = os.environ.get("NUMADRA_TOOLS_DIR")
+    dirs += [Path(env_dir) / "bin"] if env_dir else []
+    dirs.append(Path.home() / ".cache" / "numadra-tools" / "bin")
+    for d in dirs:
+        if (d / name).is_file() and os.access(d / name, os.X_OK):
+            return str(d / name)
+    return shutil.which(name)
+
+
+def render_kustomize(kustomize: str, target: str) -> str:
+    return subprocess.run(
+        [kustomize, "build", str(ROOT / target)], check=True, capture_output=True, text=True
+    ).stdout
+
+
+def render_helm(helm: str, extra: tuple[str, ...]) -> str:
+    # --kube-version: a helm built with `go install` has no version stamped in and assumes 1.20
+    cmd = [helm, "template", RELEASE, str(ROOT / "deploy/helm/numadra"), "--namespace", NAMESPACE,
+           "--kube-version", KUBE_VERSION, *extra]  # fmt: skip
+    env = dict(
+        os.environ, HELM_CACHE_HOME="/tmp/numadra-helm/cache", HELM_CONFIG_HOME="/tmp/numadra-helm/config"
+    )
+    return subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
+
+
+def normalize(text: str) -> list[dict[str, Any]]:
+    """Parsed objects, Helm-only labels dropped, sorted by identity."""
+    objects = [doc for doc in yaml.safe_load_all(text) if doc]
+    for obj in objects:
+        labels = obj.get("metadata", {}).get("labels")
+        if isinstance(labels, dict):
+            for key in HELM_ONLY_LABELS:
+                labels.pop(key, None)
+    return sorted(
+        objects,
+        key=lambda o: (
+            o.get("apiVersion", ""),
+            o.get("kind", ""),
+            o.get("metadata", {}).get("namespace", ""),
+            o.get("metadata", {}).get("name", ""),
+        ),
+    )
+
+
+def dump(objects: list[dict[str, Any]]) -> str:
+    return yaml.safe_dump_all(objects, sort_keys=True, default_flow_style=False)
+
+
+def compare(kustomize: str, helm: str, out: Path | None) -> list[str]:
+    """Names of the variants that differ; diffs go to stdout."""
+    different = []
+    for variant, (target, helm_args) in VARIANTS.items():
+        left = dump(normalize(render_kustomize(kustomize, target)))
+        right = dump(normalize(render_helm(helm, helm_args)))
+        if out is not None:
+            out.mkdir(parents=True, exist_ok=True)
+            (out / f"{variant}.kustomize.yaml").write_text(left)
+            (out / f"{variant}.helm.yaml").write_text(right)
+        if left != right:
+            different.append(variant)
+            sys.stdout.writelines(
+                difflib.unified_diff(
+                    left.splitlines(True), right.splitlines(True), f"kustomize/{variant}", f"helm/{variant}"
+                )
+            )
+    return different
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tools-dir", type=Path, help="directory holding kustomize and helm")
+    parser.add_argument("--out", type=Path, help="write the normalized renderings here")
+    args = parser.parse_args()
+    kustomize, helm = find_tool("kustomize", args.tools_dir), find_tool("helm", args.tools_dir)
+    if kustomize is None or helm is None:
+        print(
+            "render_deploy: kustomize or helm not found (scripts/build-deploy-tools.sh builds both)",
+            file=sys.stderr,
+        )
+        return 3
+    try:
+        different = compare(kustomize, helm, args.out)
+    except subprocess.CalledProcessError as exc:
+        print(f"render_deploy: {' '.join(exc.cmd)} failed:\n{exc.stderr}", file=sys.stderr)
+        return 1
+    if different:
+        print(f"render_deploy: kustomize and helm differ for: {', '.join(different)}", file=sys.stderr)
+        return 1
+    print(f"render_deploy: kustomize and helm render the same objects ({', '.join(VARIANTS)})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

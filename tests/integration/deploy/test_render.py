@@ -1,0 +1,119 @@
+"""kustomize and Helm render deploy/ to the same objects; Helm values switch what they should.
+
+Needs kustomize and helm (scripts/build-deploy-tools.sh builds both from Go modules into
+~/.cache/numadra-tools/bin); skipped with that reason when they are missing.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _load_render() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("render_deploy", ROOT / "scripts" / "render_deploy.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["render_deploy"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+render = _load_render()
+KUSTOMIZE = render.find_tool("kustomize", None)
+HELM = render.find_tool("helm", None)
+pytestmark = pytest.mark.skipif(
+    KUSTOMIZE is None or HELM is None,
+    reason="kustomize/helm not built (run scripts/build-deploy-tools.sh; CI does)",
+)
+
+
+def _helm(*args: str) -> list[dict[str, Any]]:
+    return render.normalize(render.render_helm(HELM, args))  # type: ignore[no-any-return]
+
+
+def _daemonset(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    (ds,) = [o for o in objects if o["kind"] == "DaemonSet"]
+    return ds
+
+
+@pytest.mark.parametrize("variant", sorted(render.VARIANTS))
+def test_kustomize_and_helm_render_the_same_objects(variant: str) -> None:
+    """Each kustomize variant equals the Helm rendering with the matching values (Helm labels aside)."""
+    target, helm_args = render.VARIANTS[variant]
+    left = render.normalize(render.render_kustomize(KUSTOMIZE, target))
+    right = render.normalize(render.render_helm(HELM, helm_args))
+    assert [(o["kind"], o["metadata"]["name"]) for o in left] == [
+        (o["kind"], o["metadata"]["name"]) for o in right
+    ]
+    assert render.dump(left) == render.dump(right)
+
+
+def test_render_script_exits_zero() -> None:
+    """scripts/render_deploy.py, as CI runs it, reports identical renderings."""
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "render_deploy.py")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_cluster_scoped_objects_have_no_namespace() -> None:
+    """DeviceClasses, RBAC cluster objects and the admission policy carry no namespace (kustomize pitfall)."""
+    cluster_kinds = {"DeviceClass", "ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy",
+                     "ValidatingAdmissionPolicyBinding"}  # fmt: skip
+    for target, _ in render.VARIANTS.values():
+        for obj in render.normalize(render.render_kustomize(KUSTOMIZE, target)):
+            if obj["kind"] in cluster_kinds:
+                assert "namespace" not in obj["metadata"], obj["metadata"]["name"]
+
+
+def test_hook_backend_mounts_the_hook_dir_unprivileged() -> None:
+    """pinning.backend=hook: hook dir mounted read-write, no NRI socket, still unprivileged."""
+    ds = _daemonset(_helm("--set", "pinning.backend=hook"))
+    container = ds["spec"]["template"]["spec"]["containers"][0]
+    mounts = {m["mountPath"] for m in container["volumeMounts"]}
+    assert "/opt/numadra" in mounts
+    assert "/var/run/nri" not in mounts
+    assert "--pinning=hook" in container["args"]
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+
+
+def test_custom_driver_name_and_kubelet_dir_reach_every_object() -> None:
+    """A different driver name and kubelet root flow into args, RBAC, the VAP and the classes."""
+    objects = _helm("--set", "driverName=numa.example.com", "--set", "kubeletRootDir=/data/kubelet")
+    args = _daemonset(objects)["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--driver-name=numa.example.com" in args
+    assert "--registrar-dir=/data/kubelet/plugins_registry" in args
+    assert "--plugin-dir=/data/kubelet/plugins/numa.example.com" in args
+    (role,) = [o for o in objects if o["kind"] == "ClusterRole"]
+    assert ["numa.example.com"] in [r.get("resourceNames") for r in role["rules"]]
+    classes = sorted(o["metadata"]["name"] for o in objects if o["kind"] == "DeviceClass")
+    assert classes == ["cpu.numa.example.com", "gpu.numa.example.com", "nic.numa.example.com"]
+    (vap,) = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"]
+    assert 'variables.objectDriver == "numa.example.com"' in yaml.safe_dump(vap)
+
+
+def test_extended_resource_name_can_be_turned_off() -> None:
+    """deviceClasses.gpu.extendedResourceName="" drops the field (clusters that keep the device plugin)."""
+    objects = _helm("--set", "deviceClasses.gpu.extendedResourceName=")
+    (gpu,) = [o for o in objects if o["kind"] == "DeviceClass" and o["metadata"]["name"].startswith("gpu.")]
+    assert "extendedResourceName" not in gpu["spec"]
+
+
+def test_unknown_pinning_backend_fails_the_render() -> None:
+    """A typo in pinning.backend is a render error naming the allowed values."""
+    with pytest.raises(subprocess.CalledProcessError) as exc:
+        _helm("--set", "pinning.backend=nrii")
+    assert "nri, hook, cgroupfs, off" in exc.value.stderr

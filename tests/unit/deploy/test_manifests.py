@@ -1,0 +1,244 @@
+"""The kustomize base in deploy/: kinds, API versions, least-privilege RBAC, DaemonSet wiring.
+
+Pure YAML checks (no kustomize needed); tests/integration/deploy checks that Helm renders the same.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from driver import DEFAULT_DRIVER_NAME
+from driver.explain.analyze import default_device_classes
+from driver.explain.cel import CelDevice, evaluate
+
+ROOT = Path(__file__).resolve().parents[3]
+BASE = ROOT / "deploy" / "kustomize" / "base"
+
+
+def _objects() -> list[dict[str, Any]]:
+    kustomization = yaml.safe_load((BASE / "kustomization.yaml").read_text())
+    out: list[dict[str, Any]] = []
+    for name in kustomization["resources"]:
+        out.extend(doc for doc in yaml.safe_load_all((BASE / name).read_text()) if doc)
+    return out
+
+
+def _one(kind: str) -> dict[str, Any]:
+    found = [o for o in _objects() if o["kind"] == kind]
+    assert len(found) == 1, f"expected one {kind}, got {len(found)}"
+    return found[0]
+
+
+def _container() -> dict[str, Any]:
+    containers: list[dict[str, Any]] = _one("DaemonSet")["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1
+    return containers[0]
+
+
+def test_every_yaml_under_deploy_parses() -> None:
+    """Every YAML file in deploy/ (Helm templates aside) is valid YAML with kind and apiVersion."""
+    files = [p for p in (ROOT / "deploy").rglob("*.yaml") if "templates" not in p.parts]
+    assert len(files) >= 10
+    for path in files:
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc is None or path.name in ("values.yaml", "Chart.yaml"):
+                continue
+            assert {"apiVersion", "kind"} <= doc.keys(), path
+
+
+@pytest.mark.parametrize(
+    ("kind", "api_version"),
+    [
+        pytest.param("ServiceAccount", "v1", id="serviceaccount"),
+        pytest.param("ClusterRole", "rbac.authorization.k8s.io/v1", id="clusterrole"),
+        pytest.param("ClusterRoleBinding", "rbac.authorization.k8s.io/v1", id="clusterrolebinding"),
+        pytest.param("ValidatingAdmissionPolicy", "admissionregistration.k8s.io/v1", id="vap"),
+        pytest.param("ValidatingAdmissionPolicyBinding", "admissionregistration.k8s.io/v1", id="vap-binding"),
+        pytest.param("DaemonSet", "apps/v1", id="daemonset"),
+    ],
+)
+def test_kinds_and_api_versions(kind: str, api_version: str) -> None:
+    """The base holds exactly one object of each kind, in the GA API version."""
+    assert _one(kind)["apiVersion"] == api_version
+
+
+def test_clusterrole_is_exactly_the_hardening_guide() -> None:
+    """RBAC: get claims and nodes, manage slices, claim status + associated-node driver verbs; no more."""
+    rules = _one("ClusterRole")["rules"]
+    normalized = sorted(
+        (
+            tuple(r["apiGroups"]),
+            tuple(r["resources"]),
+            tuple(sorted(r["verbs"])),
+            tuple(r.get("resourceNames", ())),
+        )
+        for r in rules
+    )
+    assert normalized == sorted(
+        [
+            (("resource.k8s.io",), ("resourceclaims",), ("get",), ()),
+            (("resource.k8s.io",), ("resourceclaims/status",), ("get", "patch", "update"), ()),
+            (
+                ("resource.k8s.io",),
+                ("resourceclaims/driver",),
+                ("associated-node:patch", "associated-node:update"),
+                (DEFAULT_DRIVER_NAME,),
+            ),
+            (
+                ("resource.k8s.io",),
+                ("resourceslices",),
+                ("create", "delete", "get", "list", "patch", "update", "watch"),
+                (),
+            ),
+            (("",), ("nodes",), ("get",), ()),
+        ]
+    )
+    assert not any("*" in v for r in rules for v in r["verbs"] + r["resources"] + r["apiGroups"])
+
+
+def test_binding_grants_the_role_to_the_daemonset_serviceaccount() -> None:
+    """The ClusterRoleBinding ties the ClusterRole to the ServiceAccount the DaemonSet runs as."""
+    binding, sa = _one("ClusterRoleBinding"), _one("ServiceAccount")
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": _one("ClusterRole")["metadata"]["name"],
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": sa["metadata"]["namespace"]}
+    ]
+    assert _one("DaemonSet")["spec"]["template"]["spec"]["serviceAccountName"] == sa["metadata"]["name"]
+
+
+def test_admission_policy_pins_writes_to_own_node_and_driver() -> None:
+    """The VAP matches our ServiceAccount's slice writes (v1 included) and checks node-name and driver."""
+    vap, binding, sa = (
+        _one("ValidatingAdmissionPolicy"),
+        _one("ValidatingAdmissionPolicyBinding"),
+        _one("ServiceAccount"),
+    )
+    spec = vap["spec"]
+    assert spec["failurePolicy"] == "Fail"
+    (rule,) = spec["matchConstraints"]["resourceRules"]
+    assert rule["resources"] == ["resourceslices"]
+    assert "v1" in rule["apiVersions"]
+    assert sorted(rule["operations"]) == ["CREATE", "DELETE", "UPDATE"]
+    username = f"system:serviceaccount:{sa['metadata']['namespace']}:{sa['metadata']['name']}"
+    assert [c["expression"] for c in spec["matchConditions"]] == [
+        f'request.userInfo.username == "{username}"'
+    ]
+    variables = {v["name"]: v["expression"] for v in spec["variables"]}
+    assert "authentication.kubernetes.io/node-name" in variables["userNodeName"]
+    assert "oldObject" in variables["slice"]
+    checks = [v["expression"] for v in spec["validations"]]
+    assert "variables.userNodeName == variables.objectNodeName" in checks
+    assert f'variables.objectDriver == "{DEFAULT_DRIVER_NAME}"' in checks
+    assert binding["spec"] == {"policyName": vap["metadata"]["name"], "validationActions": ["Deny"]}
+
+
+def test_daemonset_rolling_update_surges_one() -> None:
+    """Rolling update starts the new pod first (maxSurge 1) and never leaves a node without one."""
+    strategy = _one("DaemonSet")["spec"]["updateStrategy"]
+    assert strategy == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+
+
+def test_daemonset_host_paths_are_mounted_at_the_same_path() -> None:
+    """Kubelet and CDI dirs are hostPath mounts at identical paths; host root is read-only at /host."""
+    spec = _one("DaemonSet")["spec"]["template"]["spec"]
+    host_paths = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
+    mounts = {m["name"]: m for m in _container()["volumeMounts"]}
+    for path in (
+        "/var/lib/kubelet/plugins_registry",
+        "/var/lib/kubelet/plugins",
+        "/var/run/cdi",
+        "/var/run/nri",
+    ):
+        (name,) = [n for n, p in host_paths.items() if p == path]
+        assert mounts[name]["mountPath"] == path
+        assert not mounts[name].get("readOnly", False)
+    (root,) = [n for n, p in host_paths.items() if p == "/"]
+    assert mounts[root]["mountPath"] == "/host"
+    assert mounts[root]["readOnly"] is True
+
+
+def test_daemonset_env_args_and_probes() -> None:
+    """NODE_NAME/POD_UID from the downward API; probes hit /healthz and /readyz on the metrics port."""
+    c = _container()
+    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in c["env"]}
+    assert env == {"NODE_NAME": "spec.nodeName", "POD_UID": "metadata.uid"}
+    assert c["args"][0] == "run"
+    assert "--host-root=/host" in c["args"]
+    assert "--pinning=nri" in c["args"]
+    (port,) = c["ports"]
+    assert f"--metrics-address=:{port['containerPort']}" in c["args"]
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": port["name"]}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": port["name"]}
+    assert {"cpu", "memory"} <= c["resources"]["requests"].keys()
+
+
+def test_daemonset_security_and_scheduling() -> None:
+    """No privilege, no capabilities, read-only rootfs; node-critical priority; GPU taints tolerated."""
+    spec = _one("DaemonSet")["spec"]["template"]["spec"]
+    sc = _container()["securityContext"]
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert "privileged" not in sc
+    assert spec["priorityClassName"] == "system-node-critical"
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
+    assert "hostNetwork" not in spec
+    assert "hostPID" not in spec
+
+
+def test_daemonset_selector_matches_pod_labels() -> None:
+    """The selector picks the pod template's labels (else the API rejects the DaemonSet)."""
+    ds = _one("DaemonSet")["spec"]
+    labels = ds["template"]["metadata"]["labels"]
+    assert ds["selector"]["matchLabels"].items() <= labels.items()
+
+
+def test_device_classes_are_the_ones_explain_assumes() -> None:
+    """gpu/nic/cpu classes in resource.k8s.io/v1 with the selectors numadra explain evaluates by default."""
+    classes = [o for o in _objects() if o["kind"] == "DeviceClass"]
+    assert {c["apiVersion"] for c in classes} == {"resource.k8s.io/v1"}
+    defaults = default_device_classes(DEFAULT_DRIVER_NAME)
+    assert {
+        c["metadata"]["name"]: tuple(s["cel"]["expression"] for s in c["spec"]["selectors"]) for c in classes
+    } == {name: cls.selectors for name, cls in defaults.items()}
+    extended = {c["metadata"]["name"]: c["spec"].get("extendedResourceName") for c in classes}
+    assert extended == {"gpu.numadra.dev": "nvidia.com/gpu", "nic.numadra.dev": None, "cpu.numadra.dev": None}
+
+
+@pytest.mark.parametrize("dtype", ["gpu", "nic", "cpu"])
+def test_device_class_selects_exactly_its_type(dtype: str) -> None:
+    """Each class's CEL selects our devices of its type and nothing else (other type, other driver)."""
+    (cls,) = [o for o in _objects() if o["kind"] == "DeviceClass" and o["metadata"]["name"].startswith(dtype)]
+    (expr,) = [s["cel"]["expression"] for s in cls["spec"]["selectors"]]
+
+    def device(driver: str, t: str) -> CelDevice:
+        return CelDevice(driver, {driver: {"type": t}}, {})
+
+    assert evaluate(expr, device(DEFAULT_DRIVER_NAME, dtype)).matches is True
+    for other in {"gpu", "nic", "cpu"} - {dtype}:
+        assert evaluate(expr, device(DEFAULT_DRIVER_NAME, other)).matches is False
+    assert evaluate(expr, device("gpu.example.com", dtype)).matches is False
+
+
+def test_examples_use_our_device_classes() -> None:
+    """Every example claim or template names a DeviceClass of the base (no typos in class names)."""
+    names = {o["metadata"]["name"] for o in _objects() if o["kind"] == "DeviceClass"}
+    used: set[str] = set()
+    for path in sorted((ROOT / "deploy" / "examples").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if not doc or doc["kind"] not in ("ResourceClaim", "ResourceClaimTemplate"):
+                continue
+            spec = doc["spec"]["spec"] if doc["kind"] == "ResourceClaimTemplate" else doc["spec"]
+            for req in spec["devices"]["requests"]:
+                for sub in req.get("firstAvailable") or [req.get("exactly")]:
+                    used.add(sub["deviceClassName"])
+    assert used
+    assert used <= names
