@@ -1,0 +1,469 @@
+"""Make the apiserver's ResourceSlices of this node match the desired ones, with the fewest writes.
+
+How (facts: kubelet-dra-protocol.md section 4.4, resource-api-v1.md section 1.2):
+
+* :func:`plan_sync` is pure: desired vs stored slices -> deletes, updates, creates. Nothing changed
+  means an empty plan, so a republish of the same inventory costs one LIST and zero writes. Slices
+  are matched by their deterministic names; taint ``timeAdded`` and server-set metadata are ignored
+  and carried over.
+* ``pool.generation`` starts at the highest stored one and goes up by one when slices are added or
+  removed or more than one slice changes; then every slice of the pool carries the new generation
+  and the same ``resourceSliceCount``. One changed slice keeps the generation (one write is atomic
+  for consumers), as the Go resourceslice controller does.
+* Writes go delete obsolete -> update -> create, so a consumer never sees more slices than
+  ``resourceSliceCount`` promises at the new generation.
+* :class:`SlicePublisher` runs the plan on a background thread, never blocking its callers: the
+  kubelet servers come up and register while the apiserver is unreachable, and the publisher
+  retries with capped, jittered backoff. A watch on our own slices notices the kubelet's wipe
+  (at kubelet start, or 30 s after we became unreachable) and re-creates them at once instead of
+  after the Go controller's 30 s delay.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from driver.errors import KubeError, SliceError, recoverable
+from driver.inventory.model import Inventory
+from driver.kube.backoff import Backoff
+from driver.kube.client import SliceWatch, error_kind, slice_field_selector
+from driver.log import get_logger
+
+__all__ = [
+    "PublisherStats",
+    "SliceApi",
+    "SlicePlan",
+    "SlicePublisher",
+    "Taints",
+    "plan_sync",
+]
+
+Obj = dict[str, Any]
+Taints = Mapping[str, Sequence[Mapping[str, Any]]]  # device name -> taint dicts
+BuildFn = Callable[[Inventory, Taints], list[Obj]]
+_log = get_logger("slices.publisher")
+
+
+class SliceApi(Protocol):
+    """What the publisher needs from the apiserver (:class:`driver.kube.client.KubeClient` has it)."""
+
+    def get_node(self, name: str) -> Obj: ...
+    def list_resource_slices(
+        self, *, field_selector: str = "", label_selector: str = ""
+    ) -> tuple[list[Obj], str]: ...
+    def create_resource_slice(self, obj: Mapping[str, Any]) -> Obj: ...
+    def update_resource_slice(self, obj: Mapping[str, Any]) -> Obj: ...
+    def delete_resource_slice(self, name: str, *, uid: str = "", resource_version: str = "") -> None: ...
+    def watch_resource_slices(
+        self, *, field_selector: str = "", resource_version: str = "", timeout_seconds: int = 300
+    ) -> SliceWatch: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SlicePlan:
+    """The writes that make the stored slices match the desired ones, in execution order."""
+
+    deletes: tuple[Obj, ...] = ()  # stored objects (uid + resourceVersion used as preconditions)
+    updates: tuple[Obj, ...] = ()  # full objects carrying the stored resourceVersion
+    creates: tuple[Obj, ...] = ()
+    generation: int = 0
+
+    @property
+    def empty(self) -> bool:
+        """True when the API already matches: no write at all."""
+        return not (self.deletes or self.updates or self.creates)
+
+
+def _owner(node_name: str, node_uid: str) -> Obj:
+    return {"apiVersion": "v1", "kind": "Node", "name": node_name, "uid": node_uid, "controller": True}
+
+
+def _content(obj: Mapping[str, Any], *, with_generation: bool = True) -> str:
+    """What we own of a slice, canonically: spec (minus taint timeAdded), owners, labels."""
+    spec = copy.deepcopy(obj.get("spec") or {})
+    for device in spec.get("devices") or []:
+        for taint in device.get("taints") or []:
+            taint.pop("timeAdded", None)
+    if not with_generation:
+        spec.setdefault("pool", {})["generation"] = 0
+    meta = obj.get("metadata") or {}
+    owners = [
+        {k: ref.get(k) for k in ("apiVersion", "kind", "name", "uid", "controller")}
+        for ref in meta.get("ownerReferences") or []
+    ]
+    return json.dumps([spec, owners, meta.get("labels") or {}], sort_keys=True)
+
+
+def _generation(obj: Mapping[str, Any]) -> int:
+    return int(((obj.get("spec") or {}).get("pool") or {}).get("generation", 0))
+
+
+def _carry_time_added(desired: Obj, stored: Mapping[str, Any]) -> None:
+    """Keep each taint's ``timeAdded`` (NoExecute tolerations count from it) across updates."""
+    known: dict[tuple[str, str, str, str], str] = {}
+    for device in (stored.get("spec") or {}).get("devices") or []:
+        for taint in device.get("taints") or []:
+            if taint.get("timeAdded"):
+                key = (
+                    device.get("name", ""),
+                    taint.get("key", ""),
+                    taint.get("value", ""),
+                    taint.get("effect", ""),
+                )
+                known[key] = taint["timeAdded"]
+    for device in desired["spec"].get("devices") or []:
+        for taint in device.get("taints") or []:
+            key = (
+                device.get("name", ""),
+                taint.get("key", ""),
+                taint.get("value", ""),
+                taint.get("effect", ""),
+            )
+            if key in known and not taint.get("timeAdded"):
+                taint["timeAdded"] = known[key]
+
+
+def plan_sync(
+    desired: Sequence[Mapping[str, Any]],
+    stored: Sequence[Mapping[str, Any]],
+    *,
+    owner: Mapping[str, Any] | None = None,
+    accepted: Mapping[str, tuple[str, str]] | None = None,
+) -> SlicePlan:
+    """Pure diff of desired vs stored slices (see the module docstring for the rules).
+
+    ``owner`` is added as the only owner reference. ``accepted`` maps a slice name to (content we
+    sent, content the apiserver kept), both without the generation, when the two differed (fields
+    dropped for disabled features): that pair counts as "unchanged", so it is not rewritten in a loop.
+    """
+    accepted = accepted or {}
+    by_name = {str(s["metadata"]["name"]): s for s in stored}
+    wanted: list[Obj] = []
+    for obj in desired:
+        want = copy.deepcopy(dict(obj))
+        meta = want.setdefault("metadata", {})
+        if owner is not None:
+            meta["ownerReferences"] = [dict(owner)]
+        want["spec"].setdefault("pool", {})["resourceSliceCount"] = len(desired)
+        wanted.append(want)
+    names = {str(w["metadata"]["name"]) for w in wanted}
+    obsolete = [s for name, s in sorted(by_name.items()) if name not in names]
+    stored_gens = [_generation(s) for s in stored]
+    wanted_gens = [int(w["spec"]["pool"].get("generation", 1)) for w in wanted]
+    base = max([1, *stored_gens, *wanted_gens])
+
+    def same(want: Obj, have: Mapping[str, Any], *, with_generation: bool) -> bool:
+        if with_generation and want["spec"]["pool"].get("generation") != _generation(have):
+            return False
+        mine, theirs = _content(want, with_generation=False), _content(have, with_generation=False)
+        return mine == theirs or accepted.get(str(want["metadata"]["name"])) == (mine, theirs)
+
+    new = [w for w in wanted if w["metadata"]["name"] not in by_name]
+    changed = [
+        w
+        for w in wanted
+        if w["metadata"]["name"] in by_name
+        and not same(w, by_name[w["metadata"]["name"]], with_generation=False)
+    ]
+    generation = base + 1 if stored and (new or obsolete or len(changed) > 1) else base
+    updates: list[Obj] = []
+    for want in wanted:
+        want["spec"]["pool"]["generation"] = generation
+        have = by_name.get(want["metadata"]["name"])
+        if have is None or same(want, have, with_generation=True):
+            continue
+        _carry_time_added(want, have)
+        want["metadata"]["resourceVersion"] = have["metadata"]["resourceVersion"]
+        updates.append(want)
+    creates = [w for w in wanted if w["metadata"]["name"] not in by_name]
+    return SlicePlan(
+        tuple(copy.deepcopy(dict(o)) for o in obsolete), tuple(updates), tuple(creates), generation
+    )
+
+
+@dataclass(slots=True)
+class PublisherStats:
+    """Plain counters the metrics layer reads (no locking needed for reading ints)."""
+
+    syncs: int = 0
+    writes: Counter[str] = field(default_factory=Counter)  # "create" | "update" | "delete"
+    errors: Counter[str] = field(default_factory=Counter)  # error_kind() labels
+    foreign_deletions: int = 0  # our slices deleted by someone else (kubelet wipe): re-created
+    last_sync_seconds: float = 0.0
+    last_error: str = ""
+
+
+class SlicePublisher:
+    """Background publisher of this node's pool; see the module docstring.
+
+    ``publish`` / ``republish`` / ``set_taints`` only record the wish and wake the loop. Errors go
+    to ``on_error`` marked recoverable (the driver keeps running); ``published`` is set after the
+    first successful sync (readiness).
+    """
+
+    def __init__(
+        self,
+        api: SliceApi,
+        *,
+        node_name: str,
+        driver_name: str,
+        build: BuildFn | None = None,
+        on_error: Callable[[BaseException], None] | None = None,
+        backoff: Backoff | None = None,
+        resync_interval: float = 600.0,
+        watch_timeout: int = 300,
+    ) -> None:
+        self._api = api
+        self.node_name = node_name
+        self.driver_name = driver_name
+        self._build = build or self._default_build
+        self._on_error = on_error
+        self._backoff = backoff or Backoff()
+        self._resync_interval = resync_interval
+        self._watch_timeout = watch_timeout
+        self._selector = slice_field_selector(node_name, driver_name)
+        self.published = threading.Event()
+        self.stats = PublisherStats()
+        self._cond = threading.Condition()
+        self._desired: list[Obj] | None = None
+        self._inventory: Inventory | None = None
+        self._taints: Taints = {}
+        self._version = 0  # bumps on every new desired state or foreign change
+        self._synced_version = -1
+        self._retry_at = 0.0
+        self._resync_at = float("inf")
+        self._stopping = False
+        self._node_uid = ""
+        self._list_rv = ""
+        self._sent: dict[str, str] = {}  # name -> content of our last write ("" = we deleted it)
+        self._accepted: dict[str, tuple[str, str]] = {}
+        self._watch: SliceWatch | None = None
+        self._threads: list[threading.Thread] = []
+
+    def _default_build(self, inventory: Inventory, taints: Taints) -> list[Obj]:
+        from driver.slices.builder import build_slices
+
+        return build_slices(inventory, node_name=self.node_name, driver_name=self.driver_name, taints=taints)
+
+    # -- caller side (never blocks on the apiserver) ---------------------------------------------
+    def publish(self, desired: Sequence[Mapping[str, Any]]) -> None:
+        """Make these complete slice objects the desired state of the pool."""
+        with self._cond:
+            self._desired = [copy.deepcopy(dict(s)) for s in desired]
+            self._version += 1
+            self._retry_at = 0.0  # a new wish is worth an immediate attempt
+            self._cond.notify_all()
+
+    def republish(self, inventory: Inventory) -> None:
+        """Rebuild from a changed inventory (the udev watcher's callback). SliceError propagates."""
+        with self._cond:
+            self._inventory = inventory
+            taints = self._taints
+        self.publish(self._build(inventory, taints))
+
+    def set_taints(self, taints: Taints) -> None:
+        """New taints from the health model; rebuilds and republishes when an inventory is known."""
+        with self._cond:
+            if dict(taints) == dict(self._taints):
+                return
+            self._taints = {k: [dict(t) for t in v] for k, v in taints.items()}
+            inventory = self._inventory
+        if inventory is not None:
+            self.publish(self._build(inventory, self._taints))
+
+    def start(self) -> None:
+        """Start the sync loop and the watch; returns at once."""
+        for target, name in ((self._run, "slice-publisher"), (self._watch_loop, "slice-watch")):
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop both threads (pending work is dropped; slices stay, owned by the Node)."""
+        with self._cond:
+            self._stopping = True
+            watch = self._watch
+            self._cond.notify_all()
+        if watch is not None:
+            watch.close()
+        for thread in self._threads:
+            thread.join(timeout)
+
+    def wait_synced(self, timeout: float) -> bool:
+        """Block until the API matches the latest desired state (tests, shutdown, CLI)."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._synced_version != self._version:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+            return True
+
+    # -- sync loop --------------------------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._stopping and not self._due():
+                    self._cond.wait(self._idle_wait())
+                if self._stopping:
+                    return
+                desired, version = self._desired, self._version
+            assert desired is not None
+            self._attempt(desired, version)
+
+    def _due(self) -> bool:
+        now = time.monotonic()
+        if self._desired is None or now < self._retry_at:
+            return False
+        return self._synced_version != self._version or now >= self._resync_at
+
+    def _idle_wait(self) -> float:
+        now = time.monotonic()
+        wake = min(self._resync_at, self._retry_at if self._retry_at > now else float("inf"))
+        return max(0.01, min(wake - now, 60.0))
+
+    def _attempt(self, desired: list[Obj], version: int) -> None:
+        start = time.monotonic()
+        try:
+            self.sync(desired)
+        except KubeError as err:
+            delay = self._backoff.next_delay()
+            with self._cond:
+                self.stats.errors[error_kind(err)] += 1
+                self.stats.last_error = str(err)
+                self._retry_at = time.monotonic() + delay
+            _log.warning("slice sync failed", error=str(err), retry_in=round(delay, 2), node=self.node_name)
+            self._report(err)
+            return
+        self._backoff.reset()
+        with self._cond:
+            self.stats.syncs += 1
+            self.stats.last_sync_seconds = time.monotonic() - start
+            self._synced_version = version
+            self._resync_at = time.monotonic() + self._resync_interval
+            self._cond.notify_all()
+        self.published.set()
+
+    def _report(self, err: BaseException) -> None:
+        if self._on_error is not None:
+            self._on_error(recoverable(err))
+
+    def sync(self, desired: Sequence[Mapping[str, Any]]) -> SlicePlan:
+        """One synchronous reconcile (LIST, plan, write). Raises KubeError; used by the loop."""
+        if not self._node_uid:
+            self._node_uid = str(self._api.get_node(self.node_name)["metadata"]["uid"])
+        stored, list_rv = self._api.list_resource_slices(field_selector=self._selector)
+        with self._cond:
+            self._list_rv = list_rv
+            self._cond.notify_all()
+        plan = plan_sync(
+            desired, stored, owner=_owner(self.node_name, self._node_uid), accepted=self._accepted
+        )
+        if not plan.empty:
+            _log.info(
+                "publishing slices",
+                node=self.node_name,
+                generation=plan.generation,
+                deletes=len(plan.deletes),
+                updates=len(plan.updates),
+                creates=len(plan.creates),
+            )
+        for obj in plan.deletes:
+            name, meta = obj["metadata"]["name"], obj["metadata"]
+            self._note_sent(name, "")
+            try:
+                self._api.delete_resource_slice(
+                    name, uid=meta.get("uid", ""), resource_version=meta["resourceVersion"]
+                )
+            except KubeError as err:
+                if err.status != 404:
+                    raise
+            self._count("delete")
+        for obj in plan.updates:
+            self._note_sent(obj["metadata"]["name"], _content(obj))
+            self._check_kept(obj, self._api.update_resource_slice(obj))
+            self._count("update")
+        for obj in plan.creates:
+            self._note_sent(obj["metadata"]["name"], _content(obj))
+            self._check_kept(obj, self._api.create_resource_slice(obj))
+            self._count("create")
+        return plan
+
+    def _count(self, verb: str) -> None:
+        with self._cond:
+            self.stats.writes[verb] += 1
+
+    def _note_sent(self, name: str, content: str) -> None:
+        """Remember a write before making it: its watch echo may arrive before the answer."""
+        with self._cond:
+            self._sent[name] = content
+
+    def _check_kept(self, sent: Obj, stored: Obj) -> None:
+        """Notice fields the apiserver dropped, and accept what it kept (no rewrite loop)."""
+        name = str(stored["metadata"]["name"])
+        mine, kept = _content(sent, with_generation=False), _content(stored, with_generation=False)
+        if mine == kept:
+            self._accepted.pop(name, None)
+        elif self._accepted.get(name) != (mine, kept):
+            self._accepted[name] = (mine, kept)
+            self._note_sent(name, _content(stored))
+            self._report(
+                SliceError(f"apiserver dropped fields of slice {name} (feature gate off?); kept as stored")
+            )
+
+    # -- watch --------------------------------------------------------------------------------------
+    def _watch_loop(self) -> None:
+        backoff = Backoff(initial=self._backoff.initial, cap=self._backoff.cap)
+        while True:
+            with self._cond:
+                while not self._stopping and not self._list_rv:
+                    self._cond.wait(1.0)
+                if self._stopping:
+                    return
+                rv = self._list_rv
+            try:
+                watch = self._api.watch_resource_slices(
+                    field_selector=self._selector, resource_version=rv, timeout_seconds=self._watch_timeout
+                )
+                with self._cond:
+                    self._watch = watch
+                    if self._stopping:
+                        watch.close()
+                for kind, obj in watch:
+                    self._on_event(kind, obj)
+                backoff.reset()
+            except KubeError as err:
+                with self._cond:
+                    self.stats.errors[f"watch_{error_kind(err)}"] += 1
+                    if err.status == 410:  # history gone: the next sync re-lists and restarts us
+                        self._list_rv = ""
+                        self._version += 1
+                        self._cond.notify_all()
+                        continue
+                    self._cond.wait(backoff.next_delay())
+
+    def _on_event(self, kind: str, obj: Mapping[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        name, rv = str(meta.get("name", "")), str(meta.get("resourceVersion", ""))
+        with self._cond:
+            if rv:
+                self._list_rv = rv
+            if kind == "BOOKMARK":
+                return
+            sent = self._sent.get(name)
+            if sent is not None and sent == ("" if kind == "DELETED" else _content(obj)):
+                return  # the echo of our own write
+            if kind == "DELETED":
+                self.stats.foreign_deletions += 1
+            _log.info("foreign change to our slice", slice=name, change=kind, node=self.node_name)
+            self._version += 1
+            self._retry_at = 0.0
+            self._cond.notify_all()

@@ -1,0 +1,126 @@
+"""plan_sync (pure diff of desired vs stored slices) and Backoff."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from driver.kube.backoff import Backoff
+from driver.slices.publisher import _content, plan_sync
+
+OWNER = {"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": "u-1", "controller": True}
+
+
+def _slice(index: int, devices: list[str], *, generation: int = 1, count: int = 1) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"n1-numadra-dev-{index}"},
+        "spec": {
+            "driver": "numadra.dev",
+            "nodeName": "n1",
+            "pool": {"name": "n1", "generation": generation, "resourceSliceCount": count},
+            "devices": [{"name": d} for d in devices],
+        },
+    }
+
+
+def _stored(desired: list[dict[str, Any]], *, generation: int = 1) -> list[dict[str, Any]]:
+    """What the apiserver would hold after publishing ``desired``: owner, server fields, timeAdded."""
+    out = []
+    for k, obj in enumerate(copy.deepcopy(desired)):
+        obj["metadata"].update(uid=f"uid-{k}", resourceVersion=str(100 + k), ownerReferences=[OWNER])
+        obj["spec"]["pool"].update(generation=generation, resourceSliceCount=len(desired))
+        for device in obj["spec"]["devices"]:
+            for taint in device.get("taints", []):
+                taint.setdefault("timeAdded", "2026-01-01T00:00:00Z")
+        out.append(obj)
+    return out
+
+
+def test_nothing_stored_creates_everything_at_generation_1() -> None:
+    """A first publish creates every slice with the owner and a consistent pool."""
+    plan = plan_sync([_slice(0, ["a"]), _slice(1, ["b"])], [], owner=OWNER)
+    assert (len(plan.creates), plan.deletes, plan.updates, plan.generation) == (2, (), (), 1)
+    assert all(c["metadata"]["ownerReferences"] == [OWNER] for c in plan.creates)
+    assert {c["spec"]["pool"]["resourceSliceCount"] for c in plan.creates} == {2}
+
+
+def test_unchanged_pool_is_an_empty_plan() -> None:
+    """Server-set fields (uid, resourceVersion, timeAdded) never count as a change."""
+    desired = [_slice(0, ["a"]), _slice(1, ["b"])]
+    desired[0]["spec"]["devices"][0]["taints"] = [{"key": "k", "value": "v", "effect": "NoSchedule"}]
+    assert plan_sync(desired, _stored(desired, generation=7), owner=OWNER).empty
+
+
+@pytest.mark.parametrize(
+    ("new_devices", "updates", "generation"),
+    [
+        pytest.param([["a", "x"], ["b"]], 1, 7, id="one-slice-changed-keeps"),
+        pytest.param([["a", "x"], ["b", "y"]], 2, 8, id="two-slices-changed-bump"),
+    ],
+)
+def test_generation_rule(new_devices: list[list[str]], updates: int, generation: int) -> None:
+    """One changed slice keeps the generation; more than one bumps it on every slice."""
+    stored = _stored([_slice(0, ["a"]), _slice(1, ["b"])], generation=7)
+    plan = plan_sync([_slice(i, d) for i, d in enumerate(new_devices)], stored, owner=OWNER)
+    assert (len(plan.updates), plan.generation) == (updates, generation)
+    assert all(u["metadata"]["resourceVersion"] for u in plan.updates)
+
+
+def test_removed_slice_is_deleted_and_the_rest_bumped() -> None:
+    """An obsolete slice is deleted with preconditions; survivors get generation + 1 and the new count."""
+    stored = _stored([_slice(0, ["a"]), _slice(1, ["b"])], generation=3)
+    plan = plan_sync([_slice(0, ["a"])], stored, owner=OWNER)
+    assert [d["metadata"]["uid"] for d in plan.deletes] == ["uid-1"]
+    assert [
+        (u["spec"]["pool"]["generation"], u["spec"]["pool"]["resourceSliceCount"]) for u in plan.updates
+    ] == [(4, 1)]
+
+
+def test_owner_change_is_an_update() -> None:
+    """A slice with another owner (a recreated Node has a new UID) is rewritten."""
+    stored = _stored([_slice(0, ["a"])])
+    new_owner = {**OWNER, "uid": "u-2"}
+    plan = plan_sync([_slice(0, ["a"])], stored, owner=new_owner)
+    assert [u["metadata"]["ownerReferences"] for u in plan.updates] == [[new_owner]]
+
+
+def test_taint_time_added_is_carried_over() -> None:
+    """An update keeps the stored timeAdded of a taint that is still wanted."""
+    taint = {"key": "k", "value": "v", "effect": "NoExecute"}
+    desired = [_slice(0, ["a", "b"])]
+    desired[0]["spec"]["devices"][0]["taints"] = [dict(taint)]
+    stored = _stored(desired)
+    desired[0]["spec"]["devices"].append({"name": "c"})
+    (update,) = plan_sync(desired, stored, owner=OWNER).updates
+    assert update["spec"]["devices"][0]["taints"][0]["timeAdded"] == "2026-01-01T00:00:00Z"
+
+
+def test_accepted_drop_is_not_rewritten() -> None:
+    """When the apiserver dropped a field we sent, the same desired state does not loop on updates."""
+    desired = [_slice(0, ["a"])]
+    desired[0]["spec"]["devices"][0]["bindsToNode"] = True
+    stored = _stored([_slice(0, ["a"])])
+    first = plan_sync(desired, stored, owner=OWNER)
+    assert len(first.updates) == 1
+    sent, kept = first.updates[0], stored[0]
+    accepted = {
+        kept["metadata"]["name"]: (
+            _content(sent, with_generation=False),
+            _content(kept, with_generation=False),
+        )
+    }
+    assert plan_sync(desired, stored, owner=OWNER, accepted=accepted).empty
+
+
+def test_backoff_grows_caps_and_resets() -> None:
+    """Delays double up to the cap, stay within the jitter band, and restart after reset."""
+    backoff = Backoff(initial=1.0, factor=2.0, cap=5.0, jitter=0.1)
+    delays = [backoff.next_delay() for _ in range(6)]
+    for got, base in zip(delays, [1, 2, 4, 5, 5, 5], strict=True):
+        assert base * 0.9 <= got <= min(5.0, base * 1.1)
+    backoff.reset()
+    assert backoff.failures == 0 and backoff.next_delay() <= 1.1
