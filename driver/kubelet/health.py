@@ -19,11 +19,12 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TypeVar
 
 import grpc
+from structlog.typing import FilteringBoundLogger
 
 from driver._proto import health_v1_pb2, health_v1_pb2_grpc, health_v1alpha1_pb2, health_v1alpha1_pb2_grpc
 from driver.kubelet import translate
 from driver.log import get_logger
-from driver.plugin import DeviceHealth, HealthSource
+from driver.plugin import DeviceHealth, HealthSource, HealthState
 
 __all__ = ["DEFAULT_RESEND_INTERVAL", "HealthFanout", "HealthV1Servicer", "HealthV1alpha1Servicer"]
 
@@ -40,10 +41,12 @@ class HealthFanout:
         self,
         source: HealthSource,
         on_error: Callable[[BaseException, str], None],
+        driver_name: str,
         resend_interval: float = DEFAULT_RESEND_INTERVAL,
         poll: float = 1.0,
     ) -> None:
         self.source = source
+        self.driver_name = driver_name
         self.resend_interval = resend_interval
         self._on_error = on_error
         self._poll = poll
@@ -105,6 +108,30 @@ class HealthFanout:
                 seen = self._version
 
 
+def _log_transitions(
+    log: FilteringBoundLogger,
+    driver_name: str,
+    last: dict[tuple[str, str], HealthState],
+    snapshot: Sequence[DeviceHealth],
+) -> None:
+    """Log each device whose state differs from the previous report of this stream.
+
+    ``device`` is the resourceID the kubelet shows in pod status, so the two can be matched.
+    """
+    for health in snapshot:
+        key = (health.pool_name, health.device_name)
+        before = last.get(key, HealthState.HEALTHY)
+        last[key] = health.state
+        if health.state != before:
+            log.warning(
+                "device health changed",
+                device=translate.resource_id(driver_name, health),
+                state=str(health.state),
+                previous=str(before),
+                reason=health.reason,
+            )
+
+
 def _serve(
     fanout: HealthFanout,
     context: grpc.ServicerContext,
@@ -121,9 +148,11 @@ def _serve(
     log = _log.bind(service=f"{version}.DRAResourceHealth")
     log.info("health stream opened")
     sent = 0
+    last: dict[tuple[str, str], HealthState] = {}
     try:
         for snapshot in fanout.stream(cancelled):
             sent += 1
+            _log_transitions(log, fanout.driver_name, last, snapshot)
             yield build(snapshot, int(time.time()))
     except Exception as exc:
         log.exception("health snapshot failed")

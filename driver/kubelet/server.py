@@ -93,7 +93,7 @@ class KubeletPluginServer:
         health: HealthSource | None = None,
         pod_uid: str | None = None,
         health_resend_interval: float = DEFAULT_RESEND_INTERVAL,
-        max_workers: int = 8,
+        max_workers: int = 16,
     ) -> None:
         if not driver_name:
             raise ConfigError("driver name must not be empty")
@@ -114,6 +114,7 @@ class KubeletPluginServer:
         self._fanout: HealthFanout | None = None
         self._dra_server: grpc.Server | None = None
         self._reg_server: grpc.Server | None = None
+        self._executors: list[ThreadPoolExecutor] = []
         self._state_lock = threading.Lock()
         self._started = False
         self._stopped = False
@@ -133,6 +134,11 @@ class KubeletPluginServer:
     def registration_result(self) -> RegistrationResult | None:
         """The kubelet's last ``NotifyRegistrationStatus``, or None before the first one."""
         return self._registration.result
+
+    @property
+    def registered(self) -> threading.Event:
+        """Set while the kubelet's last verdict was a successful registration."""
+        return self._registration.registered
 
     def wait_registered(self, timeout: float | None = None) -> bool:
         """True once the kubelet reported a successful registration, False after ``timeout`` s."""
@@ -166,16 +172,23 @@ class KubeletPluginServer:
             start_ms=round((time.monotonic() - t0) * 1000, 1),
         )
 
+    def _executor(self, workers: int, name: str) -> ThreadPoolExecutor:
+        """A worker pool we shut down ourselves: grpc.Server.stop() leaves the pool running."""
+        executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=name)
+        self._executors.append(executor)
+        return executor
+
     def _start_dra(self) -> None:
         server = grpc.server(
-            ThreadPoolExecutor(max_workers=self._max_workers, thread_name_prefix="dra-grpc"),
-            options=[("grpc.so_reuseport", 0)],
+            self._executor(self._max_workers, "dra-grpc"), options=[("grpc.so_reuseport", 0)]
         )
         calls = ClaimCalls(self._plugin, self._lock)
         dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(DraV1Servicer(calls), server)
         dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(DraV1beta1Servicer(calls), server)
         if self._health is not None:
-            self._fanout = HealthFanout(self._health, self._plugin.handle_error, self._resend_interval)
+            self._fanout = HealthFanout(
+                self._health, self._plugin.handle_error, self.driver_name, self._resend_interval
+            )
             health_v1_pb2_grpc.add_DRAResourceHealthServicer_to_server(HealthV1Servicer(self._fanout), server)
             health_v1alpha1_pb2_grpc.add_DRAResourceHealthServicer_to_server(
                 HealthV1alpha1Servicer(self._fanout), server
@@ -189,10 +202,7 @@ class KubeletPluginServer:
     def _start_registration(self) -> None:
         final = self.paths.registration
         temp = final.with_name(f".{secrets.token_hex(6)}.tmp")
-        server = grpc.server(
-            ThreadPoolExecutor(max_workers=2, thread_name_prefix="reg-grpc"),
-            options=[("grpc.so_reuseport", 0)],
-        )
+        server = grpc.server(self._executor(2, "reg-grpc"), options=[("grpc.so_reuseport", 0)])
         pluginregistration_v1_pb2_grpc.add_RegistrationServicer_to_server(self._registration, server)
         self._reg_server = server
         try:
@@ -219,6 +229,8 @@ class KubeletPluginServer:
             self._dra_server.stop(grace).wait()
         with contextlib.suppress(FileNotFoundError):
             self.paths.dra.unlink()
+        for executor in self._executors:
+            executor.shutdown(wait=False, cancel_futures=True)
         self._lock.close()
         self._log.info("kubelet plugin server stopped")
 
