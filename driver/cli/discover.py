@@ -1,0 +1,94 @@
+"""``numadra discover``: the ResourceSlices this node would publish, or its topology; needs no cluster."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+from typing import Any
+
+from driver import DEFAULT_DRIVER_NAME
+from driver.errors import ConfigError
+from driver.pinning.types import parse_cpulist
+
+__all__ = ["default_node_name", "register"]
+
+
+def default_node_name() -> str:
+    """``NODE_NAME`` from the environment, else the host name lower-cased (as the kubelet does)."""
+    return os.environ.get("NODE_NAME") or socket.gethostname().lower()
+
+
+def register(sub: Any) -> None:
+    """Add the ``discover`` subcommand."""
+    p: argparse.ArgumentParser = sub.add_parser(
+        "discover",
+        help="print this node's devices as ResourceSlices (json/yaml) or as a topology table",
+        description="Discover GPUs, NICs, CPUs and memory with their NUMA topology; needs no cluster.",
+    )
+    p.add_argument("--host-root", default="/", help="where the host's /sys, /proc and /dev are (default /)")
+    p.add_argument(
+        "--node-name", default=None, help="node and pool name (default: $NODE_NAME, else hostname)"
+    )
+    p.add_argument(
+        "--driver-name", default=DEFAULT_DRIVER_NAME, help=f"DRA driver name (default {DEFAULT_DRIVER_NAME})"
+    )
+    p.add_argument(
+        "--reserved-cpus",
+        default="",
+        metavar="LIST",
+        help='CPUs kept out of the "cpus" capacity, kernel list format ("0-1,64")',
+    )
+    p.add_argument(
+        "--node-allocatable",
+        action="store_true",
+        help="add the alpha nodeAllocatableResources mapping (KEP-5517) to cpu devices",
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        choices=("json", "yaml", "table"),
+        default="json",
+        help="output format (default json)",
+    )
+    p.set_defaults(handler=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from driver.inventory.discovery import discover
+    from driver.inventory.table import render_table
+    from driver.slices._limits import MAX_DRIVER_NAME, is_dns_subdomain
+    from driver.slices.builder import build_slices
+
+    node_name = args.node_name or default_node_name()
+    if not is_dns_subdomain(node_name):
+        raise ConfigError(f"--node-name {node_name!r} is not a valid node name (DNS subdomain)")
+    if not is_dns_subdomain(args.driver_name, MAX_DRIVER_NAME):
+        raise ConfigError(
+            f"--driver-name {args.driver_name!r} is not a DNS subdomain of at most 63 characters"
+        )
+    try:
+        reserved = parse_cpulist(args.reserved_cpus)
+    except ValueError as exc:
+        raise ConfigError(f"--reserved-cpus {args.reserved_cpus!r}: {exc}") from exc
+    inventory = discover(args.host_root)
+    if args.output == "table":
+        sys.stdout.write(render_table(inventory, reserved_cpus=reserved))
+        return 0
+    slices = build_slices(
+        inventory,
+        node_name=node_name,
+        driver_name=args.driver_name,
+        reserved_cpus=reserved,
+        node_allocatable=args.node_allocatable,
+    )
+    doc = {"apiVersion": "v1", "kind": "List", "items": slices}
+    if args.output == "json":
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+    else:
+        import yaml
+
+        sys.stdout.write(yaml.safe_dump(doc, sort_keys=False, allow_unicode=True))
+    return 0

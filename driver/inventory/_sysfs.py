@@ -1,0 +1,80 @@
+"""Tiny, forgiving readers for sysfs/procfs files: a missing or odd file reads as None, never raises.
+
+Kernel files vanish under our feet (hot-unplug), differ between kernel versions and may hold
+surprises on virtual machines, so every reader here turns "cannot read" into None and leaves the
+choice of a default to the pure builder. Paths are plain strings and the ``os`` functions are
+used on purpose: discovery reads hundreds of files and ``pathlib`` objects cost several times more
+than the reads themselves (see bench/discover.py).
+"""
+
+from __future__ import annotations
+
+import os
+
+from driver.pinning.types import parse_cpulist
+
+# ruff: noqa: PTH115, PTH118, PTH119, PTH120, PTH123, PTH208 - os functions on purpose, see above
+
+
+def read_text(path: str) -> str | None:
+    """The stripped content of a small text file, or None when it cannot be read."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(65536)
+    except OSError:
+        return None
+    return data.decode("utf-8", errors="replace").strip()
+
+
+def read_int(path: str, base: int = 10) -> int | None:
+    """An integer file (``numa_node``, ``core_id``; ``base=16`` for ``0x10de``), or None."""
+    text = read_text(path)
+    if text is None:
+        return None
+    try:
+        return int(text, base)
+    except ValueError:
+        return None
+
+
+def read_cpulist(path: str) -> frozenset[int] | None:
+    """A kernel list file ("0-3,8"), or None when missing or malformed."""
+    text = read_text(path)
+    if text is None:
+        return None
+    try:
+        return parse_cpulist(text)
+    except ValueError:
+        return None
+
+
+def link_name(path: str) -> str | None:
+    """The last component of a symlink's target (``driver`` -> ``mlx5_core``), or None."""
+    try:
+        target = os.readlink(path)
+    except OSError:
+        return None
+    name = os.path.basename(target.rstrip("/"))
+    if name in ("", ".", ".."):  # "../.." style: normalize lexically against the link's directory
+        name = os.path.basename(os.path.normpath(os.path.join(os.path.dirname(path), target)))
+    return name or None
+
+
+def list_dir(path: str) -> list[str]:
+    """Sorted entry names of a directory; an absent or unreadable directory is empty."""
+    try:
+        return sorted(os.listdir(path))
+    except OSError:
+        return []
+
+
+def link_target(path: str) -> str | None:
+    """The raw target of a symlink (``../../devices/pci0000:00/...``), or None when not a link.
+
+    sysfs links point into ``devices/``, where every directory is real, so the components of one
+    target are all a caller needs; this is far cheaper than resolving every path component.
+    """
+    try:
+        return os.readlink(path)
+    except OSError:
+        return None

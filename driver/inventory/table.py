@@ -1,0 +1,117 @@
+"""A human view of an :class:`Inventory`: NUMA node -> CPUs, memory, hugepages, GPUs, NICs.
+
+Pure (inventory in, text out) so that ``numadra discover -o table`` is tested without a terminal.
+Devices whose firmware reports no NUMA node are listed under their own heading, never guessed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from driver.inventory.model import Cpu, Gpu, Inventory, Nic, NumaNode
+from driver.pinning.types import format_cpulist
+
+__all__ = ["render_table"]
+
+
+def _size(value: int) -> str:
+    """Bytes as a short binary size ("1.0 TiB", "512 MiB")."""
+    size = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if size < 1024 or unit == "PiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{value} B"  # pragma: no cover - the loop always returns
+
+
+def _clip(text: str, width: int = 48) -> str:
+    """Printable text of at most ``width`` characters, for one table cell."""
+    text = "".join(ch for ch in text if ch.isprintable())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _page(kib: int) -> str:
+    return f"{kib // 1024 // 1024}Gi" if kib >= 1024 * 1024 else f"{kib // 1024}Mi"
+
+
+def _node_line(node: NumaNode, cpus: Sequence[Cpu], reserved: frozenset[int]) -> list[str]:
+    cores = {(c.package_id, c.die_id, c.core_id) for c in cpus}
+    threads = max((len(c.thread_siblings) for c in cpus), default=0)
+    sockets = sorted({c.package_id for c in cpus})
+    lines = [f"NUMA node {node.id}"]
+    if cpus:
+        lines.append(
+            f"  cpus      {len(cpus)} ({format_cpulist([c.id for c in cpus])}): {len(cores)} cores"
+            f" x {threads} thread{'s' if threads != 1 else ''}, socket {','.join(map(str, sockets))}"
+        )
+        extra = [
+            f"isolated {format_cpulist([c.id for c in cpus if c.isolated])}"
+            if any(c.isolated for c in cpus)
+            else "",
+            f"reserved {format_cpulist([c.id for c in cpus if c.id in reserved])}"
+            if any(c.id in reserved for c in cpus)
+            else "",
+        ]
+        if any(extra):
+            lines.append("            " + ", ".join(e for e in extra if e))
+    else:
+        lines.append("  cpus      none (memory-only node)")
+    lines.append(f"  memory    {_size(node.memory_bytes)}")
+    pages = ", ".join(f"{_page(size)} x {count}" for size, count in node.hugepages) or "none"
+    lines.append(f"  hugepages {pages}")
+    if len(node.distances) > 1:
+        lines.append(f"  distance  {' '.join(map(str, node.distances))}")
+    return lines
+
+
+def _gpu_line(gpu: Gpu) -> str:
+    what = _clip(gpu.product_name or f"{gpu.vendor_id:04x}:{gpu.device_id:04x}")
+    nodes = " ".join(gpu.device_nodes) or "-"
+    return f"  gpu  {gpu.name}  {gpu.vendor} {what}  root {gpu.pci.pcie_root or '?'}  {nodes}"
+
+
+def _nic_line(nic: Nic) -> str:
+    speed = f"{nic.speed_mbps} Mb/s" if nic.speed_mbps else "speed ?"
+    kind = (
+        f"VF of {nic.pf_bus_id}"
+        if nic.sriov_vf
+        else (f"PF, {nic.sriov_total_vfs} VFs" if nic.sriov_total_vfs else "")
+    )
+    rdma = f"rdma {','.join(nic.rdma_devices)}" if nic.rdma_devices else ""
+    parts = [
+        _clip(nic.interface_name),
+        nic.driver or "?",
+        nic.mac_address or "-",
+        speed,
+        nic.operstate,
+        kind,
+        rdma,
+    ]
+    return f"  nic  {nic.name}  " + "  ".join(p for p in parts if p)
+
+
+def render_table(inventory: Inventory, *, reserved_cpus: frozenset[int] = frozenset()) -> str:
+    """The topology view, one block per NUMA node, then devices of unknown NUMA node."""
+    lines: list[str] = []
+    facts = dict(inventory.host_facts)
+    if facts:
+        lines.append("host      " + ", ".join(f"{k} {_clip(v, 64)}" for k, v in sorted(facts.items())))
+    total_mem = sum(n.memory_bytes for n in inventory.numa_nodes)
+    lines.append(
+        f"total     {len(inventory.cpus)} CPUs, {_size(total_mem)} memory, {len(inventory.numa_nodes)} NUMA"
+        f" node(s), {len(inventory.gpus)} GPU(s), {len(inventory.nics)} NIC(s)"
+    )
+    for node in inventory.numa_nodes:
+        lines.append("")
+        lines.extend(_node_line(node, [c for c in inventory.cpus if c.numa_node == node.id], reserved_cpus))
+        lines.extend(_gpu_line(g) for g in inventory.gpus if g.pci.numa_node == node.id)
+        lines.extend(_nic_line(n) for n in inventory.nics if n.pci.numa_node == node.id)
+    known = {n.id for n in inventory.numa_nodes}
+    unknown_gpus = [g for g in inventory.gpus if g.pci.numa_node not in known]
+    unknown_nics = [n for n in inventory.nics if n.pci.numa_node not in known]
+    if unknown_gpus or unknown_nics:
+        lines.append("")
+        lines.append("NUMA node unknown (firmware reports none)")
+        lines.extend(_gpu_line(g) for g in unknown_gpus)
+        lines.extend(_nic_line(n) for n in unknown_nics)
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,245 @@
+"""Inventory -> complete ``resource.k8s.io/v1`` ResourceSlice objects (plain JSON dicts); pure.
+
+Same inventory and arguments, same slices, byte for byte: the publisher can diff them against the
+apiserver. Host-derived values that would break an API limit are sanitized here (strings clipped
+to 64 bytes on a character boundary, out-of-range integers dropped) rather than failing discovery.
+Attributes of the driver's own domain carry no prefix (the API files them under the driver name);
+standard ones carry ``resource.kubernetes.io/``. See DESIGN.md section 2 and the README table.
+
+Capacity request policies of the per-NUMA ``cpu`` device (consumable, shared by many claims):
+
+* ``cpus``: default 1, min 1, step 1 — a claim that names no amount gets one exclusive CPU.
+* ``memory``: default 0, min 0, step 1Mi — memory is bookkeeping that a claim asks for explicitly;
+  the NUMA pinning (``cpuset.mems``) comes with the device whatever the amount.
+* ``hugepages2Mi`` / ``hugepages1Gi``: default 0, min 0, step one page.
+
+A policy is left out when the capacity is too small for it (the API wants min + step <= value), and
+``cpus`` is left out of a node whose CPUs are all reserved, so such a node cannot satisfy CPU
+requests. Hugepage capacities are always present (value "0" when none) so that CEL selectors on
+them never fail with "no such key".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from driver import DEFAULT_DRIVER_NAME
+from driver.errors import SliceError
+from driver.inventory.model import Gpu, Inventory, Nic, NumaNode
+from driver.slices._limits import (
+    INT64_MAX,
+    INT64_MIN,
+    MAX_DEVICES_PER_SLICE,
+    MAX_DEVICES_PER_SLICE_ADVANCED,
+    MAX_DRIVER_NAME,
+    MAX_TAINTS,
+    STANDARD_DOMAIN,
+    clip_utf8,
+    is_dns_subdomain,
+    sanitize_subdomain,
+)
+from driver.slices._quantity import format_bytes, format_count
+
+__all__ = [
+    "API_VERSION",
+    "ATTR_NUMA_NODE",
+    "ATTR_PCIE_ROOT",
+    "ATTR_PCI_BUS_ID",
+    "KIND",
+    "build_slices",
+    "slice_name",
+]
+
+API_VERSION = "resource.k8s.io/v1"
+KIND = "ResourceSlice"
+ATTR_NUMA_NODE = f"{STANDARD_DOMAIN}/numaNode"
+ATTR_PCIE_ROOT = f"{STANDARD_DOMAIN}/pcieRoot"
+ATTR_PCI_BUS_ID = f"{STANDARD_DOMAIN}/pciBusID"
+
+_HUGEPAGE_CAPACITIES = ((2048, "hugepages2Mi", "hugepages-2Mi"), (1048576, "hugepages1Gi", "hugepages-1Gi"))
+_MEMORY_STEP = 1024 * 1024
+
+Device = dict[str, Any]
+Taint = Mapping[str, Any]
+
+
+def build_slices(
+    inventory: Inventory,
+    *,
+    node_name: str,
+    driver_name: str = DEFAULT_DRIVER_NAME,
+    generation: int = 1,
+    reserved_cpus: frozenset[int] = frozenset(),
+    taints: Mapping[str, Sequence[Taint]] | None = None,
+    node_allocatable: bool = False,
+) -> list[dict[str, Any]]:
+    """All ResourceSlices of this node's pool, split to respect the per-slice device limit.
+
+    ``reserved_cpus`` are kept out of the ``cpus`` capacity (system and kubelet CPUs). ``taints``
+    maps device names to taint dicts (``key``, ``value``, ``effect``); taints on unknown devices are
+    ignored, since the device may have just vanished. ``node_allocatable`` adds the 1.37 alpha
+    ``nodeAllocatableResources`` mapping on cpu devices (KEP-5517).
+
+    Raises :class:`SliceError` for a node or driver name the API can never accept, a generation
+    below 1 or more than 16 taints on one device: those come from configuration, not the host.
+    """
+    _check_arguments(node_name, driver_name, generation)
+    devices: list[Device] = []
+    for gpu in inventory.gpus:
+        devices.append(_gpu_device(gpu))
+    for nic in inventory.nics:
+        devices.append(_nic_device(nic))
+    for node in inventory.numa_nodes:
+        devices.append(_cpu_device(node, inventory, reserved_cpus, node_allocatable))
+    advanced = _apply_taints(devices, taints or {})
+    limit = MAX_DEVICES_PER_SLICE_ADVANCED if advanced else MAX_DEVICES_PER_SLICE
+    chunks = [devices[i : i + limit] for i in range(0, len(devices), limit)] or [[]]
+    return [
+        {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "metadata": {"name": slice_name(node_name, driver_name, index)},
+            "spec": {
+                "driver": driver_name,
+                "nodeName": node_name,
+                "pool": {"name": node_name, "generation": generation, "resourceSliceCount": len(chunks)},
+                "devices": chunk,
+            },
+        }
+        for index, chunk in enumerate(chunks)
+    ]
+
+
+def slice_name(node_name: str, driver_name: str, index: int) -> str:
+    """Deterministic slice name ``<node>-<driver, dots as dashes>-<index>``, a valid DNS subdomain."""
+    suffix = f"-{index}"
+    base = sanitize_subdomain(f"{node_name}-{driver_name.replace('.', '-')}", 253 - len(suffix))
+    return f"{base}{suffix}"
+
+
+def _check_arguments(node_name: str, driver_name: str, generation: int) -> None:
+    if not is_dns_subdomain(node_name):
+        raise SliceError(f"node name {node_name!r} is not a DNS subdomain of at most 253 characters")
+    if not is_dns_subdomain(driver_name, MAX_DRIVER_NAME):
+        raise SliceError(f"driver name {driver_name!r} is not a DNS subdomain of at most 63 characters")
+    if generation < 1:
+        raise SliceError(f"pool generation must be >= 1, got {generation}")
+
+
+def _string(value: str) -> dict[str, Any]:
+    return {"string": clip_utf8(value)}
+
+
+def _set_int(attrs: dict[str, Any], key: str, value: int | None) -> None:
+    if value is not None and INT64_MIN <= value <= INT64_MAX:
+        attrs[key] = {"int": value}
+
+
+def _set_string(attrs: dict[str, Any], key: str, value: str | None) -> None:
+    if value:
+        attrs[key] = _string(value)
+
+
+def _pci_attributes(attrs: dict[str, Any], bus_id: str, pcie_root: str, numa_node: int | None) -> None:
+    _set_int(attrs, ATTR_NUMA_NODE, numa_node)  # omitted when sysfs says -1
+    _set_string(attrs, ATTR_PCIE_ROOT, pcie_root)
+    attrs[ATTR_PCI_BUS_ID] = _string(bus_id)
+
+
+def _gpu_device(gpu: Gpu) -> Device:
+    attrs: dict[str, Any] = {
+        "type": _string("gpu"),
+        "vendor": _string(gpu.vendor),
+        "pciVendorID": _string(f"{gpu.vendor_id:04x}"),
+        "pciDeviceID": _string(f"{gpu.device_id:04x}"),
+    }
+    _set_string(attrs, "productName", gpu.product_name)
+    _set_int(attrs, "index", gpu.index)
+    _pci_attributes(attrs, gpu.pci.bus_id, gpu.pci.pcie_root, gpu.pci.numa_node)
+    device: Device = {"name": gpu.name, "attributes": attrs}
+    if gpu.memory_bytes:
+        device["capacity"] = {"memory": {"value": format_bytes(gpu.memory_bytes)}}
+    return device
+
+
+def _nic_device(nic: Nic) -> Device:
+    attrs: dict[str, Any] = {"type": _string("nic"), "interfaceName": _string(nic.interface_name)}
+    _set_string(attrs, "macAddress", nic.mac_address)
+    _set_string(attrs, "driver", nic.driver)
+    _set_int(attrs, "speedMbps", nic.speed_mbps)
+    attrs["sriovVF"] = {"bool": nic.sriov_vf}
+    _set_string(attrs, "pfBusID", nic.pf_bus_id)
+    attrs["rdma"] = {"bool": nic.rdma}
+    _set_string(attrs, "rdmaDevice", nic.rdma_devices[0] if nic.rdma_devices else None)
+    _pci_attributes(attrs, nic.pci.bus_id, nic.pci.pcie_root, nic.pci.numa_node)
+    return {"name": nic.name, "attributes": attrs}
+
+
+def _cpu_device(
+    node: NumaNode, inventory: Inventory, reserved: frozenset[int], node_allocatable: bool
+) -> Device:
+    cpus = [c for c in inventory.cpus if c.numa_node == node.id]
+    attrs: dict[str, Any] = {"type": _string("cpu")}
+    if cpus:
+        _set_int(attrs, "socket", min(c.package_id for c in cpus))
+    attrs["smt"] = {"bool": any(len(c.thread_siblings) > 1 for c in cpus)}
+    _set_int(attrs, "cpuCount", len(node.cpus))
+    _set_int(attrs, ATTR_NUMA_NODE, node.id)
+    capacity: dict[str, Any] = {}
+    available = len([c for c in node.cpus if c not in reserved])
+    if available > 0:
+        capacity["cpus"] = _capacity(format_count(available), "1", "1", "1", available >= 2)
+    capacity["memory"] = _capacity(
+        format_bytes(node.memory_bytes),
+        "0",
+        "0",
+        format_bytes(_MEMORY_STEP),
+        node.memory_bytes >= _MEMORY_STEP,
+    )
+    for page_kib, key, _ in _HUGEPAGE_CAPACITIES:
+        total = node.hugepages_bytes(page_kib)
+        capacity[key] = _capacity(format_bytes(total), "0", "0", format_bytes(page_kib * 1024), total > 0)
+    device: Device = {
+        "name": node.name,
+        "allowMultipleAllocations": True,
+        "attributes": attrs,
+        "capacity": capacity,
+    }
+    if node_allocatable:
+        device["nodeAllocatableResources"] = _node_allocatable(capacity)
+    return device
+
+
+def _capacity(value: str, default: str, minimum: str, step: str, with_policy: bool) -> dict[str, Any]:
+    """A consumable capacity; its policy only when the value is large enough (min + step <= value)."""
+    if not with_policy:
+        return {"value": value}
+    return {
+        "value": value,
+        "requestPolicy": {"default": default, "validRange": {"min": minimum, "step": step}},
+    }
+
+
+def _node_allocatable(capacity: Mapping[str, Any]) -> dict[str, Any]:
+    """KEP-5517 (1.37 shape): each node-allocatable resource is the consumed amount of a capacity."""
+    names = [("cpu", "cpus"), ("memory", "memory")] + [(res, key) for _, key, res in _HUGEPAGE_CAPACITIES]
+    return {
+        resource: {"mapping": {"capacityKey": key, "capacityMultiplier": "1"}}
+        for resource, key in names
+        if key in capacity
+    }
+
+
+def _apply_taints(devices: list[Device], taints: Mapping[str, Sequence[Taint]]) -> bool:
+    """Attach taints to their devices; True when any device got one (then at most 64 per slice)."""
+    tainted = False
+    for device in devices:
+        device_taints = taints.get(device["name"])
+        if not device_taints:
+            continue
+        if len(device_taints) > MAX_TAINTS:
+            raise SliceError(f"device {device['name']}: {len(device_taints)} taints, at most {MAX_TAINTS}")
+        device["taints"] = [dict(t) for t in device_taints]
+        tainted = True
+    return tainted
