@@ -139,26 +139,27 @@ def _serve(
     version: str,
 ) -> Iterator[_Response]:
     cancelled = threading.Event()
+    log = _log.bind(service=f"{version}.DRAResourceHealth")
+    sent = [0]
 
     def on_done() -> None:
+        # runs when the RPC ends for any reason; grpc may abandon a suspended generator without
+        # closing it, so this (not a ``finally``) is where the stream's end is known promptly
         cancelled.set()
         fanout.wake()
+        log.info("health stream closed", reports=sent[0])
 
     context.add_callback(on_done)
-    log = _log.bind(service=f"{version}.DRAResourceHealth")
     log.info("health stream opened")
-    sent = 0
     last: dict[tuple[str, str], HealthState] = {}
     try:
         for snapshot in fanout.stream(cancelled):
-            sent += 1
+            sent[0] += 1
             _log_transitions(log, fanout.driver_name, last, snapshot)
             yield build(snapshot, int(time.time()))
     except Exception as exc:
         log.exception("health snapshot failed")
         context.abort(grpc.StatusCode.UNAVAILABLE, f"health snapshot failed: {type(exc).__name__}: {exc}")
-    finally:
-        log.info("health stream closed", reports=sent, cancelled=cancelled.is_set())
 
 
 class HealthV1Servicer(health_v1_pb2_grpc.DRAResourceHealthServicer):
