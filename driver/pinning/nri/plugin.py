@@ -1,0 +1,355 @@
+"""``--pinning nri``: a pure-Python NRI plugin speaking ttrpc over the runtime's unix socket.
+
+One socket, two directions (see ``wire.py``): the plugin calls ``Runtime.RegisterPlugin`` on
+multiplexed connection 2, and serves the ``Plugin`` service (Configure, Synchronize,
+CreateContainer, ...) that the runtime calls on connection 1. A reader thread demultiplexes
+frames; requests run on a small pool so that a slow request never stalls the socket.
+
+Container creation waits for this plugin, so every request is **time-boxed** (1 s by default, or
+less when the runtime's ttrpc timeout is shorter): a handler that has not answered by then is
+abandoned and the runtime gets an empty response (no adjustment), with a warning in the log.
+Creating a container unpinned is better than stalling every pod on the node.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from google.protobuf.message import DecodeError, Message
+
+from driver._proto.nri import api_pb2 as nri
+from driver._proto.nri import ttrpc_pb2 as ttrpc
+from driver.errors import PinningError
+from driver.log import get_logger
+from driver.pinning.backend import PinningKind, PinTarget
+from driver.pinning.nri.handlers import ClaimLookup, PinningHandlers
+from driver.pinning.nri.wire import (
+    MSG_REQUEST,
+    MSG_RESPONSE,
+    PLUGIN_SERVICE_CONN,
+    RUNTIME_SERVICE_CONN,
+    Demuxer,
+    Frame,
+    encode_frame,
+)
+from driver.pinning.types import CpuAssignment
+
+__all__ = [
+    "DEFAULT_NRI_SOCKET",
+    "PLUGIN_SERVICE",
+    "RUNTIME_SERVICE",
+    "NriPlugin",
+]
+
+DEFAULT_NRI_SOCKET = Path("/var/run/nri/nri.sock")
+PLUGIN_SERVICE = "nri.pkg.api.v1alpha1.Plugin"
+RUNTIME_SERVICE = "nri.pkg.api.v1alpha1.Runtime"
+#: NRI module version this plugin implements the wire protocol of
+NRI_VERSION = "v0.11.0"
+
+# gRPC status codes used in ttrpc responses
+_INVALID_ARGUMENT = 3
+_FAILED_PRECONDITION = 9
+_UNIMPLEMENTED = 12
+_INTERNAL = 13
+
+_log = get_logger("pinning.nri")
+
+_Handler = Callable[[Any], Message]
+
+
+class NriPlugin:
+    """The NRI plugin: connection, registration, dispatch with a time box, reconnects."""
+
+    def __init__(
+        self,
+        handlers: PinningHandlers | None = None,
+        *,
+        claim_lookup: ClaimLookup | None = None,
+        socket_path: Path = DEFAULT_NRI_SOCKET,
+        name: str = "numadra",
+        index: str = "00",
+        handler_budget_s: float = 1.0,
+        register_timeout_s: float = 5.0,
+    ) -> None:
+        if len(index) != 2 or not index.isdigit():
+            raise PinningError(f"NRI plugin index must be two digits, got {index!r}")
+        self.handlers = handlers or PinningHandlers(claim_lookup)
+        self._socket_path = socket_path
+        self._name = name
+        self._index = index
+        self._budget = handler_budget_s
+        self._register_timeout = register_timeout_s
+        self._methods: dict[str, tuple[type[Message], _Handler]] = {
+            "Configure": (nri.ConfigureRequest, self.handlers.configure),
+            "Synchronize": (nri.SynchronizeRequest, self.handlers.synchronize),
+            "Shutdown": (nri.Empty, self._shutdown),
+            "CreateContainer": (nri.CreateContainerRequest, self.handlers.create_container),
+            "UpdateContainer": (nri.UpdateContainerRequest, self.handlers.update_container),
+            "StopContainer": (nri.StopContainerRequest, self.handlers.stop_container),
+            "RemoveContainer": (nri.RemoveContainerRequest, self.handlers.remove_container),
+        }
+        self._responses: dict[str, type[Message]] = {
+            "Configure": nri.ConfigureResponse,
+            "Synchronize": nri.SynchronizeResponse,
+            "Shutdown": nri.Empty,
+            "CreateContainer": nri.CreateContainerResponse,
+            "UpdateContainer": nri.UpdateContainerResponse,
+            "StopContainer": nri.StopContainerResponse,
+            "RemoveContainer": nri.RemoveContainerResponse,
+        }
+        self._dispatch = ThreadPoolExecutor(max_workers=8, thread_name_prefix="nri-dispatch")
+        self._work = ThreadPoolExecutor(max_workers=8, thread_name_prefix="nri-handler")
+        self._state_lock = threading.Lock()
+        self._write_lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self._pending: dict[int, Future[ttrpc.Response]] = {}
+        self._next_stream = 1
+        self._disconnected = threading.Event()
+        self._disconnected.set()
+        self._reader_thread: threading.Thread | None = None
+
+    # -- PinningBackend -------------------------------------------------------------------------
+
+    @property
+    def kind(self) -> PinningKind:
+        """Always :attr:`PinningKind.NRI`."""
+        return PinningKind.NRI
+
+    def apply(self, target: PinTarget, assignment: CpuAssignment) -> None:
+        """Pin the container ``target.container_id`` at its next Create/Update/Synchronize."""
+        if target.container_id is None:
+            raise PinningError("NRI pinning needs the runtime container id")
+        self.handlers.expect(target.container_id, assignment)
+
+    def release(self, target: PinTarget) -> None:
+        """Forget the container's explicit assignment."""
+        if target.container_id is not None:
+            self.handlers.forget(target.container_id)
+
+    # -- connection lifecycle -------------------------------------------------------------------
+
+    @property
+    def connected(self) -> bool:
+        """True while a runtime connection is up."""
+        return not self._disconnected.is_set()
+
+    def connect(self) -> None:
+        """Connect to the runtime and register; afterwards the runtime drives the plugin."""
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(str(self._socket_path))
+        except OSError as exc:
+            sock.close()
+            raise PinningError(f"connect to NRI socket {self._socket_path}: {exc.strerror}") from exc
+        with self._state_lock:
+            self._sock = sock
+            self._next_stream = 1
+            self._disconnected.clear()
+        reader = threading.Thread(target=self._reader, args=(sock,), name="nri-reader", daemon=True)
+        self._reader_thread = reader
+        reader.start()
+        try:
+            self._call(
+                "RegisterPlugin",
+                nri.RegisterPluginRequest(
+                    plugin_name=self._name, plugin_idx=self._index, NRI_version=NRI_VERSION
+                ),
+                nri.Empty,
+                self._register_timeout,
+            )
+        except PinningError:
+            self.disconnect()
+            raise
+        _log.info(
+            "registered with runtime", socket=str(self._socket_path), plugin=self._name, index=self._index
+        )
+
+    def wait_disconnected(self, timeout: float | None = None) -> bool:
+        """Block until the runtime connection is gone; False on timeout."""
+        return self._disconnected.wait(timeout)
+
+    def disconnect(self) -> None:
+        """Close the runtime connection (the reader thread then fails pending calls)."""
+        with self._state_lock:
+            sock, self._sock = self._sock, None
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+        reader = self._reader_thread
+        if reader is not None and reader is not threading.current_thread():
+            reader.join(2.0)  # let it fail pending calls and log before we return
+
+    def serve_forever(self, stop: threading.Event, max_backoff_s: float = 30.0) -> None:
+        """Stay connected until ``stop``: reconnect with backoff when the runtime restarts."""
+        backoff = 0.5
+        while not stop.is_set():
+            try:
+                self.connect()
+                backoff = 0.5
+            except PinningError as exc:
+                _log.warning("NRI runtime not reachable, retrying", error=str(exc), retry_in_s=backoff)
+                stop.wait(backoff)
+                backoff = min(backoff * 2, max_backoff_s)
+                continue
+            while not stop.is_set() and not self._disconnected.wait(0.5):
+                pass
+        self.close()
+
+    def close(self) -> None:
+        """Disconnect and stop the worker pools."""
+        self.disconnect()
+        self._dispatch.shutdown(wait=False, cancel_futures=True)
+        self._work.shutdown(wait=False, cancel_futures=True)
+
+    # -- transport ------------------------------------------------------------------------------
+
+    def _send(self, data: bytes) -> None:
+        sock = self._sock
+        if sock is None:
+            raise PinningError("NRI connection is closed")
+        with self._write_lock:
+            try:
+                sock.sendall(data)
+            except OSError as exc:
+                raise PinningError(f"write to NRI socket {self._socket_path}: {exc.strerror}") from exc
+
+    def _reader(self, sock: socket.socket) -> None:
+        demux = Demuxer()
+        try:
+            while True:
+                data = sock.recv(1 << 16)
+                if not data:
+                    break
+                for frame in demux.feed(data):
+                    self._on_frame(frame)
+        except (OSError, PinningError) as exc:
+            _log.warning("NRI connection failed", error=str(exc))
+        finally:
+            with self._state_lock:
+                pending, self._pending = self._pending, {}
+                if self._sock is sock:
+                    self._sock = None
+                self._disconnected.set()
+            for fut in pending.values():
+                fut.set_exception(PinningError("NRI connection closed before the runtime answered"))
+            with contextlib.suppress(OSError):
+                sock.close()
+            _log.info("disconnected from runtime", socket=str(self._socket_path))
+
+    def _on_frame(self, frame: Frame) -> None:
+        if frame.conn_id == PLUGIN_SERVICE_CONN and frame.msg_type == MSG_REQUEST:
+            self._dispatch.submit(self._serve, frame.stream_id, frame.payload)
+        elif frame.conn_id == RUNTIME_SERVICE_CONN and frame.msg_type == MSG_RESPONSE:
+            with self._state_lock:
+                fut = self._pending.pop(frame.stream_id, None)
+            if fut is None:
+                return
+            resp = ttrpc.Response()
+            try:
+                resp.ParseFromString(frame.payload)
+            except DecodeError as exc:
+                fut.set_exception(PinningError(f"undecodable ttrpc response: {exc}"))
+                return
+            fut.set_result(resp)
+
+    def _call(self, method: str, request: Message, response_type: type[Message], timeout: float) -> Message:
+        """A unary call on the Runtime service (connection 2)."""
+        fut: Future[ttrpc.Response] = Future()
+        with self._state_lock:
+            stream_id = self._next_stream
+            self._next_stream += 2
+            self._pending[stream_id] = fut
+        envelope = ttrpc.Request(
+            service=RUNTIME_SERVICE,
+            method=method,
+            payload=request.SerializeToString(),
+            timeout_nano=int(timeout * 1e9),
+        )
+        self._send(encode_frame(RUNTIME_SERVICE_CONN, stream_id, MSG_REQUEST, envelope.SerializeToString()))
+        try:
+            resp = fut.result(timeout)
+        except concurrent.futures.TimeoutError as exc:
+            with self._state_lock:
+                self._pending.pop(stream_id, None)
+            raise PinningError(f"NRI runtime did not answer {method} within {timeout:g} s") from exc
+        if resp.status.code != 0:
+            raise PinningError(
+                f"NRI runtime refused {method}: {resp.status.message} (code {resp.status.code})"
+            )
+        out = response_type()
+        out.ParseFromString(resp.payload)
+        return out
+
+    def _serve(self, stream_id: int, payload: bytes) -> None:
+        """Answer one request from the runtime, within the time box."""
+        response = self._respond(payload)
+        try:
+            self._send(
+                encode_frame(PLUGIN_SERVICE_CONN, stream_id, MSG_RESPONSE, response.SerializeToString())
+            )
+        except PinningError as exc:
+            _log.warning("could not send NRI response", error=str(exc))
+
+    def _respond(self, payload: bytes) -> ttrpc.Response:
+        decoded = self._decode(payload)
+        if isinstance(decoded, ttrpc.Response):
+            return decoded
+        method, handler, request, budget = decoded
+        started = time.monotonic()
+        job = self._work.submit(handler, request)
+        try:
+            result = job.result(timeout=budget)
+        except concurrent.futures.TimeoutError:
+            _log.warning(
+                "NRI handler exceeded its time box; answering with no adjustment",
+                method=method,
+                budget_s=budget,
+            )
+            return ttrpc.Response(payload=self._responses[method]().SerializeToString())
+        except PinningError as exc:
+            _log.error("NRI request refused", method=method, error=str(exc))
+            return _status(_FAILED_PRECONDITION, str(exc))
+        except Exception as exc:  # a handler bug must not kill the connection
+            _log.exception("NRI handler failed", method=method)
+            return _status(_INTERNAL, f"{method} failed: {exc}")
+        _log.debug("NRI request served", method=method, took_ms=(time.monotonic() - started) * 1e3)
+        return ttrpc.Response(payload=result.SerializeToString())
+
+    def _decode(self, payload: bytes) -> ttrpc.Response | tuple[str, _Handler, Message, float]:
+        """The method, handler, request and time box of a ttrpc request, or an error response."""
+        envelope = ttrpc.Request()
+        try:
+            envelope.ParseFromString(payload)
+        except DecodeError as exc:
+            return _status(_INVALID_ARGUMENT, f"undecodable ttrpc request: {exc}")
+        entry = self._methods.get(envelope.method) if envelope.service == PLUGIN_SERVICE else None
+        if entry is None:
+            return _status(_UNIMPLEMENTED, f"{envelope.service}/{envelope.method} is not implemented")
+        request_type, handler = entry
+        request = request_type()
+        try:
+            request.ParseFromString(envelope.payload)
+        except DecodeError as exc:
+            return _status(_INVALID_ARGUMENT, f"undecodable {envelope.method} request: {exc}")
+        budget = self._budget
+        if envelope.timeout_nano > 0:
+            budget = min(budget, envelope.timeout_nano / 1e9)
+        return envelope.method, handler, request, budget
+
+    def _shutdown(self, _request: nri.Empty) -> nri.Empty:
+        _log.info("runtime is shutting down")
+        return nri.Empty()
+
+
+def _status(code: int, message: str) -> ttrpc.Response:
+    return ttrpc.Response(status=ttrpc.Status(code=code, message=message))

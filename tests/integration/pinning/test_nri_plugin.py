@@ -1,0 +1,268 @@
+"""The NRI plugin against a fake runtime over a real unix socket: handshake, adjustments, restarts."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from driver._proto.nri import api_pb2 as nri
+from driver.pinning.backend import PinTarget
+from driver.pinning.nri import NriPlugin, PinningHandlers
+from driver.pinning.types import ClaimPinning, CpuAssignment, CpuMode
+from tests.integration.pinning.fake_nri_runtime import (
+    FakeNriRuntime,
+    FakePluginConnection,
+    container,
+)
+
+OURS_ENV = [
+    "PATH=/usr/bin",
+    "NUMADRA_CPUS=2-3",
+    "NUMADRA_MEMS=0",
+    "NUMADRA_CPU_MODE=exclusive",
+    "NUMADRA_CLAIM_UID=claim-a",
+    "NUMADRA_REQUEST=main",
+]
+CLAIM_A = ClaimPinning(
+    "claim-a", (CpuAssignment("main", CpuMode.EXCLUSIVE, frozenset({2, 3}), frozenset({0})),)
+)
+
+
+@pytest.fixture
+def sock_dir() -> Iterator[Path]:
+    """A short directory for the socket (unix socket paths are limited to 108 bytes)."""
+    d = Path(tempfile.mkdtemp(prefix="nri-", dir="/tmp"))
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def runtime(sock_dir: Path) -> Iterator[FakeNriRuntime]:
+    """The fake runtime listening on <dir>/nri.sock."""
+    rt = FakeNriRuntime(sock_dir / "nri.sock")
+    yield rt
+    rt.close()
+
+
+def _start(runtime: FakeNriRuntime, plugin: NriPlugin) -> FakePluginConnection:
+    """Connect the plugin (registration blocks until the runtime answers) and accept it."""
+    errors: list[BaseException] = []
+
+    def connect() -> None:
+        try:
+            plugin.connect()
+        except BaseException as exc:
+            errors.append(exc)
+
+    t = threading.Thread(target=connect)
+    t.start()
+    conn = runtime.accept()
+    t.join(5)
+    assert not errors, errors
+    return conn
+
+
+@pytest.fixture
+def plugin(runtime: FakeNriRuntime) -> Iterator[NriPlugin]:
+    """A plugin (no claim lookup) aimed at the fake runtime's socket."""
+    p = NriPlugin(socket_path=runtime.socket_path)
+    yield p
+    p.close()
+
+
+def test_handshake_registers_and_subscribes(runtime: FakeNriRuntime, plugin: NriPlugin) -> None:
+    """RegisterPlugin carries name and index; Configure subscribes to create/update/stop/remove."""
+    conn = _start(runtime, plugin)
+    reg = conn.registered.result(1)
+    assert (reg.plugin_name, reg.plugin_idx) == ("numadra", "00")
+    assert conn.runtime_requests == ["nri.pkg.api.v1alpha1.Runtime/RegisterPlugin"]
+    events = conn.configure().events
+    assert events == (1 << 3) | (1 << 7) | (1 << 9) | (1 << 10)
+
+
+def test_create_container_adjusts_only_ours(runtime: FakeNriRuntime, plugin: NriPlugin) -> None:
+    """Our marker env yields cpus/mems in the adjustment; another container gets none."""
+    conn = _start(runtime, plugin)
+    conn.configure()
+    conn.synchronize([])
+    ours = conn.create_container(container("c-ours", "app", OURS_ENV))
+    assert ours.adjust.linux.resources.cpu.cpus == "2-3"
+    assert ours.adjust.linux.resources.cpu.mems == "0"
+    other = conn.create_container(container("c-other", "web", ["PATH=/usr/bin"]))
+    assert not other.HasField("adjust")
+    assert not other.update
+    assert set(plugin.handlers.containers()) == {"c-ours"}
+
+
+def test_synchronize_after_plugin_restart_rebuilds_and_repins(
+    runtime: FakeNriRuntime, sock_dir: Path
+) -> None:
+    """A fresh plugin learns running containers from Synchronize and re-pins the drifted one."""
+    first = NriPlugin(socket_path=runtime.socket_path)
+    conn = _start(runtime, first)
+    conn.configure()
+    conn.synchronize([])
+    conn.create_container(container("c1", "app", OURS_ENV))
+    first.close()  # plugin restart: the process and its memory are gone
+    assert conn.closed.wait(5)
+
+    second = NriPlugin(socket_path=runtime.socket_path)
+    try:
+        conn2 = _start(runtime, second)
+        conn2.configure()
+        running = [
+            container("c1", "app", OURS_ENV, cpus="2-3", mems="0"),  # still pinned
+            container(
+                "c2", "app2", [*OURS_ENV[:1], "NUMADRA_CPUS=4-5", "NUMADRA_MEMS=1"], cpus="0-7"
+            ),  # drifted
+            container("c3", "web", ["PATH=/usr/bin"], cpus="0-7"),  # not ours
+        ]
+        first_page = conn2.synchronize(running[:1], more=True)
+        assert first_page.more and not first_page.update
+        resp = conn2.synchronize(running[1:])
+        assert [u.container_id for u in resp.update] == ["c2"]
+        assert resp.update[0].linux.resources.cpu.cpus == "4-5"
+        assert resp.update[0].linux.resources.cpu.mems == "1"
+        assert set(second.handlers.containers()) == {"c1", "c2"}
+    finally:
+        second.close()
+
+
+def test_slow_handler_answers_within_one_second(runtime: FakeNriRuntime) -> None:
+    """A handler stuck (slow claim lookup) is abandoned after 1 s with an empty adjustment."""
+    release = threading.Event()
+
+    def slow_lookup(uid: str) -> ClaimPinning | None:
+        release.wait(10)
+        return CLAIM_A
+
+    plugin = NriPlugin(claim_lookup=slow_lookup, socket_path=runtime.socket_path)
+    try:
+        conn = _start(runtime, plugin)
+        conn.configure()
+        started = time.monotonic()
+        resp = conn.create_container(container("c-slow", "app", OURS_ENV), timeout=5)
+        took = time.monotonic() - started
+        assert took < 1.5
+        assert took >= 0.9  # it did wait for the handler, up to the time box
+        assert not resp.HasField("adjust")
+    finally:
+        release.set()
+        plugin.close()
+
+
+@pytest.mark.parametrize(
+    ("env", "lookup", "message"),
+    [
+        pytest.param(["NUMADRA_CPUS=3-1"], None, "malformed pinning marker", id="malformed"),
+        pytest.param(["NUMADRA_CPUS="], None, "empty pinning marker", id="empty"),
+        pytest.param(OURS_ENV, {}, "has not prepared", id="unknown-claim"),
+        pytest.param(
+            [*OURS_ENV[:-4], "NUMADRA_CPUS=2-5", "NUMADRA_CLAIM_UID=claim-a"],
+            {"claim-a": CLAIM_A},
+            "not CPUs of claim claim-a",
+            id="foreign-cpus",
+        ),
+    ],
+)
+def test_bad_markers_fail_closed(
+    runtime: FakeNriRuntime, env: list[str], lookup: dict[str, ClaimPinning] | None, message: str
+) -> None:
+    """A bad or untrusted marker makes the runtime refuse the container (error status)."""
+    plugin = NriPlugin(claim_lookup=None if lookup is None else lookup.get, socket_path=runtime.socket_path)
+    try:
+        conn = _start(runtime, plugin)
+        req = nri.CreateContainerRequest(container=container("c-bad", "app", env))
+        resp = conn.call_raw("CreateContainer", req)
+        assert resp.status.code == 9
+        assert message in resp.status.message
+    finally:
+        plugin.close()
+
+
+def test_trusted_marker_with_lookup(runtime: FakeNriRuntime) -> None:
+    """With a claim lookup, a marker matching the prepared claim is applied."""
+    plugin = NriPlugin(claim_lookup={"claim-a": CLAIM_A}.get, socket_path=runtime.socket_path)
+    try:
+        conn = _start(runtime, plugin)
+        resp = conn.create_container(container("c-ok", "app", OURS_ENV))
+        assert resp.adjust.linux.resources.cpu.cpus == "2-3"
+    finally:
+        plugin.close()
+
+
+def test_unknown_method_is_unimplemented(runtime: FakeNriRuntime, plugin: NriPlugin) -> None:
+    """Methods the plugin does not serve get ttrpc status Unimplemented (12)."""
+    conn = _start(runtime, plugin)
+    resp = conn.call_raw("RunPodSandbox", nri.Empty())
+    assert resp.status.code == 12
+    resp = conn.call_raw("Configure", nri.Empty(), service="other.Service")
+    assert resp.status.code == 12
+
+
+def test_update_stop_remove_bookkeeping(runtime: FakeNriRuntime, plugin: NriPlugin) -> None:
+    """UpdateContainer re-asserts our cpuset; Stop keeps the record, Remove drops it."""
+    conn = _start(runtime, plugin)
+    ctr = container("c1", "app", OURS_ENV)
+    conn.create_container(ctr)
+    widened = nri.LinuxResources(cpu=nri.LinuxCPU(cpus="0-7"))
+    upd = conn.call(
+        "UpdateContainer",
+        nri.UpdateContainerRequest(container=ctr, linux_resources=widened),
+        nri.UpdateContainerResponse,
+    )
+    assert [u.container_id for u in upd.update] == ["c1"]
+    assert upd.update[0].linux.resources.cpu.cpus == "2-3"
+    same = nri.LinuxResources(cpu=nri.LinuxCPU(cpus="2-3", mems="0"))
+    upd = conn.call(
+        "UpdateContainer",
+        nri.UpdateContainerRequest(container=ctr, linux_resources=same),
+        nri.UpdateContainerResponse,
+    )
+    assert not upd.update
+    conn.call("StopContainer", nri.StopContainerRequest(container=ctr), nri.StopContainerResponse)
+    assert plugin.handlers.containers()["c1"].stopped
+    conn.call("RemoveContainer", nri.RemoveContainerRequest(container=ctr), nri.RemoveContainerResponse)
+    assert plugin.handlers.containers() == {}
+
+
+def test_backend_apply_pins_container_without_marker(runtime: FakeNriRuntime, plugin: NriPlugin) -> None:
+    """apply() with a container id pins that container at creation even without env markers."""
+    plugin.apply(
+        PinTarget(container_id="c-x"),
+        CpuAssignment("main", CpuMode.EXCLUSIVE, frozenset({1}), frozenset({0})),
+    )
+    conn = _start(runtime, plugin)
+    resp = conn.create_container(container("c-x", "app"))
+    assert resp.adjust.linux.resources.cpu.cpus == "1"
+    plugin.release(PinTarget(container_id="c-x"))
+    assert not conn.create_container(container("c-x", "app")).HasField("adjust")
+
+
+def test_reconnects_after_runtime_restart(runtime: FakeNriRuntime) -> None:
+    """serve_forever registers again when the runtime drops the connection, keeping handler state."""
+    handlers = PinningHandlers()
+    plugin = NriPlugin(handlers, socket_path=runtime.socket_path)
+    stop = threading.Event()
+    t = threading.Thread(target=plugin.serve_forever, args=(stop,), daemon=True)
+    t.start()
+    try:
+        conn = runtime.accept()
+        conn.create_container(container("c1", "app", OURS_ENV))
+        conn.close()  # the runtime restarts
+        conn2 = runtime.accept(timeout=10)
+        assert conn2.registered.result(1).plugin_name == "numadra"
+        assert "c1" in handlers.containers()
+        assert (
+            conn2.create_container(container("c2", "app", OURS_ENV)).adjust.linux.resources.cpu.cpus == "2-3"
+        )
+    finally:
+        stop.set()
+        t.join(5)
+    assert not t.is_alive()
