@@ -2,19 +2,19 @@
 
 Start order matters to the kubelet: it connects to the DRA socket as soon as it has read the
 registration answer, so the DRA server listens (and is checked to accept) before the registration
-socket exists. The registration socket is bound under a dot-prefixed temporary name, which the
-kubelet's watcher ignores, and renamed into place once its server runs; the kubelet therefore
-never sees a socket that does not answer.
+socket exists. Each socket is bound under a dot-prefixed temporary name, which the kubelet's watcher
+ignores, and renamed into place once its server runs; the kubelet therefore never sees a socket
+that does not answer.
 
 Stop order is the reverse: the registration socket goes first (the kubelet deregisters the plugin
 when the file disappears), then health streams end, then the DRA server drains and its socket is
-removed. Only our own socket files are ever removed; with ``pod_uid`` their names are unique to this
-pod, so two pods can run side by side during a rolling update.
+removed. Only the socket files this process created are removed, checked by inode, so a successor
+that already replaced them keeps its own; with ``pod_uid`` the names are unique to this pod and two
+pods run side by side during a rolling update.
 """
 
 from __future__ import annotations
 
-import contextlib
 import secrets
 import socket
 import stat
@@ -42,7 +42,7 @@ from driver.kubelet.health import (
     HealthV1alpha1Servicer,
     HealthV1Servicer,
 )
-from driver.kubelet.paths import SocketPaths, socket_paths
+from driver.kubelet.paths import MAX_SOCKET_PATH_BYTES, SocketPaths, socket_paths
 from driver.kubelet.registration import RegistrationResult, RegistrationServicer, supported_versions
 from driver.kubelet.serialize import SerializeLock
 from driver.log import get_logger
@@ -115,6 +115,8 @@ class KubeletPluginServer:
         self._dra_server: grpc.Server | None = None
         self._reg_server: grpc.Server | None = None
         self._executors: list[ThreadPoolExecutor] = []
+        #: socket files we created, with their (st_dev, st_ino): stop() removes only these
+        self._owned: dict[Path, tuple[int, int]] = {}
         self._state_lock = threading.Lock()
         self._started = False
         self._stopped = False
@@ -151,15 +153,20 @@ class KubeletPluginServer:
                 raise DriverError("kubelet plugin server already started")
             self._started = True
         t0 = time.monotonic()
-        if not self.registrar_dir.is_dir():
-            raise ConfigError(
-                f"registrar directory {self.registrar_dir} does not exist (kubelet's plugins_registry)"
-            )
-        self.plugin_dir.mkdir(mode=0o750, parents=True, exist_ok=True)
-        _remove_stale_socket(self.paths.registration)
-        _remove_stale_socket(self.paths.dra)
-        self._lock.open()
         try:
+            if not self.registrar_dir.is_dir():
+                raise ConfigError(
+                    f"registrar directory {self.registrar_dir} does not exist (kubelet's plugins_registry)"
+                )
+            try:
+                self.plugin_dir.mkdir(mode=0o750, parents=True, exist_ok=True)
+            except OSError as exc:
+                raise ConfigError(
+                    f"cannot create plugin directory {self.plugin_dir}: {exc.strerror}"
+                ) from exc
+            _remove_stale_socket(self.paths.registration)
+            _remove_stale_socket(self.paths.dra)
+            self._lock.open()
             self._start_dra()
             self._start_registration()
         except BaseException:
@@ -195,22 +202,50 @@ class KubeletPluginServer:
             )
             self._fanout.start()
         self._dra_server = server
-        server.add_insecure_port(f"unix://{self.paths.dra}")
-        server.start()
+        self._serve_at(server, self.paths.dra)
         _check_accepts(self.paths.dra)
 
-    def _start_registration(self) -> None:
-        final = self.paths.registration
-        temp = final.with_name(f".{secrets.token_hex(6)}.tmp")
-        server = grpc.server(self._executor(2, "reg-grpc"), options=[("grpc.so_reuseport", 0)])
-        pluginregistration_v1_pb2_grpc.add_RegistrationServicer_to_server(self._registration, server)
-        self._reg_server = server
+    def _serve_at(self, server: grpc.Server, final: Path) -> None:
+        """Start ``server`` on a temporary dot-name, then rename the socket to ``final``.
+
+        The rename makes the socket appear already serving (the kubelet's watcher ignores dot-names),
+        and grpc, which unlinks the path it bound when it shuts down, then never removes a file at
+        ``final`` that a successor process may have created in the meantime.
+        """
+        temp = final.with_name(f".{secrets.token_hex(3)}.tmp")
+        if len(str(temp).encode()) > MAX_SOCKET_PATH_BYTES:
+            temp = final  # a 1-2 character name in a maximal directory: bind in place
         try:
             server.add_insecure_port(f"unix://{temp}")
             server.start()
-            temp.replace(final)
+            if temp != final:
+                temp.replace(final)
+            self._own(final)
         finally:
-            temp.unlink(missing_ok=True)
+            if temp != final:
+                temp.unlink(missing_ok=True)
+
+    def _own(self, path: Path) -> None:
+        st = path.lstat()
+        self._owned[path] = (st.st_dev, st.st_ino)
+
+    def _remove_owned(self, path: Path) -> None:
+        """Unlink ``path`` only if it is still the socket we bound (not a successor's)."""
+        identity = self._owned.pop(path, None)
+        try:
+            st = path.lstat()
+        except FileNotFoundError:
+            return
+        if identity == (st.st_dev, st.st_ino):
+            path.unlink(missing_ok=True)
+        elif identity is not None:
+            self._log.warning("socket was replaced by another process; leaving it", path=str(path))
+
+    def _start_registration(self) -> None:
+        server = grpc.server(self._executor(2, "reg-grpc"), options=[("grpc.so_reuseport", 0)])
+        pluginregistration_v1_pb2_grpc.add_RegistrationServicer_to_server(self._registration, server)
+        self._reg_server = server
+        self._serve_at(server, self.paths.registration)
 
     def stop(self, grace: float = 1.0) -> None:
         """Remove the registration socket, end health streams, drain and remove the DRA socket."""
@@ -219,16 +254,14 @@ class KubeletPluginServer:
                 self._stopped = True
                 return
             self._stopped = True
-        with contextlib.suppress(FileNotFoundError):
-            self.paths.registration.unlink()
+        self._remove_owned(self.paths.registration)
         if self._reg_server is not None:
             self._reg_server.stop(0).wait()
         if self._fanout is not None:
             self._fanout.stop()
         if self._dra_server is not None:
             self._dra_server.stop(grace).wait()
-        with contextlib.suppress(FileNotFoundError):
-            self.paths.dra.unlink()
+        self._remove_owned(self.paths.dra)
         for executor in self._executors:
             executor.shutdown(wait=False, cancel_futures=True)
         self._lock.close()

@@ -120,8 +120,10 @@ def test_refuses_to_replace_a_regular_file(
     """A non-socket file at our socket path is a configuration error naming the path, left intact."""
     target = dirs.registrar / f"{FAKE_DRIVER}-reg.sock"
     target.write_text("not a socket")
+    srv = make_server(fake)
     with pytest.raises(ConfigError, match="is not a unix socket"):
-        make_server(fake).start()
+        srv.start()
+    srv.stop()
     assert target.read_text() == "not a socket"
     assert not (dirs.plugin / "dra.sock").exists()
 
@@ -142,6 +144,21 @@ def test_stop_removes_both_sockets(server: KubeletPluginServer, dirs: Dirs) -> N
     server.stop()
     assert sorted(p.name for p in dirs.registrar.iterdir()) == []
     assert sorted(p.name for p in dirs.plugin.iterdir()) == ["serialize.lock"]
+
+
+def test_stop_leaves_a_successors_sockets_alone(
+    make_server: Callable[..., KubeletPluginServer], client: KubeletClient, dirs: Dirs
+) -> None:
+    """A successor that replaced our (same-named) sockets keeps them when we stop afterwards."""
+    old = make_server(FakePlugin())
+    old.start()
+    new = make_server(FakePlugin())
+    new.start()  # removes the old sockets as stale and binds its own at the same paths
+    old.stop()
+    assert new.registration_socket.exists() and new.dra_socket.exists()
+    client.register(new.registration_socket)
+    assert new.wait_registered(1.0)
+    assert list(client.prepare(new.dra_socket, [ClaimRef("default", "c", "uid-1")]).claims) == ["uid-1"]
 
 
 def test_dra_socket_listens_before_registration_socket_appears(
