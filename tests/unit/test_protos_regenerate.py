@@ -28,3 +28,16 @@ def test_no_stray_generated_files() -> None:
     """driver/_proto holds only the expected stubs, the package marker and the generator."""
     present = sorted(p.name for p in PROTO_DIR.iterdir() if p.is_file() and p.suffix in {".py", ".pyi"})
     assert present == sorted([*gen.generated_files(), "__init__.py", "generate.py"])
+
+
+@pytest.mark.parametrize(
+    ("suffix", "text"),
+    [
+        pytest.param("_pb2_grpc.py", "import grpc\n", id="grpc-import-missing"),
+        pytest.param("_pb2.py", "DESCRIPTOR = None\n", id="module-name-missing"),
+    ],
+)
+def test_generator_fails_loudly_when_protoc_output_changes(suffix: str, text: str) -> None:
+    """If a new protoc lays out its output differently, the generator stops instead of guessing."""
+    with pytest.raises(RuntimeError, match="expected one"):
+        gen._fix("dra_v1", text, suffix)
