@@ -43,7 +43,9 @@ class ClaimCalls:
         """Per-UID results for every claim; raises :class:`DriverCallError` if the driver raised."""
         check = translate.check_claims(claims)
         for uid, reason in check.rejected.items():
-            _log.warning("claim rejected", claim_uid=uid, call="prepare", error=reason)
+            _log.warning(
+                "claim rejected", claim_uid=translate.shorten(uid, 128), call="prepare", error=reason
+            )
         results: Mapping[str, PrepareResult] = {}
         if check.valid:
             try:
@@ -72,7 +74,9 @@ class ClaimCalls:
         """Per-UID error text ("" = done) for every claim; raises :class:`DriverCallError`."""
         check = translate.check_claims(claims)
         for uid, reason in check.rejected.items():
-            _log.warning("claim rejected", claim_uid=uid, call="unprepare", error=reason)
+            _log.warning(
+                "claim rejected", claim_uid=translate.shorten(uid, 128), call="unprepare", error=reason
+            )
         errors: Mapping[str, str] = {}
         if check.valid:
             try:

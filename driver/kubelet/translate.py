@@ -31,6 +31,7 @@ __all__ = [
     "prepare_response_v1",
     "prepare_response_v1beta1",
     "resource_id",
+    "shorten",
     "unprepare_response_v1",
     "unprepare_response_v1beta1",
 ]
@@ -75,7 +76,8 @@ def claims_from_proto(claims: Iterable[_ProtoClaim]) -> list[ClaimRef]:
     return [ClaimRef(namespace=c.namespace, name=c.name, uid=c.uid) for c in claims]
 
 
-def _shorten(text: str, limit: int = 80) -> str:
+def shorten(text: str, limit: int = 80) -> str:
+    """``text`` cut to ``limit`` characters (ending in ``...``), for error messages and logs."""
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -92,7 +94,7 @@ def _claim_problem(claim: ClaimRef) -> str:
         if len(value) > limit:
             return f"invalid claim reference: {field} is {len(value)} characters long, the limit is {limit}"
         if not pattern.fullmatch(value):
-            return f"invalid claim reference: {field} {_shorten(value)!r} is not a valid Kubernetes {field}"
+            return f"invalid claim reference: {field} {shorten(value)!r} is not a valid Kubernetes {field}"
     return ""
 
 

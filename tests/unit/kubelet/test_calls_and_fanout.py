@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from driver.kubelet.dra import ClaimCalls, DriverCallError
-from driver.kubelet.health import HealthFanout
+from driver.kubelet.health import DEFAULT_RESEND_INTERVAL, HealthFanout
 from driver.kubelet.serialize import SerializeLock
 from driver.plugin import ClaimRef, HealthState
 from driver.testing.fakeplugin import FakePlugin
@@ -124,3 +124,8 @@ def test_fanout_survives_a_failing_source() -> None:
         fan.stop()
     assert Flaky.calls >= 3
     assert fake.errors == [("health source wait_for_change failed", "OSError('udev hiccup')")]
+
+
+def test_default_resend_interval_beats_kubelet_staleness() -> None:
+    """Reports repeat at least every 10 s, well inside the kubelet's default 30 s timeout."""
+    assert DEFAULT_RESEND_INTERVAL <= 10
