@@ -7,7 +7,7 @@ assert on, so change them only together with those tests.
 
 from __future__ import annotations
 
-from driver.testing.hosttree import GiB_KIB, GpuSpec, NicSpec, NodeSpec, Topology, VfSpec
+from driver.testing.hostspec import GiB_KIB, GpuSpec, NicSpec, NodeSpec, Topology, VfSpec
 
 __all__ = ["TOPOLOGIES", "cloud_vm", "dgx", "hostile", "huge", "vf_bus_id", "workstation"]
 
