@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from driver._proto import dra_v1_pb2, dra_v1beta1_pb2, health_v1_pb2, health_v1alpha1_pb2
 from driver.kubelet import translate
@@ -232,3 +234,19 @@ def test_health_response(build: object) -> None:
 def test_resource_id(health: DeviceHealth, expected: str) -> None:
     """resourceID as the kubelet derives it: first CDI ID, else driver/pool/device."""
     assert translate.resource_id("drv.example", health) == expected
+
+
+_text = st.text(max_size=300) | st.sampled_from(["", "default", "claim-a", UID, "a/b", "..", "x" * 300])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.builds(ClaimRef, namespace=_text, name=_text, uid=_text), max_size=20))
+def test_every_claim_gets_exactly_one_entry(claims: list[ClaimRef]) -> None:
+    """Whatever the kubelet sends, each distinct UID ends up valid or rejected, never lost, never both."""
+    check = translate.check_claims(claims)
+    valid = [c.uid for c in check.valid]
+    assert len(valid) == len(set(valid))
+    assert set(valid).isdisjoint(check.rejected)
+    assert set(valid) | set(check.rejected) == {c.uid for c in claims}
+    response = translate.prepare_response_v1(translate.complete_results(check.valid, {}, check.rejected))
+    assert set(response.claims) == {c.uid for c in claims}
