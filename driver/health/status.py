@@ -1,0 +1,176 @@
+"""Claim device status (``status.devices``, GA in 1.37): what we prepared, visible on the claim.
+
+After a prepare, every allocated result of our driver that we prepared gets an entry with a
+``Ready`` condition (all five required fields), a small ``data`` object (NUMA node, PCI address)
+and, for NICs, ``networkData``: the interface name and MAC as the host sees them now (names can
+change; the PCI function cannot) and the addresses in CIDR form. Written by server-side apply with
+our own field manager and ``force``, so entries of other drivers are untouched; an apply with an
+empty list (unprepare) removes exactly what we applied. API limits (resource-api-v1.md 3.6) are
+enforced here: <= 8 conditions, <= 16 IPs, interface name <= 256 bytes, hardware address <= 128
+bytes, data <= 10 KiB. Needs the RBAC of deploy/ (``resourceclaims/status`` and the synthetic
+``resourceclaims/driver`` with ``associated-node:patch``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from driver.errors import KubeError
+from driver.health.netinfo import IpSource, host_ip_source
+from driver.inventory._sysfs import list_dir, read_text
+from driver.inventory.model import Gpu, Inventory, Nic, NumaNode
+from driver.kube.types import JsonObject
+from driver.log import get_logger
+from driver.plugin import PreparedDevice
+
+__all__ = ["MAX_CONDITIONS", "MAX_DATA_BYTES", "MAX_IPS", "ClaimStatusWriter", "StatusApi"]
+
+MAX_CONDITIONS = 8
+MAX_IPS = 16
+MAX_DATA_BYTES = 10240
+MAX_INTERFACE_NAME_BYTES = 256
+MAX_HARDWARE_ADDRESS_BYTES = 128
+_log = get_logger("health.status")
+
+# ruff: noqa: PTH118 - os.path like the sysfs readers
+
+
+class StatusApi(Protocol):
+    """The one call the writer needs (:class:`driver.kube.client.KubeClient` has it)."""
+
+    def apply_claim_status(
+        self, namespace: str, name: str, devices: Sequence[Mapping[str, Any]], field_manager: str
+    ) -> dict[str, Any]: ...
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _clip(text: str, max_bytes: int) -> str:
+    return text.encode()[:max_bytes].decode("utf-8", errors="ignore")
+
+
+class ClaimStatusWriter:
+    """Writes and clears our entries of ``status.devices`` for prepared claims."""
+
+    def __init__(
+        self,
+        api: StatusApi,
+        *,
+        driver_name: str,
+        inventory: Inventory,
+        host_root: str = "/",
+        ip_source: IpSource | None = None,
+        field_manager: str | None = None,
+    ) -> None:
+        self._api = api
+        self.driver_name = driver_name
+        self.field_manager = field_manager or driver_name
+        self._inventory = inventory
+        self._host_root = host_root
+        self._ips = ip_source or host_ip_source(host_root)
+
+    def set_inventory(self, inventory: Inventory) -> None:
+        """Follow a changed inventory."""
+        self._inventory = inventory
+
+    def report_prepared(self, claim: JsonObject, prepared: Sequence[PreparedDevice]) -> list[dict[str, Any]]:
+        """Apply a Ready entry per prepared allocated device; returns the entries sent.
+
+        Raises :class:`KubeError` (callers log it and keep the prepare: status is informational).
+        A claim deleted meanwhile (404) is not an error.
+        """
+        meta = claim.get("metadata") or {}
+        entries = self.entries(claim, prepared)
+        self._apply(
+            str(meta.get("namespace", "")), str(meta.get("name", "")), entries, str(meta.get("uid", ""))
+        )
+        return entries
+
+    def clear(self, namespace: str, name: str) -> None:
+        """Remove every entry this field manager applied (unprepare); a deleted claim is fine."""
+        self._apply(namespace, name, [], "")
+
+    def _apply(self, namespace: str, name: str, entries: list[dict[str, Any]], uid: str) -> None:
+        try:
+            self._api.apply_claim_status(namespace, name, entries, self.field_manager)
+        except KubeError as err:
+            if err.status == 404:
+                _log.info("claim gone, no status to write", claim=f"{namespace}/{name}", claim_uid=uid)
+                return
+            raise
+
+    def entries(self, claim: JsonObject, prepared: Sequence[PreparedDevice]) -> list[dict[str, Any]]:
+        """The status entries for a claim (pure apart from reading the host's network state)."""
+        status = claim.get("status") or {}
+        results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
+        wanted = {(p.pool_name, p.device_name): p for p in prepared}
+        generation = (claim.get("metadata") or {}).get("generation")
+        out: list[dict[str, Any]] = []
+        seen: set[tuple[str, str, str]] = set()
+        for result in results:
+            pool, device = str(result.get("pool", "")), str(result.get("device", ""))
+            share_id = str(result.get("shareID") or "")
+            if result.get("driver") != self.driver_name or (pool, device) not in wanted:
+                continue
+            if (pool, device, share_id) in seen:
+                continue
+            seen.add((pool, device, share_id))
+            entry: dict[str, Any] = {"driver": self.driver_name, "pool": pool, "device": device}
+            if share_id:
+                entry["shareID"] = share_id
+            entry["conditions"] = [self._ready(wanted[(pool, device)], generation)][:MAX_CONDITIONS]
+            self._describe(entry, device)
+            out.append(entry)
+        return out
+
+    def _ready(self, prepared: PreparedDevice, generation: Any) -> dict[str, Any]:
+        ids = ", ".join(prepared.cdi_device_ids)
+        condition: dict[str, Any] = {
+            "type": "Ready",
+            "status": "True",
+            "reason": "Prepared",
+            "message": _clip(
+                f"prepared by {self.driver_name}" + (f"; CDI devices: {ids}" if ids else ""), 1024
+            ),
+            "lastTransitionTime": _now(),
+        }
+        if isinstance(generation, int):
+            condition["observedGeneration"] = generation
+        return condition
+
+    def _describe(self, entry: dict[str, Any], device_name: str) -> None:
+        device = self._inventory.find(device_name)
+        data: dict[str, Any] = {}
+        if isinstance(device, Gpu | Nic):
+            data["pciBusID"] = device.pci.bus_id
+            if device.pci.numa_node is not None:
+                data["numaNode"] = device.pci.numa_node
+        elif isinstance(device, NumaNode):
+            data["numaNode"] = device.id
+        if data and len(json.dumps(data)) <= MAX_DATA_BYTES:
+            entry["data"] = data
+        if isinstance(device, Nic):
+            entry["networkData"] = self._network_data(device)
+
+    def _network_data(self, nic: Nic) -> dict[str, Any]:
+        interface, mac = nic.interface_name, nic.mac_address
+        net_dir = os.path.join(self._host_root, "sys/bus/pci/devices", nic.pci.bus_id, "net")
+        names = list_dir(net_dir)
+        if names and interface not in names:
+            interface = names[0]  # renamed since discovery
+        mac = read_text(os.path.join(net_dir, interface, "address")) or mac
+        ips = list(dict.fromkeys(self._ips(interface)))
+        if len(ips) > MAX_IPS:
+            _log.warning("interface has more addresses than the API allows", device=nic.name, ips=len(ips))
+        data: dict[str, Any] = {"interfaceName": _clip(interface, MAX_INTERFACE_NAME_BYTES)}
+        if ips:
+            data["ips"] = ips[:MAX_IPS]
+        if mac:
+            data["hardwareAddress"] = _clip(mac, MAX_HARDWARE_ADDRESS_BYTES)
+        return data
