@@ -9,15 +9,18 @@ power loss.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
-import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
 from cdi.spec import Spec, validate_spec
 
 __all__ = ["atomic_write_bytes", "fsync_dir", "remove_file", "spec_bytes", "spec_json_bytes", "write_spec"]
+
+_counter = itertools.count()
 
 
 def fsync_dir(directory: Path) -> None:
@@ -29,29 +32,37 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def _temp_name(path: Path) -> Path:
+    """A temp name unique per process, thread and call, hidden and not matching ``*.json``."""
+    return path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.{next(_counter)}.tmp")
+
+
 def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644, *, sync: bool = True) -> None:
     """Replace ``path`` with ``data`` atomically; the temp file lives in the same directory.
 
-    ``sync=False`` skips both fsyncs: for files under tmpfs (``/var/run``) they cost time and buy
-    nothing, because tmpfs does not survive a power loss anyway.
+    ``sync=False`` skips both fsyncs: for files that can be re-created from a durable record (the
+    journal) or that live on tmpfs (``/var/run``), where fsync costs time and buys nothing.
+    The file gets exactly ``mode`` whatever the umask.
     """
-    directory = path.parent
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-    tmp = Path(tmp_name)
+    tmp = _temp_name(path)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, mode)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
+        try:
+            os.fchmod(fd, mode)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
             if sync:
-                os.fsync(fh.fileno())
-        tmp.chmod(mode)
+                os.fsync(fd)
+        finally:
+            os.close(fd)
         tmp.replace(path)
     except BaseException:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
     if sync:
-        fsync_dir(directory)
+        fsync_dir(path.parent)
 
 
 def spec_bytes(spec: Spec) -> bytes:
@@ -62,7 +73,7 @@ def spec_bytes(spec: Spec) -> bytes:
 
 def spec_json_bytes(obj: dict[str, Any]) -> bytes:
     """Serialise an already rendered spec object the way :func:`spec_bytes` does."""
-    return (json.dumps(obj, indent=2) + "\n").encode()
+    return (json.dumps(obj, separators=(",", ":")) + "\n").encode()
 
 
 def write_spec(directory: Path, file_name: str, spec: Spec, *, sync: bool = True) -> Path:

@@ -271,15 +271,19 @@ class ClaimsDriver:
             _log.exception("claim GET failed unexpectedly", claim_uid=ref.uid)
             return f"{_describe(ref)}: cannot get ResourceClaim: {exc!r}"
 
+    def _executor(self) -> ThreadPoolExecutor:
+        """The worker threads for claim GETs and file writes (I/O bound: they release the GIL)."""
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self._max_get_workers, thread_name_prefix="claims-io")
+            return self._pool
+
     def _get_all(self, refs: Sequence[ClaimRef]) -> dict[str, JsonObject | str]:
         """GET every claim, in parallel when there are several."""
         if len(refs) <= 1:
             return {ref.uid: self._get_one(ref) for ref in refs}
-        with self._pool_lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self._max_get_workers, thread_name_prefix="claim-get")
-            pool = self._pool
-        return dict(zip((r.uid for r in refs), pool.map(self._get_one, refs), strict=True))
+        fetched = self._executor().map(self._get_one, refs)
+        return dict(zip((r.uid for r in refs), fetched, strict=True))
 
     def _check_not_in_use(self, view: ClaimView) -> None:
         """Last line of defence: a whole GPU or NIC is never prepared for two claims at once."""
@@ -401,16 +405,26 @@ class ClaimsDriver:
             return []
         return planned
 
+    def _write_entry(self, entry: JournalEntry) -> OSError | None:
+        """Write every file of a claim; the first error, or None."""
+        try:
+            for stored in entry.files():
+                self._write(stored)
+        except OSError as exc:
+            return exc
+        return None
+
     def _write_planned(self, planned: list[_Planned], results: dict[str, PrepareResult]) -> list[_Planned]:
-        """Write the files of newly planned claims; a failure undoes that claim only."""
+        """Write the files of newly planned claims (in parallel); a failure undoes that claim only."""
+        if len(planned) > 1:
+            outcomes = list(self._executor().map(lambda item: self._write_entry(item.entry), planned))
+        else:
+            outcomes = [self._write_entry(item.entry) for item in planned]
         done: list[_Planned] = []
         failed = False
-        for item in planned:
+        for item, exc in zip(planned, outcomes, strict=True):
             uid = item.ref.uid
-            try:
-                for stored in item.entry.files():
-                    self._write(stored)
-            except OSError as exc:
+            if exc is not None:
                 failed = True
                 self._journal.remove(uid)
                 self._remove_entry_files(item.entry)
@@ -430,9 +444,14 @@ class ClaimsDriver:
         return done
 
     def _write(self, stored: StoredFile) -> None:
+        """Atomic, unsynced write (the fsynced journal can re-create it); parents made on demand."""
         path = Path(stored.path)
-        path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-        atomic_write_bytes(path, stored.content.encode(), mode=stored.mode, sync=False)
+        data = stored.content.encode()
+        try:
+            atomic_write_bytes(path, data, mode=stored.mode, sync=False)
+        except FileNotFoundError:
+            path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+            atomic_write_bytes(path, data, mode=stored.mode, sync=False)
 
     def _restore(self, stored: StoredFile) -> bool:
         """Write ``stored`` if the file is missing or differs; True when it was written."""
@@ -445,29 +464,45 @@ class ClaimsDriver:
         self._write(stored)
         return True
 
+    @staticmethod
+    def _remove_dirs(entry: JournalEntry) -> None:
+        """Remove the claim's metadata directories (request dirs, then the claim dir).
+
+        Plain rmdir of the known directories: an unknown file inside one is not ours to delete,
+        so a non-empty directory falls back to a full removal only for the claim's own tree.
+        """
+        for stored in entry.metadata_files:
+            with contextlib.suppress(FileNotFoundError):
+                Path(stored.path).parent.rmdir()
+        for directory in entry.directories:
+            try:
+                Path(directory).rmdir()
+            except FileNotFoundError:
+                pass
+            except OSError:
+                shutil.rmtree(directory)
+
     def _remove_entry_files(self, entry: JournalEntry) -> None:
         """Best-effort undo of a failed prepare (the error being reported is the first one)."""
         for stored in entry.files():
             with contextlib.suppress(OSError):
                 remove_file(Path(stored.path))
-        for directory in entry.directories:
-            shutil.rmtree(directory, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            self._remove_dirs(entry)
 
     def _remove_files(self, ref: ClaimRef, entry: JournalEntry | None) -> None:
         """Remove a claim's files: journaled ones, plus any spec file named after its UID."""
         if entry is not None:
             for stored in entry.files():
                 remove_file(Path(stored.path))
-            for directory in entry.directories:
-                with contextlib.suppress(FileNotFoundError):
-                    shutil.rmtree(directory)
+            self._remove_dirs(entry)
         if check_claim_uid(ref.uid):
             return  # not a UID we could have written files for
-        orphans = [self.cdi_dir / claim_spec_file_name(self.driver_name, ref.uid)]
-        with contextlib.suppress(OSError):
-            orphans += self.cdi_dir.glob(f"{self.driver_name}_metadata_{ref.uid}_*.json")
-        for path in orphans:
-            remove_file(path)
+        remove_file(self.cdi_dir / claim_spec_file_name(self.driver_name, ref.uid))
+        if entry is None:  # a crash between writing files and the journal: look for leftovers
+            with contextlib.suppress(OSError):
+                for path in self.cdi_dir.glob(f"{self.driver_name}_metadata_{ref.uid}_*.json"):
+                    remove_file(path)
 
     def _report(self, done: Sequence[_Planned]) -> None:
         if self._status is None:

@@ -1,0 +1,212 @@
+"""Prepare latency of the whole node path: kubelet gRPC -> ClaimsDriver -> claim GET -> files.
+
+The driver runs in a child process exactly as ``numadra run`` wires the prepare path
+(``KubeletPluginServer`` + ``ClaimsDriver`` + ``KubeClient`` + ``CpuPlanner``) on an inventory
+discovered from a generated DGX-class host tree. This process plays the kubelet (gRPC client over
+the unix socket) and the apiserver (the fake apiserver on loopback HTTP). Each claim holds one
+NIC VF and a 2-CPU share of a ``cpu-numa<N>`` device, so every prepare does a GET, config
+resolution, CPU planning, one CDI spec, a metadata file + spec per request and one journal write.
+
+Prints one JSON object: p50/p99 (ms) of NodePrepareResources for 1 claim and for 32 claims in one
+call, their ratio, start-to-registered time and the steady RSS of the driver process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+DRIVER = "numadra.dev"
+NODE = "bench-node"
+
+
+def _serve(root: Path, kubeconfig: str) -> None:
+    """Child: the driver's prepare path, until stdin closes."""
+    import logging
+
+    from driver.claims import ClaimsDriver
+    from driver.inventory.discovery import discover
+    from driver.kube.client import shared_client
+    from driver.kubelet.server import KubeletPluginServer
+    from driver.log import configure_logging
+    from driver.pinning.planner import CpuPlanner
+
+    configure_logging("json", logging.INFO)
+    inventory = discover(root / "host", use_nvml=False)
+    driver = ClaimsDriver(
+        driver_name=DRIVER,
+        node_name=NODE,
+        inventory=lambda: inventory,
+        claims=shared_client(kubeconfig),
+        cdi_dir=root / "cdi",
+        plugin_dir=root / "plugin",
+        planner=CpuPlanner(lambda: inventory),
+    )
+    driver.reconcile()
+    server = KubeletPluginServer(
+        driver_name=DRIVER,
+        node_name=NODE,
+        registrar_dir=root / "reg",
+        plugin_dir=root / "plugin",
+        plugin=driver,
+    )
+    server.start()
+    sys.stdin.read()  # the parent closes stdin to stop us
+    server.stop(grace=0)
+
+
+def _claim(uid: str, name: str, vf: str, node: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "bench", "uid": uid},
+        "spec": {"devices": {"requests": [{"name": "nic"}, {"name": "cpu"}]}},
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {"request": "nic", "driver": DRIVER, "pool": NODE, "device": vf},
+                        {
+                            "request": "cpu",
+                            "driver": DRIVER,
+                            "pool": NODE,
+                            "device": f"cpu-numa{node}",
+                            "shareID": str(uuid.uuid5(uuid.NAMESPACE_OID, uid)),
+                            "consumedCapacity": {"cpus": "2", "memory": "1Gi"},
+                        },
+                    ],
+                    "config": [
+                        {
+                            "source": "FromClaim",
+                            "requests": ["cpu"],
+                            "opaque": {
+                                "driver": DRIVER,
+                                "parameters": {"apiVersion": "numadra.dev/v1alpha1", "kind": "CpuConfig"},
+                            },
+                        }
+                    ],
+                }
+            }
+        },
+    }
+
+
+def _pct(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def _rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--serve", nargs=2, metavar=("ROOT", "KUBECONFIG"), help=argparse.SUPPRESS)
+    parser.add_argument("--single", type=int, default=300, help="prepare calls with 1 claim")
+    parser.add_argument("--batch", type=int, default=40, help="prepare calls with 32 claims")
+    parser.add_argument(
+        "--base", default="/tmp", help="where the CDI, plugin and state dirs live (disk or tmpfs)"
+    )
+    args = parser.parse_args()
+    if args.serve:
+        _serve(Path(args.serve[0]), args.serve[1])
+        return
+
+    from driver.inventory.model import DeviceKind
+    from driver.plugin import ClaimRef
+    from driver.testing.fakeapiserver import FakeApiServer
+    from driver.testing.hosttree import write_host_tree
+    from driver.testing.kubeletclient import KubeletClient
+    from driver.testing.topologies import TOPOLOGIES
+
+    root = Path(tempfile.mkdtemp(prefix="bp", dir=args.base))
+    try:
+        for sub in ("reg", "cdi", "plugin"):
+            (root / sub).mkdir()
+        write_host_tree(root / "host", TOPOLOGIES["dgx"])
+        from driver.inventory.discovery import discover
+
+        inventory = discover(root / "host", use_nvml=False)
+        vfs = [
+            (nic.name, nic.pci.numa_node or 0) for kind, nic in inventory.devices() if kind is DeviceKind.NIC
+        ]
+        vfs = [v for v in vfs if v[0].startswith("nic-")][:33]
+
+        with FakeApiServer() as api, KubeletClient() as kubelet:
+            refs: list[ClaimRef] = []
+            for i, (vf, node) in enumerate(vfs):
+                uid = str(uuid.uuid5(uuid.NAMESPACE_DNS, f"bench-{i}"))
+                api.put_object(_claim(uid, f"claim-{i}", vf, node))
+                refs.append(ClaimRef("bench", f"claim-{i}", uid))
+            started = time.monotonic()
+            child = subprocess.Popen(
+                [sys.executable, __file__, "--serve", str(root), api.kubeconfig_path],
+                stdin=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+            )
+            try:
+                reg_sock = root / "reg" / f"{DRIVER}-reg.sock"
+                while not reg_sock.exists():
+                    time.sleep(0.005)
+                reg = kubelet.register(reg_sock)
+                registered_s = time.monotonic() - started
+                endpoint = reg.info.endpoint
+
+                def timed(batch: list[ClaimRef]) -> float:
+                    t0 = time.perf_counter()
+                    out = kubelet.prepare(endpoint, batch)
+                    dt = (time.perf_counter() - t0) * 1000
+                    errors = [c.error for c in out.claims.values() if c.error]
+                    if errors or len(out.claims) != len(batch):
+                        raise SystemExit(f"prepare failed: {errors[:3]}")
+                    kubelet.unprepare(endpoint, batch)
+                    return dt
+
+                for _ in range(20):  # warm-up: connections, imports, caches
+                    timed(refs[:1])
+                single = [timed([refs[i % len(refs)]]) for i in range(args.single)]
+                batch = [timed(refs[1:33]) for _ in range(args.batch)]
+                rss = _rss_mib(child.pid)
+            finally:
+                assert child.stdin is not None
+                child.stdin.close()
+                child.wait(timeout=10)
+        result = {
+            "claims_per_batch": 32,
+            "single_calls": len(single),
+            "batch_calls": len(batch),
+            "prepare_1_claim_p50_ms": round(statistics.median(single), 2),
+            "prepare_1_claim_p99_ms": round(_pct(single, 0.99), 2),
+            "prepare_32_claims_p50_ms": round(statistics.median(batch), 2),
+            "prepare_32_claims_p99_ms": round(_pct(batch, 0.99), 2),
+            "ratio_32_to_1_p50": round(statistics.median(batch) / statistics.median(single), 2),
+            "start_to_registered_s": round(registered_s, 3),
+            "driver_steady_rss_mib": round(rss, 1),
+            "dirs_on": args.base,
+            "cpus": os.cpu_count(),
+            "load_average_1m": round(os.getloadavg()[0], 2),
+        }
+        print(json.dumps(result, indent=2))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
