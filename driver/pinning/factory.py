@@ -13,7 +13,7 @@ from driver.errors import ConfigError
 from driver.pinning.backend import NoopBackend, PinningBackend, PinningKind
 from driver.pinning.cgroupfs import CgroupfsBackend, CpusetHierarchy
 from driver.pinning.hook import HookBackend
-from driver.pinning.nri import DEFAULT_NRI_SOCKET, ClaimLookup, NriPlugin
+from driver.pinning.nri import DEFAULT_NRI_SOCKET, ClaimLookup, NriPlugin, SharedPool
 
 __all__ = ["build_backend"]
 
@@ -23,6 +23,7 @@ def build_backend(
     *,
     nri_socket: Path = DEFAULT_NRI_SOCKET,
     claim_lookup: ClaimLookup | None = None,
+    node_shared_pool: SharedPool | None = None,
     hierarchy: CpusetHierarchy | None = None,
     plugin_name: str = "numadra",
 ) -> PinningBackend:
@@ -33,7 +34,12 @@ def build_backend(
         valid = "|".join(k.value for k in PinningKind)
         raise ConfigError(f"--pinning must be one of {valid}, got {kind!r}") from exc
     if choice is PinningKind.NRI:
-        return NriPlugin(claim_lookup=claim_lookup, socket_path=nri_socket, name=plugin_name)
+        return NriPlugin(
+            claim_lookup=claim_lookup,
+            node_shared_pool=node_shared_pool,
+            socket_path=nri_socket,
+            name=plugin_name,
+        )
     if choice is PinningKind.HOOK:
         return HookBackend(CgroupfsBackend(hierarchy))
     if choice is PinningKind.CGROUPFS:

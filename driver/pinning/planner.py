@@ -63,6 +63,11 @@ class CpuPlanner:
         """CPUs kept for the system (``--reserved-cpus``); never handed out."""
         return self._reserved
 
+    def node_shared_pool(self, claimed: Collection[int]) -> frozenset[int]:
+        """CPUs left for containers without a claim: online minus reserved minus ``claimed``."""
+        online = {c.id for c in self._inventory().cpus}
+        return frozenset(online - self._reserved - set(claimed))
+
     def plan(self, claim_uid: str, requests: Sequence[CpuRequest], taken: Collection[int]) -> ClaimPinning:
         """Choose CPUs for every request of one claim; ``taken`` = CPUs held by other claims.
 

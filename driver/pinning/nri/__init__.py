@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from driver.pinning.nri.handlers import EVENTS, ClaimLookup, Marker, PinningHandlers, marker_from_env
+from driver.pinning.nri.handlers import (
+    EVENTS,
+    ClaimLookup,
+    Marker,
+    PinningHandlers,
+    SharedPool,
+    marker_from_env,
+)
 from driver.pinning.nri.plugin import DEFAULT_NRI_SOCKET, NriPlugin
 
 __all__ = [
@@ -12,5 +19,6 @@ __all__ = [
     "Marker",
     "NriPlugin",
     "PinningHandlers",
+    "SharedPool",
     "marker_from_env",
 ]

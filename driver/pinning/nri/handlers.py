@@ -5,13 +5,18 @@ decisions can be tested without a runtime, and the transport (``plugin.py``) sta
 
 * A container is ours when its env (CDI edits are applied before NRI sees it) carries the
   marker ``NUMADRA_CPUS`` (and usually ``NUMADRA_MEMS``), or when the driver registered an
-  explicit assignment for its id. Ours get ``linux.resources.cpu.cpus`` / ``.mems``; all other
-  containers get an empty adjustment.
+  explicit assignment for its id. Ours get ``linux.resources.cpu.cpus`` / ``.mems``. Other
+  containers get an empty adjustment, unless a **node shared pool** is configured (opt-in): then
+  they are confined to it (online CPUs minus reserved minus claimed), which is what makes claim
+  CPUs exclusive against pods without a claim. When the pool shrinks because a new claim took
+  CPUs, the next CreateContainer of a claim container carries updates that move the others off;
+  an empty pool refuses non-claim containers (an empty cpuset would mean "all CPUs").
 * Fail closed: a malformed marker, or (when a claim lookup is configured) a marker that names an
   unknown claim or CPUs outside that claim, is an error, so the runtime refuses the container
   instead of running it unpinned.
 * ``Synchronize`` rebuilds the bookkeeping from the containers the runtime reports and returns
-  updates for those whose cpuset drifted from their marker (the restart-recovery path).
+  updates for those whose cpuset drifted from their marker or from the node shared pool (the
+  restart-recovery path).
 """
 
 from __future__ import annotations
@@ -36,7 +41,15 @@ from driver.pinning.types import (
     parse_cpulist,
 )
 
-__all__ = ["EVENTS", "ClaimLookup", "Marker", "PinningHandlers", "TrackedContainer", "marker_from_env"]
+__all__ = [
+    "EVENTS",
+    "ClaimLookup",
+    "Marker",
+    "PinningHandlers",
+    "SharedPool",
+    "TrackedContainer",
+    "marker_from_env",
+]
 
 #: CreateContainer, UpdateContainer, StopContainer, RemoveContainer
 EVENTS = (
@@ -48,6 +61,8 @@ EVENTS = (
 
 #: claim UID -> the pinning the driver prepared for it (None when unknown)
 ClaimLookup = Callable[[str], ClaimPinning | None]
+#: the CPUs containers without a claim may use now (online - reserved - claimed)
+SharedPool = Callable[[], frozenset[int]]
 
 _log = get_logger("pinning.nri")
 
@@ -107,13 +122,22 @@ def _update(container_id: str, marker: Marker) -> nri.ContainerUpdate:
     )
 
 
+def _pool_marker(pool: frozenset[int]) -> Marker:
+    """The node shared pool expressed as a marker (CPUs only: memory stays unrestricted)."""
+    return Marker(cpus=pool, mems=frozenset(), mode=CpuMode.SHARED)
+
+
 class PinningHandlers:
     """NRI request -> response for CPU/memory pinning (see the module docstring)."""
 
-    def __init__(self, claim_lookup: ClaimLookup | None = None) -> None:
+    def __init__(
+        self, claim_lookup: ClaimLookup | None = None, node_shared_pool: SharedPool | None = None
+    ) -> None:
         self._lookup = claim_lookup
+        self._pool = node_shared_pool
         self._lock = threading.Lock()
         self._containers: dict[str, TrackedContainer] = {}
+        self._others: dict[str, frozenset[int]] = {}  # containers confined to the node pool
         self._expected: dict[str, Marker] = {}
         self._pending_sync: list[nri.Container] = []
 
@@ -157,7 +181,9 @@ class PinningHandlers:
                 return nri.SynchronizeResponse(more=True)
             containers, self._pending_sync = self._pending_sync, []
         rebuilt: dict[str, TrackedContainer] = {}
+        others: dict[str, frozenset[int]] = {}
         updates: list[nri.ContainerUpdate] = []
+        pool = self._pool() if self._pool is not None else frozenset()
         for ctr in containers:
             try:
                 marker = self._marker(ctr)
@@ -165,6 +191,10 @@ class PinningHandlers:
                 _log.error("container with a bad pinning marker left alone", container=ctr.id, error=str(exc))
                 continue
             if marker is None:
+                if pool and ctr.state != nri.CONTAINER_STOPPED:
+                    others[ctr.id] = pool
+                    if ctr.linux.resources.cpu.cpus != format_cpulist(pool):
+                        updates.append(_update(ctr.id, _pool_marker(pool)))
                 continue
             rebuilt[ctr.id] = TrackedContainer(
                 ctr.id, ctr.name, marker, stopped=ctr.state == nri.CONTAINER_STOPPED
@@ -176,15 +206,22 @@ class PinningHandlers:
                 updates.append(_update(ctr.id, marker))
         with self._lock:
             self._containers = rebuilt
-        _log.info("synchronized", pinned=len(rebuilt), repinned=len(updates), seen=len(containers))
+            self._others = others
+        _log.info(
+            "synchronized",
+            pinned=len(rebuilt),
+            shared=len(others),
+            repinned=len(updates),
+            seen=len(containers),
+        )
         return nri.SynchronizeResponse(update=updates)
 
     def create_container(self, req: nri.CreateContainerRequest) -> nri.CreateContainerResponse:
-        """Set cpus/mems of a container that carries our marker; leave every other one alone."""
+        """Pin a container carrying our marker; confine others to the node shared pool if configured."""
         ctr = req.container
         marker = self._marker(ctr)
         if marker is None:
-            return nri.CreateContainerResponse()
+            return self._create_other(ctr)
         with self._lock:
             self._containers[ctr.id] = TrackedContainer(ctr.id, ctr.name, marker)
         _log.info(
@@ -196,7 +233,38 @@ class PinningHandlers:
             mems=format_cpulist(marker.mems),
         )
         adjust = nri.ContainerAdjustment(linux=nri.LinuxContainerAdjustment(resources=_resources(marker)))
+        return nri.CreateContainerResponse(adjust=adjust, update=self._shrink_others())
+
+    def _create_other(self, ctr: nri.Container) -> nri.CreateContainerResponse:
+        """A container without a claim: nothing, or the node shared pool (never an empty one)."""
+        if self._pool is None:
+            return nri.CreateContainerResponse()
+        pool = self._pool()
+        if not pool:
+            raise PinningError(
+                f"node shared pool is empty (every CPU is reserved or claimed): refusing to start "
+                f"container {ctr.name or ctr.id} without a claim, it would run on every CPU"
+            )
+        with self._lock:
+            self._others[ctr.id] = pool
+        adjust = nri.ContainerAdjustment(
+            linux=nri.LinuxContainerAdjustment(resources=_resources(_pool_marker(pool)))
+        )
         return nri.CreateContainerResponse(adjust=adjust)
+
+    def _shrink_others(self) -> list[nri.ContainerUpdate]:
+        """Updates moving containers without a claim onto the current pool (it may have shrunk)."""
+        if self._pool is None:
+            return []
+        pool = self._pool()
+        if not pool:
+            _log.error("node shared pool is empty; containers without a claim keep their CPUs")
+            return []
+        with self._lock:
+            stale = sorted(cid for cid, cpus in self._others.items() if cpus != pool)
+            for cid in stale:
+                self._others[cid] = pool
+        return [_update(cid, _pool_marker(pool)) for cid in stale]
 
     def update_container(self, req: nri.UpdateContainerRequest) -> nri.UpdateContainerResponse:
         """Keep our pinning when the kubelet or another plugin updates the container's resources."""
@@ -225,6 +293,7 @@ class PinningHandlers:
         with self._lock:
             self._containers.pop(req.container.id, None)
             self._expected.pop(req.container.id, None)
+            self._others.pop(req.container.id, None)
         return nri.RemoveContainerResponse()
 
     # -- helpers --------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from driver._proto.nri import ttrpc_pb2 as ttrpc
 from driver.errors import PinningError
 from driver.log import get_logger
 from driver.pinning.backend import PinningKind, PinTarget
-from driver.pinning.nri.handlers import ClaimLookup, PinningHandlers
+from driver.pinning.nri.handlers import ClaimLookup, PinningHandlers, SharedPool
 from driver.pinning.nri.wire import (
     MSG_REQUEST,
     MSG_RESPONSE,
@@ -74,6 +74,7 @@ class NriPlugin:
         handlers: PinningHandlers | None = None,
         *,
         claim_lookup: ClaimLookup | None = None,
+        node_shared_pool: SharedPool | None = None,
         socket_path: Path = DEFAULT_NRI_SOCKET,
         name: str = "numadra",
         index: str = "00",
@@ -82,7 +83,7 @@ class NriPlugin:
     ) -> None:
         if len(index) != 2 or not index.isdigit():
             raise PinningError(f"NRI plugin index must be two digits, got {index!r}")
-        self.handlers = handlers or PinningHandlers(claim_lookup)
+        self.handlers = handlers or PinningHandlers(claim_lookup, node_shared_pool)
         self._socket_path = socket_path
         self._name = name
         self._index = index

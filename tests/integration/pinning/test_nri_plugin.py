@@ -266,3 +266,42 @@ def test_reconnects_after_runtime_restart(runtime: FakeNriRuntime) -> None:
         stop.set()
         t.join(5)
     assert not t.is_alive()
+
+
+def test_node_shared_pool_confines_other_containers(runtime: FakeNriRuntime) -> None:
+    """With a node shared pool, other containers get it; a claim's arrival moves them off its CPUs."""
+    pool = {"cpus": frozenset(range(8))}
+    plugin = NriPlugin(node_shared_pool=lambda: pool["cpus"], socket_path=runtime.socket_path)
+    try:
+        conn = _start(runtime, plugin)
+        web = conn.create_container(container("c-web", "web"))
+        assert web.adjust.linux.resources.cpu.cpus == "0-7"
+        assert web.adjust.linux.resources.cpu.mems == ""
+        pool["cpus"] = frozenset({0, 1, 4, 5, 6, 7})  # claim-a prepared CPUs 2-3
+        ours = conn.create_container(container("c-app", "app", OURS_ENV))
+        assert ours.adjust.linux.resources.cpu.cpus == "2-3"
+        assert [(u.container_id, u.linux.resources.cpu.cpus) for u in ours.update] == [("c-web", "0-1,4-7")]
+        resp = conn.synchronize(
+            [container("c-web", "web", cpus="0-7"), container("c-app", "app", OURS_ENV, cpus="2-3", mems="0")]
+        )
+        assert [(u.container_id, u.linux.resources.cpu.cpus) for u in resp.update] == [("c-web", "0-1,4-7")]
+    finally:
+        plugin.close()
+
+
+def test_empty_node_shared_pool_refuses_other_containers(runtime: FakeNriRuntime) -> None:
+    """An empty node pool fails a container without a claim instead of giving it every CPU."""
+    plugin = NriPlugin(node_shared_pool=frozenset, socket_path=runtime.socket_path)
+    try:
+        conn = _start(runtime, plugin)
+        resp = conn.call_raw(
+            "CreateContainer", nri.CreateContainerRequest(container=container("c-web", "web"))
+        )
+        assert resp.status.code == 9
+        assert "node shared pool is empty" in resp.status.message
+        assert (
+            conn.create_container(container("c-app", "app", OURS_ENV)).adjust.linux.resources.cpu.cpus
+            == "2-3"
+        )
+    finally:
+        plugin.close()

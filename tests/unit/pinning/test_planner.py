@@ -145,3 +145,9 @@ def test_mems_for_devices() -> None:
     assert mems_for_devices(inv, ["gpu-0000-3b-00-0"]) == frozenset({1})
     assert mems_for_devices(inv, ["nic-0000-5e-00-0", "nope"]) == frozenset()
     assert mems_for_devices(inv, ["cpu-numa0", "gpu-0000-3b-00-0"]) == frozenset({0, 1})
+
+
+def test_node_shared_pool_excludes_reserved_and_claimed() -> None:
+    """The node shared pool is every online CPU minus reserved and claimed ones."""
+    planner = _planner(reserved=(0,))
+    assert planner.node_shared_pool({1, 2, 3}) == frozenset(range(4, 16))
