@@ -92,7 +92,10 @@ def assignment_from_bundle(bundle: Path) -> tuple[str | None, str | None]:
         raise PinningError(f"read {path}: {exc.strerror}") from exc
     except json.JSONDecodeError as exc:
         raise PinningError(f"{path} is not JSON: {exc.msg}") from exc
-    env = (doc.get("process") or {}).get("env") or [] if isinstance(doc, dict) else []
+    process = doc.get("process") if isinstance(doc, dict) else None
+    env = process.get("env") if isinstance(process, dict) else None
+    if not isinstance(env, list):
+        env = []
     values: dict[str, str] = {}
     for item in env:
         if isinstance(item, str):

@@ -94,3 +94,17 @@ def test_cdi_hook_entry() -> None:
         "args": ["numadra", "hook", "create-runtime", "--cpus", "4-6", "--mems", "1"],
         "timeout": 5,
     }
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        pytest.param([], id="not-object"),
+        pytest.param({"process": []}, id="process-list"),
+        pytest.param({}, id="no-env"),
+    ],
+)
+def test_bundle_without_env_has_no_marker(tmp_path: Path, config: object) -> None:
+    """Odd but valid JSON in config.json means no marker, not a crash."""
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert assignment_from_bundle(tmp_path) == (None, None)
