@@ -59,7 +59,9 @@ def _proc_and_ioctl(interface: str) -> list[str]:
         try:
             addr = socket.inet_ntoa(fcntl.ioctl(sock.fileno(), _SIOCGIFADDR, packed)[20:24])
             mask = socket.inet_ntoa(fcntl.ioctl(sock.fileno(), _SIOCGIFNETMASK, packed)[20:24])
-            out.append(str(ipaddress.IPv4Interface(f"{addr}/{mask}")))
+            found = ipaddress.IPv4Interface(f"{addr}/{mask}")
+            if not (found.is_loopback or found.is_link_local):
+                out.append(str(found))
         except OSError:
             pass
     try:

@@ -1,0 +1,117 @@
+"""ClaimStatusWriter against the fake apiserver: Ready + networkData written by SSA, cleared on unprepare."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from driver.health.status import ClaimStatusWriter
+from driver.inventory.discovery import discover
+from driver.inventory.model import DeviceKind, Inventory, pci_device_name
+from driver.kube.client import KubeClient
+from driver.plugin import PreparedDevice
+from driver.testing.fakeapiserver import FakeApiServer
+from driver.testing.hosttree import write_host_tree
+
+from .conftest import DRIVER, NODE
+from .hosts import GPU_BDF, NIC_BDF, NIC_IF, health_topology
+
+NIC = pci_device_name(DeviceKind.NIC, NIC_BDF)
+GPU = pci_device_name(DeviceKind.GPU, GPU_BDF)
+IPS = {NIC_IF: ["192.0.2.5/24", "2001:db8::5/64"]}
+OTHER = {"driver": "other.example.com", "pool": "p", "device": "d0"}
+
+
+@pytest.fixture
+def inventory(tmp_path: Path) -> Inventory:
+    return discover(write_host_tree(tmp_path / "host", health_topology()), use_nvml=False)
+
+
+def _claim(api: FakeApiServer) -> dict[str, Any]:
+    results = [
+        {"request": "nic", "driver": DRIVER, "pool": NODE, "device": NIC},
+        {"request": "gpu", "driver": DRIVER, "pool": NODE, "device": GPU},
+        {"request": "x", **OTHER},
+    ]
+    return api.put_object(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": "net", "namespace": "team", "generation": 1},
+            "spec": {},
+            "status": {"allocation": {"devices": {"results": results}}},
+        }
+    )
+
+
+def _writer(client: KubeClient, inventory: Inventory, ips: dict[str, list[str]] = IPS) -> ClaimStatusWriter:
+    return ClaimStatusWriter(
+        client, driver_name=DRIVER, inventory=inventory, ip_source=lambda i: ips.get(i, [])
+    )
+
+
+def _prepared(*names: str) -> list[PreparedDevice]:
+    return [PreparedDevice(("r",), NODE, n, (f"{DRIVER}/dev={n}",)) for n in names]
+
+
+def test_prepared_nic_claim_gets_ready_and_network_data(
+    api: FakeApiServer, client: KubeClient, inventory: Inventory
+) -> None:
+    """Each prepared device gets a complete Ready condition; the NIC also gets networkData."""
+    claim = _claim(api)
+    _writer(client, inventory).report_prepared(claim, _prepared(NIC, GPU))
+    stored = api.get_object("ResourceClaim", "net", "team")
+    assert stored is not None
+    devices = {d["device"]: d for d in stored["status"]["devices"]}
+    assert set(devices) == {NIC, GPU}
+    (ready,) = devices[NIC]["conditions"]
+    assert {k: ready[k] for k in ("type", "status", "reason", "observedGeneration")} == {
+        "type": "Ready", "status": "True", "reason": "Prepared", "observedGeneration": 1,
+    }
+    assert ready["message"] and ready["lastTransitionTime"].endswith("Z")
+    assert devices[NIC]["networkData"] == {
+        "interfaceName": NIC_IF,
+        "ips": IPS[NIC_IF],
+        "hardwareAddress": "0c:42:a1:00:00:01",
+    }
+    assert "networkData" not in devices[GPU]
+    assert devices[GPU]["data"] == {"pciBusID": GPU_BDF, "numaNode": 0}
+    last = api.requests[-1]
+    assert last.method == "PATCH" and f"fieldManager={DRIVER}" in last.query
+
+
+def test_unprepare_clears_only_our_entries(
+    api: FakeApiServer, client: KubeClient, inventory: Inventory
+) -> None:
+    """clear() removes every entry we applied and leaves another driver's entry alone."""
+    claim = _claim(api)
+    client.apply_claim_status("team", "net", [OTHER], field_manager="other.example.com")
+    writer = _writer(client, inventory)
+    writer.report_prepared(claim, _prepared(NIC))
+    writer.clear("team", "net")
+    stored = api.get_object("ResourceClaim", "net", "team")
+    assert stored is not None
+    assert stored["status"]["devices"] == [OTHER]
+
+
+def test_only_prepared_devices_of_our_driver_are_reported(
+    api: FakeApiServer, client: KubeClient, inventory: Inventory
+) -> None:
+    """A device we did not prepare, or another driver's result, gets no entry."""
+    claim = _claim(api)
+    entries = _writer(client, inventory).report_prepared(claim, _prepared(GPU, "gpu-not-allocated"))
+    assert [e["device"] for e in entries] == [GPU]
+
+
+def test_ip_limit_is_respected(api: FakeApiServer, client: KubeClient, inventory: Inventory) -> None:
+    """An interface with 20 addresses reports the first 16 (the API maximum) and the write succeeds."""
+    many = {NIC_IF: [f"10.0.0.{k}/24" for k in range(20)]}
+    (entry,) = _writer(client, inventory, many).report_prepared(_claim(api), _prepared(NIC))
+    assert entry["networkData"]["ips"] == many[NIC_IF][:16]
+
+
+def test_deleted_claim_is_not_an_error(client: KubeClient, inventory: Inventory) -> None:
+    """Clearing the status of a claim that is already gone succeeds quietly."""
+    _writer(client, inventory).clear("team", "gone")
