@@ -68,7 +68,10 @@ def test_prepared_nic_claim_gets_ready_and_network_data(
     assert set(devices) == {NIC, GPU}
     (ready,) = devices[NIC]["conditions"]
     assert {k: ready[k] for k in ("type", "status", "reason", "observedGeneration")} == {
-        "type": "Ready", "status": "True", "reason": "Prepared", "observedGeneration": 1,
+        "type": "Ready",
+        "status": "True",
+        "reason": "Prepared",
+        "observedGeneration": 1,
     }
     assert ready["message"] and ready["lastTransitionTime"].endswith("Z")
     assert devices[NIC]["networkData"] == {
