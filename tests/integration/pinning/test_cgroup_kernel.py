@@ -11,9 +11,11 @@ from pathlib import Path
 import pytest
 
 from driver.errors import PinningError
+from driver.inventory.model import Cpu, Inventory, NumaNode
 from driver.pinning.backend import PinTarget
 from driver.pinning.cgroupfs import CgroupfsBackend
-from driver.pinning.types import CpuAssignment, CpuMode, format_cpulist
+from driver.pinning.planner import CpuPlanner
+from driver.pinning.types import CpuAssignment, CpuMode, CpuRequest, format_cpulist, marker_env
 from tests.integration.pinning.conftest import CgroupProcess
 
 pytestmark = pytest.mark.cgroup
@@ -135,3 +137,27 @@ def test_hook_failure_is_one_line_nonzero(cg: CgroupProcess, tmp_path: Path) -> 
 def cg(cgroup_process: CgroupProcess) -> CgroupProcess:
     """Short alias of the real cgroup + process fixture."""
     return cgroup_process
+
+
+def test_claim_chain_planner_marker_env_hook(cg: CgroupProcess, tmp_path: Path) -> None:
+    """A planned claim's CDI env (marker_env) given to the hook pins the process to the plan."""
+    cpus = tuple(sorted(cg.parent_cpus))
+    if len(cpus) < 2:
+        pytest.skip("needs at least 2 CPUs in the cpuset root to observe a change")
+    node = min(cg.parent_mems)
+    host = Inventory(
+        cpus=tuple(
+            Cpu(id=c, core_id=c, package_id=0, die_id=0, numa_node=node, l3_id=0, thread_siblings=(c,))
+            for c in cpus
+        ),
+        numa_nodes=(NumaNode(id=node, cpus=cpus, memory_bytes=1 << 30),),
+    )
+    planner = CpuPlanner(lambda: host, reserved_cpus=(cpus[0],))  # the system keeps the first CPU
+    (assignment,) = planner.plan("claim-uid-1", [CpuRequest("main", (node,), 1)], taken=()).assignments
+    env = marker_env(assignment, "claim-uid-1")
+    bundle = _bundle(tmp_path, [f"{k}={v}" for k, v in env.items()])
+    result = _hook(cg, bundle)
+    assert result.returncode == 0, result.stderr
+    assert cg.status("Cpus_allowed_list") == env["NUMADRA_CPUS"] == format_cpulist(assignment.cpus)
+    assert cg.status("Mems_allowed_list") == env["NUMADRA_MEMS"] == str(node)
+    assert cpus[0] not in os.sched_getaffinity(cg.pid)

@@ -151,3 +151,27 @@ def test_node_shared_pool_excludes_reserved_and_claimed() -> None:
     """The node shared pool is every online CPU minus reserved and claimed ones."""
     planner = _planner(reserved=(0,))
     assert planner.node_shared_pool({1, 2, 3}) == frozenset(range(4, 16))
+
+
+def test_alignment_cpus_and_memory_on_the_gpus_node() -> None:
+    """gpu + 8 cpus on the GPU's node (what matchAttribute numaNode yields): CPUs and mems there."""
+    base = synthetic_inventory(nodes=2, cores_per_node=8)
+    gpu = Gpu(
+        name="gpu-0000-b1-00-0",
+        pci=PciTopology("0000:b1:00.0", "pci0000:b0", 1),
+        vendor="nvidia",
+        vendor_id=0x10DE,
+        device_id=1,
+        pci_class=0x030200,
+        index=0,
+    )
+    inv = Inventory(gpus=(gpu,), cpus=base.cpus, numa_nodes=base.numa_nodes)
+    gpu_nodes = mems_for_devices(inv, [gpu.name])
+    (a,) = (
+        CpuPlanner(lambda: inv)
+        .plan("uid-al", [CpuRequest("cpus", tuple(gpu_nodes), 8)], taken=())
+        .assignments
+    )
+    assert len(a.cpus) == 8
+    assert {c.numa_node for c in inv.cpus if c.id in a.cpus} == {1}
+    assert a.mems == gpu_nodes == frozenset({1})
