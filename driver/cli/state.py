@@ -1,0 +1,74 @@
+"""``numadra state``: the claims prepared on this node, as the journal records them.
+
+Reads ``<plugin-dir>/state/journal.json`` (read-only; safe while the driver runs, since every write
+is an atomic rename) and lists each claim with its devices, CDI device IDs and CPU/memory pinning.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from driver import DEFAULT_DRIVER_NAME
+
+__all__ = ["register"]
+
+
+def register(sub: Any) -> None:
+    """Add the ``state`` subcommand."""
+    p: argparse.ArgumentParser = sub.add_parser(
+        "state", help="list the claims prepared on this node (from the journal)", description=__doc__
+    )
+    p.add_argument(
+        "--driver-name", default=DEFAULT_DRIVER_NAME, help=f"DRA driver name (default {DEFAULT_DRIVER_NAME})"
+    )
+    p.add_argument(
+        "--plugin-dir",
+        type=Path,
+        default=None,
+        help="plugin dir holding the journal (default /var/lib/kubelet/plugins/<driver>)",
+    )
+    p.add_argument(
+        "-o", "--output", choices=("text", "json"), default="text", help="output format (default text)"
+    )
+    p.set_defaults(handler=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from driver.pinning.types import format_cpulist
+    from driver.state.journal import Journal, journal_path
+
+    path = journal_path(args.plugin_dir or Path("/var/lib/kubelet/plugins") / args.driver_name)
+    journal = Journal(path)
+    journal.load()  # JournalError (exit 1) says what is wrong and how to recover
+    entries = list(journal.entries())
+    if args.output == "json":
+        claims = [e.to_json() for e in entries]
+        for claim in claims:
+            for key in ("cdiSpecs", "metadataFiles"):  # file contents are long; paths say enough
+                claim[key] = [f["path"] for f in claim[key]]
+        doc = {"journal": str(path), "claims": claims}
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        return 0
+    if not entries:
+        sys.stdout.write(f"no prepared claims ({path})\n")
+        return 0
+    lines = [f"{len(entries)} prepared claim(s) ({path})"]
+    for e in entries:
+        lines.append(f"{e.namespace}/{e.name}  uid {e.uid}")
+        for d in e.devices:
+            requests = ",".join(d.request_names) or "*"
+            lines.append(
+                f"  {d.pool_name}/{d.device_name}  requests {requests}  "
+                f"cdi {' '.join(d.cdi_device_ids) or '-'}"
+            )
+        for a in e.pinning.assignments if e.pinning else ():
+            lines.append(
+                f"  request {a.request}: cpuset {format_cpulist(a.cpus) or '-'} "
+                f"memset {format_cpulist(a.mems) or '-'} ({a.mode.value})"
+            )
+    sys.stdout.write("\n".join(lines) + "\n")
+    return 0

@@ -1,0 +1,514 @@
+"""A small evaluator for the CEL selector forms that DeviceClasses and claims use on our devices.
+
+Not a CEL implementation: it covers what real selectors of this driver look like
+(``device.driver == "numadra.dev" && device.attributes["numadra.dev"].type == "gpu"``, std
+attributes such as ``device.attributes["resource.kubernetes.io"].numaNode == 0``, capacity checks
+with ``quantity()`` and ``compareTo``/``isGreaterThan``, ``has()``, ``in``, optional ``.?x``
+with ``orValue``, string methods). Anything else is reported as *unknown* with the reason, never
+guessed: ``explain`` then says "cannot evaluate" instead of claiming a match or a mismatch.
+
+Semantics follow the Kubernetes device environment: an unknown attribute domain is an empty map;
+an unknown attribute inside a domain is a runtime error ("no such key"), which makes the scheduler
+fail the allocation, so it is reported as such. ``&&``/``||`` absorb errors the CEL way
+(``false && error`` is false).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from fractions import Fraction
+from functools import lru_cache
+from typing import Any
+
+from driver.explain.quantity import format_quantity, parse_quantity
+
+__all__ = ["CelDevice", "Outcome", "evaluate"]
+
+
+@dataclass(frozen=True, slots=True)
+class CelDevice:
+    """The ``device`` variable: attributes and capacity grouped by domain."""
+
+    driver: str
+    attributes: Mapping[str, Mapping[str, Any]]
+    capacity: Mapping[str, Mapping[str, Fraction]]
+    allow_multiple_allocations: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """Result of one selector on one device: True, False, or None (cannot evaluate); ``why`` says."""
+
+    matches: bool | None
+    why: str = ""
+    error: bool = False  # a CEL runtime error (the scheduler fails the allocation on it)
+
+
+class _UnsupportedError(Exception):
+    """The expression uses something this evaluator does not model."""
+
+
+class _CelError(Exception):
+    """A CEL runtime error (no such key, type mismatch)."""
+
+
+# ---------------------------------------------------------------------------------------- lexing
+_TOKEN = re.compile(
+    r"\s*(?:(?P<num>\d+\.\d+|\d+)(?P<unsigned>[uU])?|(?P<str>\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*')"
+    r"|(?P<ident>[A-Za-z_][A-Za-z0-9_]*)|(?P<op>==|!=|<=|>=|&&|\|\||\.\?|\[\?|[<>!()\[\].,?:+\-*/%{}]))"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Tok:
+    kind: str  # num | str | ident | op | end
+    value: Any
+    start: int
+    end: int
+
+
+def _lex(text: str) -> list[_Tok]:
+    pos, out = 0, []
+    while pos < len(text):
+        if text[pos:].strip() == "":
+            break
+        m = _TOKEN.match(text, pos)
+        if m is None:
+            raise _UnsupportedError(f"cannot read {text[pos : pos + 12]!r}")
+        kind = m.lastgroup if m.lastgroup != "unsigned" else "num"
+        raw = m.group(kind or "op")
+        value: Any = raw
+        if kind == "num":
+            value = float(raw) if "." in raw else int(raw)
+        elif kind == "str":
+            value = bytes(raw[1:-1], "utf-8").decode("unicode_escape")
+        out.append(_Tok(kind or "op", value, m.start(kind or "op"), m.end()))
+        pos = m.end()
+    out.append(_Tok("end", None, len(text), len(text)))
+    return out
+
+
+# ---------------------------------------------------------------------------------------- parsing
+@dataclass(frozen=True, slots=True)
+class _Node:
+    kind: str  # lit ident select index call method unary binary list
+    start: int
+    end: int
+    value: Any = None  # literal value, identifier/field/function/operator name
+    args: tuple[_Node, ...] = ()
+    optional: bool = False
+
+
+class _Parser:
+    _REL = ("==", "!=", "<", "<=", ">", ">=", "in")
+
+    def __init__(self, text: str) -> None:
+        self.toks = _lex(text)
+        self.i = 0
+
+    def peek(self) -> _Tok:
+        return self.toks[self.i]
+
+    def take(self, value: str | None = None) -> _Tok:
+        tok = self.toks[self.i]
+        if value is not None and tok.value != value:
+            raise _UnsupportedError(f"expected {value!r} at offset {tok.start}")
+        self.i += 1
+        return tok
+
+    def parse(self) -> _Node:
+        node = self.or_()
+        if self.peek().kind != "end":
+            raise _UnsupportedError(
+                f"unsupported syntax at offset {self.peek().start} ({self.peek().value!r})"
+            )
+        return node
+
+    def _binary(self, ops: tuple[str, ...], sub: Callable[[], _Node]) -> _Node:
+        left = sub()
+        while self.peek().kind in ("op", "ident") and self.peek().value in ops:
+            op = self.take().value
+            right = sub()
+            left = _Node("binary", left.start, right.end, op, (left, right))
+        return left
+
+    def or_(self) -> _Node:
+        return self._binary(("||",), self.and_)
+
+    def and_(self) -> _Node:
+        return self._binary(("&&",), self.rel)
+
+    def rel(self) -> _Node:
+        return self._binary(self._REL, self.add)
+
+    def add(self) -> _Node:
+        return self._binary(("+", "-"), self.mul)
+
+    def mul(self) -> _Node:
+        return self._binary(("*", "/", "%"), self.unary)
+
+    def unary(self) -> _Node:
+        tok = self.peek()
+        if tok.kind == "op" and tok.value in ("!", "-"):
+            self.take()
+            operand = self.unary()
+            return _Node("unary", tok.start, operand.end, tok.value, (operand,))
+        return self.postfix()
+
+    def postfix(self) -> _Node:
+        node = self.primary()
+        while True:
+            tok = self.peek()
+            if tok.kind == "op" and tok.value in (".", ".?"):
+                self.take()
+                name = self.take()
+                if name.kind != "ident":
+                    raise _UnsupportedError(f"expected a field name at offset {name.start}")
+                if self.peek().value == "(" and tok.value == ".":
+                    args, end = self.arguments()
+                    node = _Node("method", node.start, end, name.value, (node, *args))
+                else:
+                    node = _Node("select", node.start, name.end, name.value, (node,), tok.value == ".?")
+            elif tok.kind == "op" and tok.value in ("[", "[?"):
+                self.take()
+                key = self.or_()
+                end = self.take("]").end
+                node = _Node("index", node.start, end, None, (node, key), tok.value == "[?")
+            else:
+                return node
+
+    def arguments(self) -> tuple[tuple[_Node, ...], int]:
+        self.take("(")
+        args: list[_Node] = []
+        while self.peek().value != ")":
+            args.append(self.or_())
+            if self.peek().value == ",":
+                self.take()
+        return tuple(args), self.take(")").end
+
+    def primary(self) -> _Node:  # noqa: PLR0911 -- one branch per literal kind
+        tok = self.take()
+        if tok.kind in ("num", "str"):
+            return _Node("lit", tok.start, tok.end, tok.value)
+        if tok.kind == "ident":
+            if tok.value in ("true", "false"):
+                return _Node("lit", tok.start, tok.end, tok.value == "true")
+            if tok.value == "null":
+                return _Node("lit", tok.start, tok.end, None)
+            if self.peek().value == "(":
+                args, end = self.arguments()
+                return _Node("call", tok.start, end, tok.value, args)
+            return _Node("ident", tok.start, tok.end, tok.value)
+        if tok.value == "(":
+            inner = self.or_()
+            return replace(inner, start=tok.start, end=self.take(")").end)
+        if tok.value == "[":
+            items: list[_Node] = []
+            while self.peek().value != "]":
+                items.append(self.or_())
+                if self.peek().value == ",":
+                    self.take()
+            return _Node("list", tok.start, self.take("]").end, None, tuple(items))
+        raise _UnsupportedError(f"unsupported syntax at offset {tok.start} ({tok.value!r})")
+
+
+@lru_cache(maxsize=256)
+def _parse(text: str) -> _Node | str:
+    """The AST, or the reason why it cannot be parsed (cached: classes are evaluated per device)."""
+    try:
+        return _Parser(text).parse()
+    except _UnsupportedError as exc:
+        return str(exc)
+
+
+# ---------------------------------------------------------------------------------------- values
+@dataclass(frozen=True, slots=True)
+class _Qty:
+    value: Fraction
+
+    def __str__(self) -> str:
+        return f"quantity {format_quantity(self.value)}"
+
+
+@dataclass(frozen=True, slots=True)
+class _Map:
+    """A map value; ``strict`` maps raise "no such key" on a missing key (attribute domains)."""
+
+    entries: Mapping[str, Any]
+    strict: bool
+    what: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Opt:
+    present: bool
+    value: Any = None
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, _Qty):
+        return format_quantity(value.value)
+    if isinstance(value, _Map):
+        return f"<{value.what}>"
+    return str(value)
+
+
+class _Evaluator:
+    def __init__(self, text: str, device: CelDevice) -> None:
+        self.text = text
+        self.device = device
+
+    def src(self, node: _Node) -> str:
+        return self.text[node.start : node.end].strip()
+
+    # -- values
+    def eval(self, node: _Node) -> Any:  # noqa: PLR0911, PLR0912 -- one branch per node kind
+        kind = node.kind
+        if kind == "lit":
+            return node.value
+        if kind == "list":
+            return [self.eval(a) for a in node.args]
+        if kind == "ident":
+            if node.value == "device":
+                return self._device_map()
+            raise _UnsupportedError(f"unknown variable {node.value!r}")
+        if kind == "select":
+            return self._lookup(self.eval(node.args[0]), node.value, node.optional)
+        if kind == "index":
+            key = self.eval(node.args[1])
+            if not isinstance(key, str | int):
+                raise _UnsupportedError(f"index of type {type(key).__name__}")
+            base = self.eval(node.args[0])
+            if isinstance(base, list) and isinstance(key, int):
+                if not 0 <= key < len(base):
+                    raise _CelError(f"index {key} out of range")
+                return base[key]
+            return self._lookup(base, str(key), node.optional)
+        if kind == "unary":
+            value = self.eval(node.args[0])
+            if node.value == "!":
+                return not self._bool(value, node.args[0])
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                return -value
+            raise _CelError(f"cannot negate {_show(value)}")
+        if kind == "binary":
+            return self._binary(node)
+        if kind == "call":
+            return self._call(node)
+        if kind == "method":
+            return self._method(node)
+        raise _UnsupportedError(f"node {kind}")  # pragma: no cover -- the parser makes no other kinds
+
+    def _device_map(self) -> _Map:
+        d = self.device
+        attrs = {dom: _Map(vals, True, f'attributes["{dom}"]') for dom, vals in d.attributes.items()}
+        caps = {
+            dom: _Map({k: _Qty(v) for k, v in vals.items()}, True, f'capacity["{dom}"]')
+            for dom, vals in d.capacity.items()
+        }
+        return _Map(
+            {
+                "driver": d.driver,
+                "attributes": _Map(attrs, False, "attributes"),
+                "capacity": _Map(caps, False, "capacity"),
+                "allowMultipleAllocations": d.allow_multiple_allocations,
+            },
+            True,
+            "device",
+        )
+
+    def _lookup(self, base: Any, key: str, optional: bool) -> Any:
+        if isinstance(base, _Opt):
+            if not base.present:
+                return base
+            return self._lookup(base.value, key, True)
+        if not isinstance(base, _Map):
+            raise _CelError(f"{_show(base)} has no fields (looking up {key!r})")
+        if key in base.entries:
+            value = base.entries[key]
+            return _Opt(True, value) if optional else value
+        if optional:
+            return _Opt(False)
+        if base.strict:
+            raise _CelError(f"no such key: {key} (in {base.what})")
+        return _Map({}, True, f'{base.what}["{key}"]')  # unknown domain: an empty map
+
+    def _bool(self, value: Any, node: _Node) -> bool:
+        if not isinstance(value, bool):
+            raise _CelError(f"{self.src(node)} is {_show(value)}, not a bool")
+        return value
+
+    def _binary(self, node: _Node) -> Any:  # noqa: PLR0911 -- one branch per operator family
+        op = node.value
+        if op in ("&&", "||"):
+            return self._logic(node)
+        left, right = self.eval(node.args[0]), self.eval(node.args[1])
+        if op == "in":
+            if isinstance(right, list):
+                return left in right
+            if isinstance(right, _Map):
+                return left in right.entries
+            raise _CelError(f"'in' needs a list or map, got {_show(right)}")
+        if op in ("==", "!="):
+            numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (left, right))
+            equal = (numbers or type(left) is type(right)) and left == right
+            return equal if op == "==" else not equal
+        if op in ("<", "<=", ">", ">="):
+            ok_types = (isinstance(left, int | float) and isinstance(right, int | float)) or (
+                isinstance(left, str) and isinstance(right, str)
+            )
+            if not ok_types or isinstance(left, bool) or isinstance(right, bool):
+                raise _CelError(f"no such overload: {_show(left)} {op} {_show(right)}")
+            return {"<": left < right, "<=": left <= right, ">": left > right, ">=": left >= right}[op]
+        if isinstance(left, int) and isinstance(right, int) and not isinstance(left, bool):
+            if op in ("/", "%") and right == 0:
+                raise _CelError("division by zero")
+            return {
+                "+": left + right,
+                "-": left - right,
+                "*": left * right,
+                "/": left // right,
+                "%": left % right,
+            }[op]
+        if op == "+" and isinstance(left, str) and isinstance(right, str):
+            return left + right
+        raise _UnsupportedError(f"operator {op} on {_show(left)} and {_show(right)}")
+
+    def _logic(self, node: _Node) -> bool:
+        """CEL's commutative && / ||: a deciding operand wins over an error in the other."""
+        decisive = node.value == "||"  # the value that decides the result on its own
+        failure: Exception | None = None
+        for arg in node.args:
+            try:
+                if self._bool(self.eval(arg), arg) is decisive:
+                    return decisive
+            except (_CelError, _UnsupportedError) as exc:
+                if failure is None or isinstance(exc, _UnsupportedError):
+                    failure = exc
+        if failure is not None:
+            raise failure
+        return not decisive
+
+    def _call(self, node: _Node) -> Any:
+        name, args = node.value, node.args
+        if name == "has":
+            if len(args) != 1 or args[0].kind != "select":
+                raise _UnsupportedError("has() needs a field selection")
+            base = self.eval(args[0].args[0])
+            return isinstance(base, _Map) and args[0].value in base.entries
+        values = [self.eval(a) for a in args]
+        if name == "quantity" and len(values) == 1 and isinstance(values[0], str):
+            try:
+                return _Qty(parse_quantity(values[0]))
+            except ValueError as exc:
+                raise _CelError(str(exc)) from exc
+        if name == "size" and len(values) == 1:
+            return self._size(values[0])
+        raise _UnsupportedError(f"function {name}()")
+
+    def _size(self, value: Any) -> int:
+        if isinstance(value, str | list):
+            return len(value)
+        if isinstance(value, _Map):
+            return len(value.entries)
+        raise _CelError(f"size() of {_show(value)}")
+
+    def _method(self, node: _Node) -> Any:  # noqa: PLR0911, PLR0912 -- one branch per supported method
+        name = node.value
+        target = self.eval(node.args[0])
+        values = [self.eval(a) for a in node.args[1:]]
+        if isinstance(target, _Opt):
+            if name == "orValue" and len(values) == 1:
+                return target.value if target.present else values[0]
+            if name == "hasValue" and not values:
+                return target.present
+            if name == "value" and not values:
+                if not target.present:
+                    raise _CelError("optional.none() dereference")
+                return target.value
+        if isinstance(target, _Qty) and len(values) == 1 and isinstance(values[0], _Qty):
+            a, b = target.value, values[0].value
+            if name == "compareTo":
+                return (a > b) - (a < b)
+            if name == "isGreaterThan":
+                return a > b
+            if name == "isLessThan":
+                return a < b
+        if isinstance(target, _Qty) and not values and name in ("asInteger", "asApproximateFloat"):
+            return int(target.value) if name == "asInteger" else float(target.value)
+        if isinstance(target, str) and len(values) == 1 and isinstance(values[0], str):
+            if name == "startsWith":
+                return target.startswith(values[0])
+            if name == "endsWith":
+                return target.endswith(values[0])
+            if name == "contains":
+                return values[0] in target
+            if name == "matches":
+                return re.search(values[0], target) is not None
+        if name == "size" and not values:
+            return self._size(target)
+        raise _UnsupportedError(f"method {name}() on {_show(target)}")
+
+    # -- explanations
+    def why_false(self, node: _Node) -> str:  # noqa: PLR0911, PLR0912 -- one branch per node shape
+        """Point at the part of a false expression that made it false, with the values involved."""
+        if node.kind == "binary" and node.value == "&&":
+            parts = []
+            for arg in node.args:
+                try:
+                    if self.eval(arg) is False:
+                        parts.append(self.why_false(arg))
+                except (_CelError, _UnsupportedError):
+                    continue
+            return "; ".join(parts) or f"{self.src(node)} is false"
+        if node.kind == "binary" and node.value == "||":
+            return "none holds: " + " | ".join(self.why_false(arg) for arg in node.args)
+        if node.kind == "binary" and node.value in self._cmp_ops:
+            left, right = node.args
+            try:
+                lv, rv = self.eval(left), self.eval(right)
+            except (_CelError, _UnsupportedError):
+                return f"{self.src(node)} is false"
+            if left.kind == "lit" and right.kind != "lit":
+                left, right, lv, rv = right, left, rv, lv
+            want = {"==": "", "!=": "not "}.get(node.value, f"{node.value} ")
+            return f"{self.src(left)} is {_show(lv)}, wants {want}{_show(rv)}"
+        if node.kind == "method" and node.args[0].kind != "lit":
+            try:
+                target = self.eval(node.args[0])
+            except (_CelError, _UnsupportedError):
+                target = None
+            if target is not None:
+                return f"{self.src(node)} is false ({self.src(node.args[0])} is {_show(target)})"
+        if node.kind == "unary" and node.value == "!":
+            return f"{self.src(node.args[0])} is true"
+        if node.kind == "call" and node.value == "has":
+            return f"{self.src(node.args[0])} is not set"
+        return f"{self.src(node)} is false"
+
+    _cmp_ops = ("==", "!=", "<", "<=", ">", ">=", "in")
+
+
+def evaluate(expression: str, device: CelDevice) -> Outcome:
+    """Evaluate one selector expression against one device."""
+    ast = _parse(expression)
+    if isinstance(ast, str):
+        return Outcome(None, f"cannot evaluate {expression!r}: {ast}")
+    ev = _Evaluator(expression, device)
+    try:
+        value = ev.eval(ast)
+    except _UnsupportedError as exc:
+        return Outcome(None, f"cannot evaluate {expression!r}: {exc}")
+    except _CelError as exc:
+        return Outcome(
+            False, f"CEL error in {expression!r}: {exc} (the scheduler fails the allocation)", True
+        )
+    if not isinstance(value, bool):
+        return Outcome(False, f"{expression!r} gives {_show(value)}, not a bool (a CEL error)", True)
+    return Outcome(value, "" if value else ev.why_false(ast))

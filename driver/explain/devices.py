@@ -1,0 +1,157 @@
+"""This node's devices as ``explain`` sees them: read from ResourceSlice JSON, whatever produced it.
+
+The input is what ``numadra discover -o json`` prints (a ``List`` of ResourceSlices), a single
+ResourceSlice, or a bare list of them; or, for the live host, the slices built from discovery. Only
+what selection depends on is kept: attributes and capacity grouped by domain as CEL sees them
+(names without a domain belong to the driver's domain), taints and multi-allocation.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from driver.errors import ConfigError
+from driver.explain.cel import CelDevice
+from driver.explain.quantity import parse_quantity
+
+__all__ = ["DeviceView", "Taint", "devices_from_host", "devices_from_slices", "load_slices_file"]
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    """A device taint, as the scheduler matches it against request tolerations."""
+
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"
+
+    def __str__(self) -> str:
+        return f"{self.key}={self.value}:{self.effect}" if self.value else f"{self.key}:{self.effect}"
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceView:
+    """One published device: its identity and what selectors and constraints look at."""
+
+    driver: str
+    pool: str
+    name: str
+    attributes: Mapping[str, Mapping[str, Any]]
+    capacity: Mapping[str, Mapping[str, Fraction]]
+    allow_multiple_allocations: bool = False
+    taints: tuple[Taint, ...] = field(default=())
+
+    @property
+    def type(self) -> str:
+        """The driver's ``type`` attribute (gpu, nic, cpu), or "" when absent."""
+        value = self.attributes.get(self.driver, {}).get("type", "")
+        return value if isinstance(value, str) else ""
+
+    def attribute(self, qualified: str) -> Any:
+        """Value of a fully qualified attribute (``resource.kubernetes.io/numaNode``), or None."""
+        domain, _, ident = qualified.rpartition("/")
+        return self.attributes.get(domain or self.driver, {}).get(ident)
+
+    def capacity_of(self, name: str) -> Fraction | None:
+        """Total of a capacity (``cpus`` or ``numadra.dev/cpus``), or None when the device has none."""
+        domain, _, ident = name.rpartition("/")
+        return self.capacity.get(domain or self.driver, {}).get(ident)
+
+    def cel(self) -> CelDevice:
+        """The ``device`` variable of a CEL selector."""
+        return CelDevice(self.driver, self.attributes, self.capacity, self.allow_multiple_allocations)
+
+
+def _split(key: str, driver: str) -> tuple[str, str]:
+    domain, _, ident = key.rpartition("/")
+    return domain or driver, ident
+
+
+def _attribute_value(raw: Mapping[str, Any]) -> Any:
+    for kind in ("int", "bool", "string", "version", "ints", "bools", "strings", "versions"):
+        if kind in raw:
+            value = raw[kind]
+            return list(value) if isinstance(value, list) else value
+    return None
+
+
+def _device(driver: str, pool: str, raw: Mapping[str, Any]) -> DeviceView:
+    attributes: dict[str, dict[str, Any]] = {}
+    for key, value in (raw.get("attributes") or {}).items():
+        domain, ident = _split(key, driver)
+        attributes.setdefault(domain, {})[ident] = _attribute_value(value)
+    capacity: dict[str, dict[str, Fraction]] = {}
+    for key, value in (raw.get("capacity") or {}).items():
+        domain, ident = _split(key, driver)
+        try:
+            capacity.setdefault(domain, {})[ident] = parse_quantity(str(value.get("value", "0")))
+        except ValueError as exc:
+            raise ConfigError(f"device {raw.get('name')}: capacity {key}: {exc}") from exc
+    taints = tuple(
+        Taint(str(t.get("key", "")), str(t.get("value") or ""), str(t.get("effect", "NoSchedule")))
+        for t in raw.get("taints") or ()
+    )
+    return DeviceView(
+        driver=driver,
+        pool=pool,
+        name=str(raw["name"]),
+        attributes=attributes,
+        capacity=capacity,
+        allow_multiple_allocations=bool(raw.get("allowMultipleAllocations", False)),
+        taints=taints,
+    )
+
+
+def devices_from_slices(doc: Any, driver_name: str | None = None) -> list[DeviceView]:
+    """Devices of a ``List``, one ResourceSlice or a list of them; only ``driver_name``'s when given."""
+    if isinstance(doc, Mapping) and doc.get("kind") == "List":
+        slices: Sequence[Any] = doc.get("items") or []
+    elif isinstance(doc, Mapping):
+        slices = [doc]
+    elif isinstance(doc, list):
+        slices = doc
+    else:
+        raise ConfigError("slices: expected a ResourceSlice, a List of them or a JSON array")
+    out: list[DeviceView] = []
+    for obj in slices:
+        if not isinstance(obj, Mapping) or obj.get("kind") != "ResourceSlice":
+            raise ConfigError("slices: every item must be a ResourceSlice")
+        spec = obj.get("spec") or {}
+        driver = str(spec.get("driver", ""))
+        if driver_name is not None and driver != driver_name:
+            continue
+        pool = str((spec.get("pool") or {}).get("name", ""))
+        out.extend(_device(driver, pool, raw) for raw in spec.get("devices") or ())
+    return out
+
+
+def load_slices_file(path: Path, driver_name: str | None = None) -> list[DeviceView]:
+    """Read ``numadra discover -o json`` output (or YAML, e.g. ``kubectl get resourceslices -o yaml``)."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"slices file {path}: {exc.strerror}") from exc
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError:
+        try:
+            doc = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"slices file {path}: neither JSON nor YAML ({exc})") from exc
+    return devices_from_slices(doc, driver_name)
+
+
+def devices_from_host(host_root: str, node_name: str, driver_name: str) -> list[DeviceView]:
+    """Discover the host under ``host_root`` and build the slices this node would publish."""
+    from driver.inventory.discovery import discover
+    from driver.slices.builder import build_slices
+
+    inventory = discover(host_root, use_nvml=False)
+    return devices_from_slices(build_slices(inventory, node_name=node_name, driver_name=driver_name))

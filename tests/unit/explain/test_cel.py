@@ -1,0 +1,166 @@
+"""The CEL subset explain evaluates: results, explanations, errors and honest "unknown"."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+
+from driver.explain.cel import CelDevice, evaluate
+from driver.explain.quantity import format_quantity, parse_quantity
+
+NIC = CelDevice(
+    driver="numadra.dev",
+    attributes={
+        "numadra.dev": {"type": "nic", "rdma": True, "speedMbps": 400000, "interfaceName": "enp23s0np0"},
+        "resource.kubernetes.io": {"numaNode": 1, "pcieRoot": "pci0000:15"},
+    },
+    capacity={},
+)
+CPU = CelDevice(
+    driver="numadra.dev",
+    attributes={"numadra.dev": {"type": "cpu", "cpuCount": 112}},
+    capacity={"numadra.dev": {"cpus": Fraction(112), "memory": parse_quantity("1Ti")}},
+    allow_multiple_allocations=True,
+)
+
+
+@pytest.mark.parametrize(
+    ("expression", "device", "expected"),
+    [
+        pytest.param('device.driver == "numadra.dev"', NIC, True, id="driver"),
+        pytest.param('device.attributes["numadra.dev"].type == "nic"', NIC, True, id="type"),
+        pytest.param('device.attributes["numadra.dev"]["type"] == "nic"', NIC, True, id="index-syntax"),
+        pytest.param('device.attributes["resource.kubernetes.io"].numaNode == 0', NIC, False, id="numa"),
+        pytest.param(
+            'device.attributes["numadra.dev"].rdma && device.attributes["numadra.dev"].speedMbps >= 100000',
+            NIC,
+            True,
+            id="bool-and-int",
+        ),
+        pytest.param('device.attributes["numadra.dev"].type in ["gpu", "nic"]', NIC, True, id="in-list"),
+        pytest.param('!(device.attributes["numadra.dev"].type == "gpu")', NIC, True, id="not"),
+        pytest.param(
+            'device.attributes["numadra.dev"].interfaceName.startsWith("enp")', NIC, True, id="startsWith"
+        ),
+        pytest.param(
+            'device.attributes["numadra.dev"].interfaceName.matches("^enp[0-9]+s0")', NIC, True, id="matches"
+        ),
+        pytest.param('has(device.attributes["numadra.dev"].productName)', NIC, False, id="has-missing"),
+        pytest.param(
+            'device.attributes["other.io"].?x.orValue(3) == 3', NIC, True, id="optional-unknown-domain"
+        ),
+        pytest.param(
+            'device.capacity["numadra.dev"].cpus.compareTo(quantity("8")) >= 0', CPU, True, id="compareTo"
+        ),
+        pytest.param(
+            'device.capacity["numadra.dev"].memory.isGreaterThan(quantity("2Ti"))', CPU, False, id="gt"
+        ),
+        pytest.param(
+            'device.capacity["numadra.dev"].memory.isLessThan(quantity("1100Gi"))', CPU, True, id="lt"
+        ),
+        pytest.param("device.allowMultipleAllocations", CPU, True, id="multi-allocations"),
+        pytest.param(
+            'false && device.attributes["numadra.dev"].nope == 1', NIC, False, id="and-absorbs-error"
+        ),
+        pytest.param('true || device.attributes["numadra.dev"].nope == 1', NIC, True, id="or-absorbs-error"),
+        pytest.param("size(device.attributes) == 2", NIC, True, id="size"),
+        pytest.param('device.attributes["numadra.dev"].cpuCount / 2 == 56', CPU, True, id="arithmetic"),
+    ],
+)
+def test_evaluates(expression: str, device: CelDevice, expected: bool) -> None:
+    """Supported forms give the same answer CEL would."""
+    outcome = evaluate(expression, device)
+    assert (outcome.matches, outcome.error) == (expected, False), outcome.why
+
+
+NUMA = 'device.attributes["resource.kubernetes.io"].numaNode'
+TYPE = 'device.attributes["numadra.dev"].type'
+SPEED = 'device.attributes["numadra.dev"].speedMbps'
+PRODUCT = 'device.attributes["numadra.dev"].productName'
+
+
+@pytest.mark.parametrize(
+    ("expression", "why"),
+    [
+        pytest.param(f"{NUMA} == 0", f"{NUMA} is 1, wants 0", id="equality"),
+        pytest.param(f"0 == {NUMA}", f"{NUMA} is 1, wants 0", id="literal-first"),
+        pytest.param(f"{SPEED} > 500000", f"{SPEED} is 400000, wants > 500000", id="ordering"),
+        pytest.param(
+            f'device.driver == "numadra.dev" && {TYPE} == "gpu"',
+            f'{TYPE} is "nic", wants "gpu"',
+            id="and-part",
+        ),
+        pytest.param(f"has({PRODUCT})", f"{PRODUCT} is not set", id="has"),
+        pytest.param(f'!({TYPE} == "nic")', f'({TYPE} == "nic") is true', id="not"),
+    ],
+)
+def test_explains_why_false(expression: str, why: str) -> None:
+    """A false selector says which part failed and with which value."""
+    outcome = evaluate(expression, NIC)
+    assert outcome.matches is False
+    assert outcome.why == why
+
+
+def test_missing_attribute_is_a_cel_error() -> None:
+    """An unknown attribute in a known domain is a runtime error, as in the scheduler."""
+    outcome = evaluate('device.attributes["numadra.dev"].productName == "X"', NIC)
+    assert (outcome.matches, outcome.error) == (False, True)
+    assert "no such key: productName" in outcome.why
+
+
+def test_type_mismatch_is_a_cel_error() -> None:
+    """Ordering a string against an int is an error (no such overload), not a silent false."""
+    outcome = evaluate('device.attributes["numadra.dev"].interfaceName > 3', NIC)
+    assert outcome.error is True
+    assert "no such overload" in outcome.why
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        pytest.param('semver("1.2.0").major() == 1', id="semver"),
+        pytest.param('device.attributes["numadra.dev"].speedMbps > 1 ? true : false', id="ternary"),
+        pytest.param('device.attributes["numadra.dev"].all(x, x > 1)', id="macro"),
+        pytest.param("request.name == 'x'", id="unknown-variable"),
+        pytest.param('device.driver == "a" @', id="garbage"),
+    ],
+)
+def test_unsupported_is_unknown_not_a_guess(expression: str) -> None:
+    """Expressions outside the subset give matches=None with a reason, never True or False."""
+    outcome = evaluate(expression, NIC)
+    assert outcome.matches is None
+    assert outcome.why.startswith("cannot evaluate")
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        pytest.param("8", Fraction(8), id="int"),
+        pytest.param("500m", Fraction(1, 2), id="milli"),
+        pytest.param("64Gi", Fraction(64 * 2**30), id="gibi"),
+        pytest.param("1.5G", Fraction(1_500_000_000), id="decimal-giga"),
+        pytest.param("1e3", Fraction(1000), id="exponent"),
+        pytest.param(".5Ki", Fraction(512), id="leading-dot"),
+    ],
+)
+def test_parse_quantity(text: str, value: Fraction) -> None:
+    """Kubernetes quantity strings parse exactly."""
+    assert parse_quantity(text) == value
+
+
+@pytest.mark.parametrize("text", ["", "Gi", "1 Gi", "1GB", "--1"])
+def test_parse_quantity_rejects(text: str) -> None:
+    """Malformed quantities are a ValueError naming the text."""
+    with pytest.raises(ValueError, match="quantity"):
+        parse_quantity(text)
+
+
+def test_format_quantity_prefers_binary_suffixes() -> None:
+    """Byte amounts print with the largest exact binary suffix; counts stay plain."""
+    assert [format_quantity(Fraction(n)) for n in (112, 2**30, 3 * 2**20, 1000)] == [
+        "112",
+        "1Gi",
+        "3Mi",
+        "1000",
+    ]
