@@ -8,6 +8,7 @@ alphanumeric and may contain ``-``, ``_``, ``.`` and ``:``.
 
 from __future__ import annotations
 
+import functools
 import re
 
 __all__ = [
@@ -50,8 +51,9 @@ def validate_class(cls: str) -> None:
         )
 
 
+@functools.lru_cache(maxsize=64)
 def split_kind(kind: str) -> tuple[str, str]:
-    """Split ``vendor/class`` into its parts, validating both."""
+    """Split ``vendor/class`` into its parts, validating both (cached: a driver uses few kinds)."""
     vendor, sep, cls = kind.partition("/")
     if not sep or "/" in cls:
         raise CdiNameError(f"invalid CDI kind {kind!r}: must be vendor/class")

@@ -1,0 +1,99 @@
+"""Unit tests of the pure renderers: the per-claim CDI spec and the KEP-5304 metadata stream."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from driver.claims.config import EffectiveConfig
+from driver.claims.metadata import container_path, metadata_files, parse_generation
+from driver.claims.render import claim_spec, claim_spec_file_name
+from driver.claims.selection import AllocatedDevice, ClaimView
+from driver.inventory.model import DeviceKind
+from driver.pinning.types import ClaimPinning, CpuAssignment, CpuMode
+from tests.integration.claims._world import CPU0, DRIVER, GPU0, NIC0, NODE, make_inventory
+
+INV = make_inventory()
+
+
+def _dev(request: str, name: str, kind: DeviceKind, share: str | None = None, **env: str) -> AllocatedDevice:
+    device = INV.find(name)
+    assert device is not None
+    return AllocatedDevice(request, name, NODE, share, {}, kind, device, EffectiveConfig(env=env))
+
+
+def _view(*devices: AllocatedDevice, pod_claim: str = "") -> ClaimView:
+    return ClaimView("ns", "claim", "abc-1", pod_claim, devices)
+
+
+def test_claim_spec_names_and_ids() -> None:
+    """CDI device names are <uid>-<device>[-<share>]; IDs use kind <driver>/claim; env is sorted."""
+    view = _view(
+        _dev("gpu/big", GPU0, DeviceKind.GPU, ZED="1", ALPHA="2"),
+        _dev("cpu", CPU0, DeviceKind.CPU, share="s-1"),
+    )
+    pin = ClaimPinning("abc-1", (CpuAssignment("cpu", CpuMode.EXCLUSIVE, frozenset({2, 3}), frozenset({0})),))
+    spec, devices = claim_spec(view, driver_name=DRIVER, pinning=pin)
+    assert [d.name for d in spec.devices] == [f"abc-1-{GPU0}", f"abc-1-{CPU0}-s-1"]
+    assert devices[0].request_names == ("gpu",)
+    assert devices[1].cdi_device_ids == (f"{DRIVER}/claim=abc-1-{CPU0}-s-1",)
+    assert devices[1].share_id == "s-1"
+    env = list(spec.devices[0].edits.env)
+    assert env == sorted(env)
+    assert "ALPHA=2" in env
+    assert "NUMADRA_CPUS=2-3" in spec.devices[1].edits.env
+    assert claim_spec_file_name(DRIVER, "abc-1") == f"{DRIVER}_claim_abc-1.json"
+    again, _ = claim_spec(view, driver_name=DRIVER, pinning=pin)
+    assert again == spec  # deterministic
+
+
+def test_metadata_stream_shape_and_generation(tmp_path: Path) -> None:
+    """Two newline-terminated objects, v1beta1 first; generation kept when unchanged, +1 when changed."""
+    view = _view(_dev("nic", NIC0, DeviceKind.NIC))
+    attrs = {NIC0: {"type": {"string": "nic"}}}
+    (first,) = metadata_files(
+        view, driver_name=DRIVER, plugin_dir=tmp_path, cdi_dir=tmp_path / "cdi", attributes=attrs
+    )
+    assert first.host_path == tmp_path / "dra-device-metadata" / "ns_claim" / "nic" / "metadata.json"
+    assert first.spec_file == tmp_path / "cdi" / f"{DRIVER}_metadata_abc-1_nic.json"
+    assert first.cdi_id == f"{DRIVER}/metadata=abc-1_nic"
+    assert first.content.endswith("\n")
+    lines = first.content.splitlines()
+    assert [list(json.loads(line))[:3] for line in lines] == [["kind", "apiVersion", "metadata"]] * 2
+    assert parse_generation(first.content) == 1
+    same = metadata_files(
+        view,
+        driver_name=DRIVER,
+        plugin_dir=tmp_path,
+        cdi_dir=tmp_path / "cdi",
+        attributes=attrs,
+        previous={str(first.host_path): first.content},
+    )[0]
+    assert same.content == first.content
+    changed = metadata_files(
+        view,
+        driver_name=DRIVER,
+        plugin_dir=tmp_path,
+        cdi_dir=tmp_path / "cdi",
+        attributes={NIC0: {"type": {"string": "changed"}}},
+        previous={str(first.host_path): first.content},
+    )[0]
+    assert parse_generation(changed.content) == 2
+    assert all(json.loads(line)["metadata"]["generation"] == 2 for line in changed.content.splitlines())
+
+
+def test_parse_generation_of_garbage_is_zero() -> None:
+    """An unreadable previous file counts as generation 0 (the next write is generation 1)."""
+    assert parse_generation("") == 0
+    assert parse_generation("not json\n") == 0
+    assert parse_generation('{"metadata": {}}\n') == 0
+
+
+def test_container_path_for_direct_and_template_claims() -> None:
+    """Direct claims mount under resourceclaims/<claim>, template ones under resourceclaimtemplates/."""
+    base = "/var/run/kubernetes.io/dra-device-attributes"
+    assert container_path(_view(), "gpu", DRIVER) == f"{base}/resourceclaims/claim/gpu/{DRIVER}-metadata.json"
+    assert (
+        container_path(_view(pod_claim="my-gpu"), "gpu", DRIVER)
+        == f"{base}/resourceclaimtemplates/my-gpu/gpu/{DRIVER}-metadata.json"
+    )
