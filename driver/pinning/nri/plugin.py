@@ -90,7 +90,7 @@ class NriPlugin:
         self._budget = handler_budget_s
         self._register_timeout = register_timeout_s
         self._methods: dict[str, tuple[type[Message], _Handler]] = {
-            "Configure": (nri.ConfigureRequest, self.handlers.configure),
+            "Configure": (nri.ConfigureRequest, self._configure),
             "Synchronize": (nri.SynchronizeRequest, self.handlers.synchronize),
             "Shutdown": (nri.Empty, self._shutdown),
             "CreateContainer": (nri.CreateContainerRequest, self.handlers.create_container),
@@ -117,6 +117,7 @@ class NriPlugin:
         self._disconnected = threading.Event()
         self._disconnected.set()
         self._reader_thread: threading.Thread | None = None
+        self._runtime_timeout_s = 0.0  # ConfigureRequest.request_timeout, 0 = unknown
 
     # -- PinningBackend -------------------------------------------------------------------------
 
@@ -343,9 +344,16 @@ class NriPlugin:
         except DecodeError as exc:
             return _status(_INVALID_ARGUMENT, f"undecodable {envelope.method} request: {exc}")
         budget = self._budget
+        if self._runtime_timeout_s > 0:
+            budget = min(budget, 0.8 * self._runtime_timeout_s)  # answer well before the runtime gives up
         if envelope.timeout_nano > 0:
             budget = min(budget, envelope.timeout_nano / 1e9)
         return envelope.method, handler, request, budget
+
+    def _configure(self, request: nri.ConfigureRequest) -> nri.ConfigureResponse:
+        """Remember the runtime's request timeout (it bounds the time box), then subscribe."""
+        self._runtime_timeout_s = request.request_timeout / 1000 if request.request_timeout > 0 else 0.0
+        return self.handlers.configure(request)
 
     def _shutdown(self, _request: nri.Empty) -> nri.Empty:
         _log.info("runtime is shutting down")

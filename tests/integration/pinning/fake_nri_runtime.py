@@ -117,13 +117,13 @@ class FakePluginConnection:
             raise RuntimeError(f"{method}: code {resp.status.code}: {resp.status.message}")
         return response_type.FromString(resp.payload)
 
-    def configure(self) -> nri.ConfigureResponse:
+    def configure(self, request_timeout_ms: int = 2000) -> nri.ConfigureResponse:
         """The handshake's Configure call, as containerd sends it."""
         req = nri.ConfigureRequest(
             runtime_name="fake-containerd",
             runtime_version="2.1.0",
             NRI_version="v0.11.0",
-            request_timeout=2000,
+            request_timeout=request_timeout_ms,
         )
         return self.call("Configure", req, nri.ConfigureResponse)
 

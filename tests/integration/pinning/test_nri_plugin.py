@@ -305,3 +305,19 @@ def test_empty_node_shared_pool_refuses_other_containers(runtime: FakeNriRuntime
         )
     finally:
         plugin.close()
+
+
+def test_time_box_follows_a_short_runtime_timeout(runtime: FakeNriRuntime) -> None:
+    """A runtime request timeout below 1 s shrinks the time box so the plugin answers before it."""
+    release = threading.Event()
+    plugin = NriPlugin(claim_lookup=lambda uid: release.wait(10) and CLAIM_A, socket_path=runtime.socket_path)
+    try:
+        conn = _start(runtime, plugin)
+        conn.configure(request_timeout_ms=500)
+        started = time.monotonic()
+        resp = conn.create_container(container("c-slow", "app", OURS_ENV))
+        assert time.monotonic() - started < 0.5 + 0.3
+        assert not resp.HasField("adjust")
+    finally:
+        release.set()
+        plugin.close()
