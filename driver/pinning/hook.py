@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cdi.spec import Hook
 from driver.errors import PinningError
 from driver.log import get_logger
 from driver.pinning.backend import PinningKind, PinTarget
@@ -34,6 +35,7 @@ __all__ = [
     "HookOutcome",
     "OciState",
     "assignment_from_bundle",
+    "cdi_hook",
     "cdi_hook_entry",
     "parse_oci_state",
     "run_create_runtime",
@@ -191,11 +193,16 @@ def run_create_runtime(
     return HookOutcome(method=method, pid=state.pid, cpus=cpus, mems=mems)
 
 
-def cdi_hook_entry(assignment: CpuAssignment, path: str = DEFAULT_HOOK_PATH) -> dict[str, Any]:
-    """The CDI ``containerEdits.hooks`` entry that pins a request's containers (cdiVersion 0.3.0+)."""
+def cdi_hook(assignment: CpuAssignment, path: str = DEFAULT_HOOK_PATH) -> Hook:
+    """The CDI hook (``cdi.spec.Hook``) that pins a request's containers; needs cdiVersion 0.3.0+."""
     args = [Path(path).name, "hook", "create-runtime"]
     if assignment.cpus:
         args += ["--cpus", format_cpulist(assignment.cpus)]
     if assignment.mems:
         args += ["--mems", format_cpulist(assignment.mems)]
-    return {"hookName": "createRuntime", "path": path, "args": args, "timeout": HOOK_TIMEOUT_S}
+    return Hook(hook_name="createRuntime", path=path, args=tuple(args), timeout=HOOK_TIMEOUT_S)
+
+
+def cdi_hook_entry(assignment: CpuAssignment, path: str = DEFAULT_HOOK_PATH) -> dict[str, Any]:
+    """The same hook as a CDI ``containerEdits.hooks`` JSON entry."""
+    return cdi_hook(assignment, path).to_json()

@@ -13,6 +13,7 @@ from driver.pinning.cgroupfs import CgroupfsBackend, CpusetHierarchy
 from driver.pinning.hook import (
     HookBackend,
     assignment_from_bundle,
+    cdi_hook,
     cdi_hook_entry,
     parse_oci_state,
     run_create_runtime,
@@ -108,3 +109,18 @@ def test_bundle_without_env_has_no_marker(tmp_path: Path, config: object) -> Non
     """Odd but valid JSON in config.json means no marker, not a crash."""
     (tmp_path / "config.json").write_text(json.dumps(config))
     assert assignment_from_bundle(tmp_path) == (None, None)
+
+
+def test_cdi_hook_validates_in_a_cdi_spec() -> None:
+    """The hook passes the cdi library's validation inside a spec at the lowest version (0.3.0)."""
+    from cdi.spec import ContainerEdits, Device, Spec, validate_spec
+
+    a = CpuAssignment("main", CpuMode.EXCLUSIVE, frozenset({1}), frozenset({0}))
+    spec = Spec(
+        kind="numadra.dev/cpu",
+        devices=(Device(name="claim-1-main", edits=ContainerEdits(hooks=(cdi_hook(a),))),),
+    )
+    validate_spec(spec)
+    doc = spec.to_json()
+    assert doc["cdiVersion"] == "0.3.0"
+    assert doc["devices"][0]["containerEdits"]["hooks"][0]["hookName"] == "createRuntime"
