@@ -379,3 +379,56 @@ def test_written_files_leave_no_temp_files(world: World) -> None:
     leftovers = list(Path(world.root).rglob("*.tmp"))
     assert leftovers == []
     assert (world.plugin_dir / "state" / "journal.json").exists()
+
+
+def test_two_live_processes_share_the_journal(world: World) -> None:
+    """Rolling update: two drivers alive at once see each other's claims and CPUs through the journal."""
+    old, new = world.driver(), world.driver()
+    assert old.prepared_claims() == new.prepared_claims() == []  # both have read the (empty) journal
+    a = world.getter.add(
+        claim("u-a", "a", results=[cpu_result("cpu", 4, share="44444444-0000-4000-8000-000000000001")])
+    )
+    b = world.getter.add(
+        claim("u-b", "b", results=[cpu_result("cpu", 4, share="44444444-0000-4000-8000-000000000002")])
+    )
+    assert old.prepare_claims([a])["u-a"].ok
+    assert new.prepare_claims([b])["u-b"].ok
+    pins = {e.uid: e.pinning.cpus for e in new.prepared_claims() if e.pinning}
+    assert set(pins) == {"u-a", "u-b"}
+    assert not pins["u-a"] & pins["u-b"]
+    assert new.unprepare_claims([a]) == {"u-a": ""}  # unprepared by the other process
+    assert [e.uid for e in old.prepared_claims()] == ["u-b"]
+
+
+def test_journal_written_once_per_call(world: World) -> None:
+    """A prepare of many claims and devices saves the journal once (and the repeat not at all)."""
+    from driver.state.journal import Journal
+
+    saves: list[int] = []
+    original = Journal.save
+
+    def counting(self: Journal) -> None:
+        saves.append(1)
+        original(self)
+
+    refs = [
+        world.getter.add(
+            claim(
+                f"u-{i}",
+                results=[cpu_result("cpu", 1, node=1, share=f"55555555-0000-4000-8000-00000000000{i}")],
+            )
+        )
+        for i in range(5)
+    ]
+    refs.append(world.getter.add(_full_claim()))
+    drv = world.driver()
+    Journal.save = counting  # type: ignore[method-assign]
+    try:
+        assert all(r.ok for r in drv.prepare_claims(refs).values())
+        assert len(saves) == 1
+        assert all(r.ok for r in drv.prepare_claims(refs).values())
+        assert len(saves) == 1
+        drv.unprepare_claims(refs)
+        assert len(saves) == 2
+    finally:
+        Journal.save = original  # type: ignore[method-assign]
