@@ -321,3 +321,44 @@ def test_time_box_follows_a_short_runtime_timeout(runtime: FakeNriRuntime) -> No
     finally:
         release.set()
         plugin.close()
+
+
+def test_concurrent_creates_are_multiplexed_by_stream(runtime: FakeNriRuntime, plugin: NriPlugin) -> None:
+    """Parallel CreateContainer calls on one socket each get their own container's adjustment."""
+    conn = _start(runtime, plugin)
+    results: dict[int, str] = {}
+
+    def create(i: int) -> None:
+        env = [f"NUMADRA_CPUS={i}", "NUMADRA_MEMS=0"]
+        results[i] = conn.create_container(container(f"c{i}", "app", env)).adjust.linux.resources.cpu.cpus
+
+    threads = [threading.Thread(target=create, args=(i,)) for i in range(24)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert results == {i: str(i) for i in range(24)}
+
+
+def test_handler_bug_is_internal_error_and_connection_survives(runtime: FakeNriRuntime) -> None:
+    """An unexpected handler exception answers Internal (13); the next call still works."""
+    calls = {"n": 0}
+
+    def flaky(uid: str) -> ClaimPinning | None:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("boom")
+        return CLAIM_A
+
+    plugin = NriPlugin(claim_lookup=flaky, socket_path=runtime.socket_path)
+    try:
+        conn = _start(runtime, plugin)
+        resp = conn.call_raw(
+            "CreateContainer", nri.CreateContainerRequest(container=container("c1", "app", OURS_ENV))
+        )
+        assert resp.status.code == 13 and "boom" in resp.status.message
+        assert (
+            conn.create_container(container("c2", "app", OURS_ENV)).adjust.linux.resources.cpu.cpus == "2-3"
+        )
+    finally:
+        plugin.close()

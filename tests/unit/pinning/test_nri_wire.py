@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from driver._proto.nri import api_pb2 as nri
 from driver._proto.nri import ttrpc_pb2 as ttrpc
@@ -109,3 +111,27 @@ def test_bad_mode_rejected() -> None:
     """An unknown mode value is a malformed marker."""
     with pytest.raises(PinningError, match="NUMADRA_CPU_MODE"):
         marker_from_env(["NUMADRA_CPUS=1", "NUMADRA_CPU_MODE=turbo"])
+
+
+frames_strategy = st.lists(
+    st.tuples(st.integers(1, 2), st.integers(0, 2**32 - 1), st.integers(1, 3), st.binary(max_size=200)),
+    max_size=8,
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(frames=frames_strategy, cuts=st.lists(st.integers(1, 64), min_size=1, max_size=20))
+def test_demuxer_roundtrip_any_chunking(frames: list[tuple[int, int, int, bytes]], cuts: list[int]) -> None:
+    """Whatever the read sizes, the demuxer returns exactly the encoded frames, in order."""
+    data = b"".join(encode_frame(c, s, t, p) for c, s, t, p in frames)
+    demux = Demuxer()
+    out: list[tuple[int, int, int, bytes]] = []
+    pos, i = 0, 0
+    while pos < len(data):
+        step = cuts[i % len(cuts)]
+        out.extend(
+            (f.conn_id, f.stream_id, f.msg_type, f.payload) for f in demux.feed(data[pos : pos + step])
+        )
+        pos += step
+        i += 1
+    assert out == frames
