@@ -33,7 +33,7 @@ from cdi.spec import CdiSpecError
 from driver.claims.attributes import PublishedAttributes
 from driver.claims.metadata import METADATA_DIR, metadata_files
 from driver.claims.names import check_claim_name, check_claim_uid, check_namespace
-from driver.claims.render import claim_spec, claim_spec_file_name
+from driver.claims.render import CpuHook, claim_spec, claim_spec_file_name
 from driver.claims.selection import ClaimView, cpu_requests, select_devices
 from driver.errors import ClaimError, KubeError, PinningError, is_recoverable
 from driver.inventory.model import DeviceKind, Inventory
@@ -106,6 +106,7 @@ class ClaimsDriver:
         planner: PinPlanner | None = None,
         status: StatusWriter | None = None,
         on_fatal: Callable[[BaseException, str], None] | None = None,
+        cpu_hook: CpuHook | None = None,
         max_get_workers: int = 16,
     ) -> None:
         self.driver_name = driver_name
@@ -117,6 +118,7 @@ class ClaimsDriver:
         self._planner = planner
         self._status = status
         self._on_fatal = on_fatal
+        self._cpu_hook = cpu_hook
         self._journal = Journal(journal_path(plugin_dir))
         self._attributes = PublishedAttributes(node_name=node_name, driver_name=driver_name)
         self._lock = threading.Lock()
@@ -314,7 +316,9 @@ class ClaimsDriver:
         metas: list[StoredFile] = []
         dirs: tuple[str, ...] = ()
         if view.devices:
-            spec, devices = claim_spec(view, driver_name=self.driver_name, pinning=pinning)
+            spec, devices = claim_spec(
+                view, driver_name=self.driver_name, pinning=pinning, cpu_hook=self._cpu_hook
+            )
             spec_path = self.cdi_dir / claim_spec_file_name(self.driver_name, view.uid)
             specs.append(StoredFile(str(spec_path), spec_bytes(spec).decode()))
             files = metadata_files(

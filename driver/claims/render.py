@@ -21,9 +21,9 @@ applies several devices of one request does not matter):
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
-from cdi import ContainerEdits, Device, DeviceNode, Spec, qualified_name, transient_spec_file_name
+from cdi import ContainerEdits, Device, DeviceNode, Hook, Spec, qualified_name, transient_spec_file_name
 from driver.claims.selection import AllocatedDevice, ClaimView
 from driver.inventory.model import DeviceKind, Gpu, InventoryDevice, Nic, NumaNode
 from driver.pinning.types import (
@@ -32,6 +32,7 @@ from driver.pinning.types import (
     ENV_MEMS,
     ENV_REQUEST,
     ClaimPinning,
+    CpuAssignment,
     format_cpulist,
     marker_env,
 )
@@ -39,6 +40,7 @@ from driver.plugin import PreparedDevice
 
 __all__ = [
     "CLAIM_CDI_CLASS",
+    "CpuHook",
     "cdi_device_name",
     "claim_cdi_kind",
     "claim_spec",
@@ -46,6 +48,8 @@ __all__ = [
     "device_numa_node",
 ]
 
+#: makes the CDI hook that enforces one request's pinning (``driver.pinning.hook.cdi_hook``)
+CpuHook = Callable[[CpuAssignment], Hook]
 #: the CDI class of the per-claim spec: kind ``<driver>/claim``
 CLAIM_CDI_CLASS = "claim"
 
@@ -98,13 +102,19 @@ def _request_env(devs: list[AllocatedDevice]) -> dict[str, str]:
     return env
 
 
+def _assignment(pinning: ClaimPinning | None, base: str) -> CpuAssignment | None:
+    for assignment in pinning.assignments if pinning is not None else ():
+        if assignment.request == base:
+            return assignment
+    return None
+
+
 def _cpu_env(
     view: ClaimView, base: str, devs: list[AllocatedDevice], pinning: ClaimPinning | None
 ) -> dict[str, str]:
-    if pinning is not None:
-        for assignment in pinning.assignments:
-            if assignment.request == base:
-                return marker_env(assignment, view.uid)
+    assignment = _assignment(pinning, base)
+    if assignment is not None:
+        return marker_env(assignment, view.uid)
     nodes = {n for n in (device_numa_node(d.device) for d in devs) if n is not None}
     return {
         ENV_MEMS: format_cpulist(nodes),
@@ -115,9 +125,17 @@ def _cpu_env(
 
 
 def claim_spec(
-    view: ClaimView, *, driver_name: str, pinning: ClaimPinning | None
+    view: ClaimView,
+    *,
+    driver_name: str,
+    pinning: ClaimPinning | None,
+    cpu_hook: CpuHook | None = None,
 ) -> tuple[Spec, list[PreparedDevice]]:
-    """The claim's CDI spec and the devices to return to the kubelet (same order as the results)."""
+    """The claim's CDI spec and the devices to return to the kubelet (same order as the results).
+
+    ``cpu_hook`` (``--pinning hook``) makes the OCI hook that enforces a pinned request; it is added
+    to the CDI device of each cpu result that got an assignment.
+    """
     kind = claim_cdi_kind(driver_name)
     groups: dict[tuple[str, DeviceKind], list[AllocatedDevice]] = {}
     for dev in view.devices:
@@ -138,8 +156,12 @@ def claim_spec(
                 env[ENV_CLAIM_UID] = view.uid
         env.update(dev.config.env)
         nodes: tuple[str, ...] = ()
+        hooks: tuple[Hook, ...] = ()
         if isinstance(dev.device, Gpu | Nic):
             nodes = dev.device.device_nodes
+        elif cpu_hook is not None:
+            assignment = _assignment(pinning, dev.base_request)
+            hooks = (cpu_hook(assignment),) if assignment is not None else ()
         name = cdi_device_name(view.uid, dev)
         cdi_devices.append(
             Device(
@@ -147,6 +169,7 @@ def claim_spec(
                 ContainerEdits(
                     env=tuple(f"{k}={v}" for k, v in sorted(env.items())),
                     device_nodes=tuple(DeviceNode(path=p) for p in nodes),
+                    hooks=hooks,
                 ),
             )
         )

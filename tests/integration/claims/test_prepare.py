@@ -432,3 +432,20 @@ def test_journal_written_once_per_call(world: World) -> None:
         assert len(saves) == 2
     finally:
         Journal.save = original  # type: ignore[method-assign]
+
+
+def test_hook_pinning_adds_create_runtime_hook_to_cpu_devices(world: World) -> None:
+    """With --pinning hook, each pinned cpu device carries the createRuntime hook with its cpuset."""
+    from driver.pinning.hook import cdi_hook
+
+    ref = world.getter.add(_full_claim())
+    assert world.driver(cpu_hook=cdi_hook).prepare_claims([ref])[UID].ok
+    spec = json.loads((world.cdi_dir / f"{DRIVER}_claim_{UID}.json").read_text())
+    by_name = {d["name"]: d["containerEdits"] for d in spec["devices"]}
+    cpu_edits = next(v for k, v in by_name.items() if CPU0 in k)
+    (hook,) = cpu_edits["hooks"]
+    assert hook["hookName"] == "createRuntime"
+    cpus = _env(spec, CPU0)["NUMADRA_CPUS"]
+    assert hook["args"][1:] == ["hook", "create-runtime", "--cpus", cpus, "--mems", "0"]
+    assert "hooks" not in by_name[f"{UID}-{GPU0}"]
+    assert spec["cdiVersion"] == "0.5.0"  # hooks need nothing newer than the UID's leading digit
