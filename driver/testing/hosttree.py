@@ -133,16 +133,12 @@ def _write_cpus(w: _Writer, topo: Topology) -> None:
         w.file(f"{d}/topology/physical_package_id", str(socket))
         w.file(f"{d}/topology/die_id", "0")
         w.file(f"{d}/topology/thread_siblings_list", format_cpulist(siblings))
-        w.file(f"{d}/topology/core_cpus_list", format_cpulist(siblings))
         w.file(f"{d}/topology/core_siblings_list", format_cpulist(package))
-        w.file(f"{d}/topology/package_cpus_list", format_cpulist(package))
+        # only the files discovery may read: the trees of big hosts stay small and fast to write
         w.file(f"{d}/cache/index0/level", "1")
-        w.file(f"{d}/cache/index0/type", "Data")
-        w.file(f"{d}/cache/index0/shared_cpu_list", format_cpulist(siblings))
         w.file(f"{d}/cache/index3/level", "3")
         w.file(f"{d}/cache/index3/type", "Unified")
         w.file(f"{d}/cache/index3/shared_cpu_list", format_cpulist(node_cpus))
-        w.file(f"{d}/cache/index3/size", "53760K")
         if topo.l3_ids:
             w.file(f"{d}/cache/index3/id", str(node))
         if topo.numa_dirs:

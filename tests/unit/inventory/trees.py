@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -15,9 +16,14 @@ from driver.testing.hosttree import TOPOLOGIES, write_host_tree
 __all__ = ["host_tree", "inventory"]
 
 
+_SHM = Path("/dev/shm")
+
+
 @functools.cache
 def _base() -> Path:
-    base = Path(tempfile.mkdtemp(prefix="numadra-trees-"))
+    """A private temp dir, on tmpfs when there is one (the trees hold thousands of small files)."""
+    shm = _SHM if _SHM.is_dir() and os.access(_SHM, os.W_OK) else None
+    base = Path(tempfile.mkdtemp(prefix="numadra-trees-", dir=shm))
     atexit.register(shutil.rmtree, base, ignore_errors=True)
     return base
 
