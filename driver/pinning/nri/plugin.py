@@ -250,7 +250,7 @@ class NriPlugin:
 
     def _on_frame(self, frame: Frame) -> None:
         if frame.conn_id == PLUGIN_SERVICE_CONN and frame.msg_type == MSG_REQUEST:
-            self._dispatch.submit(self._serve, frame.stream_id, frame.payload)
+            self._dispatch.submit(self._serve, frame.stream_id, frame.payload, time.monotonic())
         elif frame.conn_id == RUNTIME_SERVICE_CONN and frame.msg_type == MSG_RESPONSE:
             with self._state_lock:
                 fut = self._pending.pop(frame.stream_id, None)
@@ -292,9 +292,9 @@ class NriPlugin:
         out.ParseFromString(resp.payload)
         return out
 
-    def _serve(self, stream_id: int, payload: bytes) -> None:
-        """Answer one request from the runtime, within the time box."""
-        response = self._respond(payload)
+    def _serve(self, stream_id: int, payload: bytes, received: float) -> None:
+        """Answer one request from the runtime, within the time box counted from its arrival."""
+        response = self._respond(payload, received)
         try:
             self._send(
                 encode_frame(PLUGIN_SERVICE_CONN, stream_id, MSG_RESPONSE, response.SerializeToString())
@@ -302,7 +302,7 @@ class NriPlugin:
         except PinningError as exc:
             _log.warning("could not send NRI response", error=str(exc))
 
-    def _respond(self, payload: bytes) -> ttrpc.Response:
+    def _respond(self, payload: bytes, received: float) -> ttrpc.Response:
         decoded = self._decode(payload)
         if isinstance(decoded, ttrpc.Response):
             return decoded
@@ -310,7 +310,8 @@ class NriPlugin:
         started = time.monotonic()
         job = self._work.submit(handler, request)
         try:
-            result = job.result(timeout=budget)
+            # time spent queued for a dispatcher counts: the runtime's clock started at arrival
+            result = job.result(timeout=max(0.0, budget - (started - received)))
         except concurrent.futures.TimeoutError:
             _log.warning(
                 "NRI handler exceeded its time box; answering with no adjustment",

@@ -362,3 +362,29 @@ def test_handler_bug_is_internal_error_and_connection_survives(runtime: FakeNriR
         )
     finally:
         plugin.close()
+
+
+def test_flood_of_stuck_handlers_still_answers_every_create_in_time(runtime: FakeNriRuntime) -> None:
+    """More stuck requests than worker threads: each still gets its (empty) answer within ~1 s."""
+    release = threading.Event()
+    plugin = NriPlugin(claim_lookup=lambda uid: release.wait(10) and CLAIM_A, socket_path=runtime.socket_path)
+    took: dict[int, float] = {}
+    try:
+        conn = _start(runtime, plugin)
+
+        def create(i: int) -> None:
+            started = time.monotonic()
+            resp = conn.create_container(container(f"c{i}", "app", OURS_ENV))
+            assert not resp.HasField("adjust")
+            took[i] = time.monotonic() - started
+
+        threads = [threading.Thread(target=create, args=(i,)) for i in range(12)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(10)
+        assert len(took) == 12
+        assert max(took.values()) < 1.6
+    finally:
+        release.set()
+        plugin.close()
