@@ -184,7 +184,8 @@ class Journal:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._entries: dict[str, JournalEntry] = {}
-        self._json: dict[str, dict[str, Any]] = {}
+        #: canonical JSON text of each entry, so a save joins strings instead of re-encoding all
+        self._text: dict[str, str] = {}
         self._head = b""
 
     def _recovery(self, problem: str) -> JournalError:
@@ -207,7 +208,7 @@ class Journal:
                     return  # same checksum in the header: same body as the one in memory
                 raw = head + fh.read()
         except FileNotFoundError:
-            self._entries, self._json, self._head = {}, {}, b""
+            self._entries, self._text, self._head = {}, {}, b""
             return
         except OSError as exc:
             raise self._recovery(f"cannot be read ({exc.strerror})") from exc
@@ -236,7 +237,7 @@ class Journal:
         if not isinstance(claims, dict):
             raise self._recovery("is corrupt (no claims map)")
         entries: dict[str, JournalEntry] = {}
-        as_json: dict[str, dict[str, Any]] = {}
+        texts: dict[str, str] = {}
         for uid, obj in claims.items():
             try:
                 entry = JournalEntry.from_json(obj)
@@ -245,12 +246,14 @@ class Journal:
             if entry.uid != uid:
                 raise self._recovery(f"is corrupt (entry {uid!r} has uid {entry.uid!r})")
             entries[uid] = entry
-            as_json[uid] = obj
-        self._entries, self._json = entries, as_json
+            texts[uid] = _canonical(obj)
+        self._entries, self._text = entries, texts
 
     def save(self) -> None:
         """Write the whole journal atomically (creating ``state/`` if needed)."""
-        body_text = _canonical({"claims": self._json})
+        # byte-identical to _canonical({"claims": {uid: entry_json, ...}}): keys sorted, no spaces
+        claims = ",".join(f"{json.dumps(uid)}:{self._text[uid]}" for uid in sorted(self._text))
+        body_text = f'{{"claims":{{{claims}}}}}'
         digest = hashlib.sha256(body_text.encode()).hexdigest()
         data = (
             f'{{"kind":"{JOURNAL_KIND}","version":{JOURNAL_VERSION},'
@@ -267,11 +270,11 @@ class Journal:
     def put(self, entry: JournalEntry) -> None:
         """Add or replace the entry of ``entry.uid`` (in memory; call :meth:`save`)."""
         self._entries[entry.uid] = entry
-        self._json[entry.uid] = entry.to_json()
+        self._text[entry.uid] = _canonical(entry.to_json())
 
     def remove(self, uid: str) -> bool:
         """Drop a claim's entry (in memory); True when there was one."""
-        self._json.pop(uid, None)
+        self._text.pop(uid, None)
         return self._entries.pop(uid, None) is not None
 
     def entries(self) -> Iterator[JournalEntry]:
