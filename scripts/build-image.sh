@@ -11,7 +11,9 @@
 # Env: IMAGE (default localhost/numadra:<version>), BASE_IMAGE (default
 # localhost/numadra-base:bookworm), REBUILD_BASE=1 to rebuild the base, DEBIAN_MIRROR, PYTHON (for
 # the wheelhouse; default .venv/bin/python). Exit codes: 0 ok, 3 prerequisites missing (no
-# podman/debootstrap: nothing was tried), anything else a real failure.
+# podman/debootstrap: nothing was tried), 4 the environment failed us (Debian mirror or package
+# index unreachable while making the base or the wheelhouse), anything else a real build or
+# smoke-test failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -54,7 +56,7 @@ else
   rootfs="$WORK/rootfs"
   rm -rf "$rootfs"
   debootstrap --variant=minbase --include=python3,python3-venv,libudev1 bookworm "$rootfs" "$DEBIAN_MIRROR" \
-    >"$WORK/debootstrap.log" 2>&1 || { tail -n 20 "$WORK/debootstrap.log" >&2; exit 1; }
+    >"$WORK/debootstrap.log" 2>&1 || { tail -n 20 "$WORK/debootstrap.log" >&2; exit 4; }
   rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/log/*
   tar -C "$rootfs" --numeric-owner -c . | podman import \
     --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
@@ -67,7 +69,7 @@ t1=$SECONDS
 step "wheelhouse $WHEELHOUSE (host pip, reused between runs)"
 mkdir -p "$WHEELHOUSE"
 "$PYTHON" -m pip wheel --quiet --disable-pip-version-check --wheel-dir "$WHEELHOUSE" \
-  . "setuptools>=69" wheel pip
+  . "setuptools>=69" wheel pip || exit 4
 # numadra itself is rebuilt in the image from the sources; a stale copy must not win.
 rm -f "$WHEELHOUSE"/numadra-*.whl
 step "wheelhouse ready in $((SECONDS - t1)) s"
