@@ -232,6 +232,7 @@ class SlicePublisher:
         self.published = threading.Event()
         self.stats = PublisherStats()
         self._cond = threading.Condition()
+        self._build_lock = threading.Lock()
         self._desired: list[Obj] | None = None
         self._inventory: Inventory | None = None
         self._taints: Taints = {}
@@ -265,8 +266,7 @@ class SlicePublisher:
         """Rebuild from a changed inventory (the udev watcher's callback). SliceError propagates."""
         with self._cond:
             self._inventory = inventory
-            taints = self._taints
-        self.publish(self._build(inventory, taints))
+        self._rebuild()
 
     def set_taints(self, taints: Taints) -> None:
         """New taints from the health model; rebuilds and republishes when an inventory is known."""
@@ -274,9 +274,15 @@ class SlicePublisher:
             if dict(taints) == dict(self._taints):
                 return
             self._taints = {k: [dict(t) for t in v] for k, v in taints.items()}
-            inventory = self._inventory
-        if inventory is not None:
-            self.publish(self._build(inventory, self._taints))
+        self._rebuild()
+
+    def _rebuild(self) -> None:
+        """Build from the latest inventory and taints; serialized, so the last publish is the newest."""
+        with self._build_lock:
+            with self._cond:
+                inventory, taints = self._inventory, self._taints
+            if inventory is not None:
+                self.publish(self._build(inventory, taints))
 
     def start(self) -> None:
         """Start the sync loop and the watch; returns at once."""
