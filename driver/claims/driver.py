@@ -292,16 +292,13 @@ class ClaimsDriver:
         for dev in view.devices:
             if dev.share_id is not None or dev.kind is DeviceKind.CPU:
                 continue
-            for other in self._journal.entries():
-                if other.uid == view.uid:
-                    continue
-                for held in other.devices:
-                    if (held.pool_name, held.device_name, held.share_id) == (dev.pool, dev.device_name, None):
-                        raise ClaimError(
-                            view.uid,
-                            f"request {dev.request!r}: device {dev.device_name!r} is already prepared "
-                            f"for claim {other.namespace}/{other.name} (uid {other.uid})",
-                        )
+            other = self._journal.holder(dev.pool, dev.device_name, except_uid=view.uid)
+            if other is not None:
+                raise ClaimError(
+                    view.uid,
+                    f"request {dev.request!r}: device {dev.device_name!r} is already prepared "
+                    f"for claim {other.namespace}/{other.name} (uid {other.uid})",
+                )
 
     def _render(
         self,

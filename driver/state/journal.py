@@ -282,6 +282,16 @@ class Journal:
         for uid in sorted(self._entries):
             yield self._entries[uid]
 
+    def holder(self, pool: str, device: str, *, except_uid: str = "") -> JournalEntry | None:
+        """The claim (other than ``except_uid``) holding the whole, unshared device, if any."""
+        for uid, entry in self._entries.items():
+            if uid == except_uid:
+                continue
+            for held in entry.devices:
+                if held.share_id is None and held.device_name == device and held.pool_name == pool:
+                    return entry
+        return None
+
     def taken_cpus(self, *, except_uid: str = "") -> frozenset[int]:
         """CPUs pinned by every journaled claim other than ``except_uid``."""
         out: set[int] = set()
