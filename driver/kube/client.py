@@ -15,6 +15,7 @@ Why this shape:
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -173,6 +174,8 @@ class KubeClient:
                 else:
                     config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
                 cfg.retries = 1  # one quick retry for a stale pooled connection; callers back off
+                # urllib3 logs each retry as a plain-text warning; we report failures ourselves
+                logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
                 cfg.connection_pool_maxsize = 64  # 32 concurrent claim GETs must not queue
                 self._api = client.ApiClient(configuration=cfg)
             return self._api

@@ -169,3 +169,34 @@ def test_connection_refused_maps_to_unreachable(api: FakeApiServer, client: Kube
     assert time.monotonic() - start < 2.0
     api.start()
     assert client.get_node(NODE)["metadata"]["name"] == NODE
+
+
+def test_fake_enforces_64_devices_with_taints(client: KubeClient) -> None:
+    """The fake refuses 65 devices in a slice once one is tainted (so re-split tests mean something)."""
+    obj = _slice("big")
+    obj["spec"]["devices"] = [{"name": f"d{k}"} for k in range(65)]
+    client.create_resource_slice(obj)
+    obj["metadata"]["name"] = "big-tainted"
+    obj["spec"]["devices"][0]["taints"] = [{"key": "k", "effect": "NoSchedule"}]
+    with pytest.raises(KubeError) as info:
+        client.create_resource_slice(obj)
+    assert info.value.status == 422 and "at most 64" in str(info.value)
+
+
+def test_label_selector_and_delete_collection(api: FakeApiServer, client: KubeClient) -> None:
+    """LIST honours label selectors; DELETE on the collection is the kubelet's wipe."""
+    labelled = _slice("labelled")
+    labelled["metadata"]["labels"] = {"tier": "a"}
+    client.create_resource_slice(labelled)
+    client.create_resource_slice(_slice("plain"))
+    items, _ = client.list_resource_slices(label_selector="tier=a")
+    assert [i["metadata"]["name"] for i in items] == ["labelled"]
+    client._send(
+        "wipe",
+        "resourceslices",
+        "",
+        "DELETE",
+        "/apis/resource.k8s.io/v1/resourceslices",
+        query=[("fieldSelector", slice_field_selector(NODE, DRIVER))],
+    )
+    assert api.objects("ResourceSlice") == []

@@ -221,3 +221,33 @@ def test_publish_accepts_prebuilt_slices(api: FakeApiServer, publisher: SlicePub
     publisher.publish(slices)
     assert publisher.wait_synced(10)
     assert [s["metadata"]["name"] for s in _stored(api)] == [slices[0]["metadata"]["name"]]
+
+
+@pytest.mark.parametrize(
+    "compacted", [pytest.param(False, id="resume"), pytest.param(True, id="history-gone")]
+)
+def test_wipe_after_apiserver_restart_is_still_noticed(
+    api: FakeApiServer, publisher: SlicePublisher, compacted: bool
+) -> None:
+    """The watch comes back after an apiserver restart (re-listing on 410) and still catches a wipe."""
+    _publish(publisher, gpu_inventory(3))
+    api.stop()
+    if compacted:  # history moves on while we are away, then is compacted: our watch gets 410
+        other = build_slices(gpu_inventory(1), node_name="node-b", driver_name=DRIVER)[0]
+        api.put_object(other)
+        api.compact()
+    time.sleep(0.3)
+    api.start()
+    deadline = time.monotonic() + 5
+    while (
+        not any(r.query.startswith("watch=true") for r in api.requests[-5:]) and time.monotonic() < deadline
+    ):
+        time.sleep(0.02)
+    time.sleep(0.2)
+    api.wipe_slices(NODE)
+    start = time.monotonic()
+    while not [s for s in _stored(api) if s["spec"]["nodeName"] == NODE] and time.monotonic() - start < 5:
+        time.sleep(0.02)
+    assert [s for s in _stored(api) if s["spec"]["nodeName"] == NODE], "wipe not repaired within 5 s"
+    if compacted:
+        assert publisher.stats.errors["watch_gone"] >= 1
