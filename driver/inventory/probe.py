@@ -57,9 +57,10 @@ def probe_host(host_root: str | os.PathLike[str] = "/") -> HostFacts:
         online = frozenset(_numbered(cpu_dir, "cpu"))
     net = _probe_net(sys_dir)
     rdma = _probe_rdma(sys_dir)
-    referenced = frozenset(n.bus_id for n in net) | frozenset(r.bus_id for r in rdma)
+    rdma_functions = frozenset(r.bus_id for r in rdma)
+    referenced = frozenset(n.bus_id for n in net) | rdma_functions
     return HostFacts(
-        pci=_probe_pci(sys_dir, referenced),
+        pci=_probe_pci(sys_dir, referenced, rdma_functions),
         net=net,
         rdma=rdma,
         nvidia=_probe_nvidia(proc_dir),
@@ -94,7 +95,9 @@ def _pcie_root(link: str | None) -> str:
     return ""
 
 
-def _probe_pci(sys_dir: str, referenced: frozenset[str]) -> tuple[PciFacts, ...]:
+def _probe_pci(
+    sys_dir: str, referenced: frozenset[str], rdma_functions: frozenset[str]
+) -> tuple[PciFacts, ...]:
     """Every PCI function; full details only for GPUs, network functions and those a netdev or RDMA
     device points at (bridges, USB and storage controllers get just their class)."""
     bus = f"{sys_dir}/bus/pci/devices"
@@ -111,30 +114,31 @@ def _probe_pci(sys_dir: str, referenced: frozenset[str]) -> tuple[PciFacts, ...]
         if not (network or gpu or bus_id in referenced):
             out.append(PciFacts(bus_id, "", None, pci_class, None, None, None))
             continue
-        physfn = link_name(f"{dev}/physfn")
         facts = PciFacts(
             bus_id=bus_id,
             pcie_root=_pcie_root(link_target(dev)),
             numa_node=read_int(f"{dev}/numa_node"),
             pci_class=pci_class,
-            vendor_id=read_int(f"{dev}/vendor", 16),
-            device_id=read_int(f"{dev}/device", 16),
+            # NICs are described by their netdev; only GPUs publish vendor and device ids
+            vendor_id=read_int(f"{dev}/vendor", 16) if gpu else None,
+            device_id=read_int(f"{dev}/device", 16) if gpu else None,
             driver=link_name(f"{dev}/driver"),
-            physfn=physfn.lower() if physfn else None,
         )
-        if network or bus_id in referenced:
-            facts = _with_network_files(facts, dev)
         if gpu:
             facts = _with_gpu_files(facts, dev)
+        else:
+            facts = _with_network_files(facts, dev, rdma=bus_id in rdma_functions)
         out.append(facts)
     return tuple(out)
 
 
-def _with_network_files(facts: PciFacts, dev: str) -> PciFacts:
+def _with_network_files(facts: PciFacts, dev: str, *, rdma: bool) -> PciFacts:
+    physfn = link_name(f"{dev}/physfn")
     return replace(
         facts,
-        sriov_total_vfs=read_int(f"{dev}/sriov_totalvfs"),
-        verbs=tuple(list_dir(f"{dev}/infiniband_verbs")),
+        physfn=physfn.lower() if physfn else None,
+        sriov_total_vfs=None if physfn else read_int(f"{dev}/sriov_totalvfs"),
+        verbs=tuple(list_dir(f"{dev}/infiniband_verbs")) if rdma else (),
     )
 
 
@@ -148,24 +152,26 @@ def _with_gpu_files(facts: PciFacts, dev: str) -> PciFacts:
     )
 
 
-def _owning_pci_function(iface_dir: str) -> str | None:
-    """The PCI bus id that owns a netdev: its ``device`` itself, or the parent of a virtio device.
+def _owning_pci_function(iface_dir: str) -> tuple[str | None, bool]:
+    """(PCI bus id owning a netdev, whether via a virtio child); (None, False) when not on PCI.
 
-    Deeper ancestors (a USB NIC under a PCI host controller) do not count: naming such a NIC after
-    the controller would be wrong and would collide with the controller. None for virtual netdevs.
+    The owner is the netdev's ``device`` itself, or the PCI parent of a virtio device. Deeper
+    ancestors (a USB NIC under a PCI host controller) do not count: naming such a NIC after the
+    controller would be wrong and would collide with the controller.
     """
     device = link_name(f"{iface_dir}/device")
     if device is None:
-        return None
+        return None, False
     device = device.lower()
     if _BDF.match(device):
-        return device
+        return device, False
     if _VIRTIO.match(device):
         parts = (link_target(iface_dir) or "").lower().split("/")
         if device in parts:
             parent = parts[parts.index(device) - 1]
-            return parent if _BDF.match(parent) else None
-    return None
+            if _BDF.match(parent):
+                return parent, True
+    return None, False
 
 
 def _probe_net(sys_dir: str) -> tuple[NetFacts, ...]:
@@ -173,7 +179,7 @@ def _probe_net(sys_dir: str) -> tuple[NetFacts, ...]:
     out: list[NetFacts] = []
     for iface in list_dir(net):
         d = f"{net}/{iface}"
-        bus_id = _owning_pci_function(d)
+        bus_id, virtio = _owning_pci_function(d)
         if bus_id is None:
             continue  # virtual (lo, bridges, veth) or not on PCI
         out.append(
@@ -184,7 +190,8 @@ def _probe_net(sys_dir: str) -> tuple[NetFacts, ...]:
                 speed_mbps=read_int(f"{d}/speed"),
                 operstate=read_text(f"{d}/operstate"),
                 carrier=read_int(f"{d}/carrier"),
-                driver=link_name(f"{d}/device/driver"),
+                # a PCI NIC's netdev driver is its PCI driver; a virtio child has its own
+                driver=link_name(f"{d}/device/driver") if virtio else None,
             )
         )
     return tuple(out)
