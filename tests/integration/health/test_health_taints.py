@@ -8,6 +8,7 @@ changes.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -197,3 +198,35 @@ def test_taint_resplits_a_100_device_pool(make_stack: Callable[..., Stack]) -> N
         "generation": 3,
         "resourceSliceCount": 1,
     }
+
+
+def test_kubelet_stream_and_taints_agree(make_stack: Callable[..., Stack]) -> None:
+    """The kubelet health stream and the published taints name the same unhealthy devices."""
+    from driver.kubelet.health import HealthFanout
+
+    stack = make_stack()
+    fanout = HealthFanout(
+        stack.monitor, on_error=lambda exc, msg: None, driver_name=DRIVER, resend_interval=0.5
+    )
+    fanout.start()
+    cancelled = threading.Event()
+    stream = fanout.stream(cancelled)
+    try:
+        assert {h.state for h in next(stream)} == {HealthState.HEALTHY}
+        set_carrier(stack.root, up=False)
+        deadline = time.monotonic() + 5
+        sent = next(stream)
+        while not any(h.state == HealthState.UNHEALTHY for h in sent) and time.monotonic() < deadline:
+            sent = next(stream)
+        _wait(lambda: bool(_taints_of(stack.api, NIC)), 5.0)
+        streamed = {h.device_name: h.reason for h in sent if h.state == HealthState.UNHEALTHY}
+        tainted = {
+            d["name"]: d["taints"][0]["value"]
+            for s in stack.api.objects("ResourceSlice")
+            for d in s["spec"]["devices"]
+            if d.get("taints")
+        }
+        assert streamed == tainted == {NIC: "NoCarrier"}
+    finally:
+        cancelled.set()
+        fanout.stop()
