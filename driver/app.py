@@ -1,0 +1,711 @@
+"""The composition root of ``numadra run``: builds every component, owns them, starts and stops them.
+
+Start order, and why:
+
+1. discover the inventory from the host root (everything else describes it);
+2. load the journal: a corrupt one stops the start with one line naming the recovery (exit 1);
+3. build the :class:`~driver.claims.ClaimsDriver` and reconcile (a reboot emptied ``/var/run/cdi``);
+4. start the kubelet plugin server. Only what this step needs is imported before it (grpc, the
+   protos, the claims logic): the kubernetes client and prometheus come later, so the plugin
+   registers within about a second, also while the apiserver is unreachable;
+5. start the health monitor (first poll), whose taints feed the publisher before its first sync;
+6. publish the slices from a background thread that retries with backoff (prepares meanwhile fail
+   per claim, saying the apiserver is unreachable);
+7. watch udev for hot-plug and rescan periodically: a changed inventory is republished and seen
+   by claims, planner, health and status writer;
+8. start the pinning backend (``nri``: the plugin connects in the background and reconnects);
+9. serve ``/metrics``, ``/healthz`` and ``/readyz`` (ready = registered AND slices published).
+
+:meth:`App.stop` runs the started steps in reverse order, so the kubelet sockets disappear before
+the claims logic is closed; it is idempotent and also undoes a half-finished :meth:`App.start`.
+:meth:`App.run` adds the signal handling of the DaemonSet entrypoint: SIGTERM/SIGINT stop and exit
+0, SIGHUP rescans the host.
+"""
+
+from __future__ import annotations
+
+import queue
+import signal
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, Any, Literal
+
+from driver import DEFAULT_DRIVER_NAME
+from driver.errors import DriverError, KubeError, RecoverableError, SliceError
+from driver.inventory.model import Inventory
+from driver.log import LogFormat, get_logger
+from driver.pinning.backend import PinningKind
+from driver.plugin import ClaimRef, DriverPlugin, PreparedDevice, PrepareResult
+
+if TYPE_CHECKING:
+    from driver.claims import ClaimsDriver
+    from driver.health.monitor import HealthMonitor
+    from driver.health.status import ClaimStatusWriter
+    from driver.health.taints import TaintEffect
+    from driver.inventory.watch import Watcher
+    from driver.kube.client import KubeClient
+    from driver.kube.types import JsonObject
+    from driver.kubelet.server import KubeletPluginServer
+    from driver.observability import Metrics, MetricsServer
+    from driver.pinning.nri import NriPlugin
+    from driver.pinning.planner import CpuPlanner
+    from driver.pinning.types import ClaimPinning
+    from driver.slices.publisher import SlicePublisher
+    from driver.state.journal import JournalEntry
+
+__all__ = [
+    "DEFAULT_CDI_DIR",
+    "DEFAULT_NRI_SOCKET",
+    "DEFAULT_PLUGINS_DIR",
+    "DEFAULT_REGISTRAR_DIR",
+    "App",
+    "AsyncStatusWriter",
+    "HotplugSource",
+    "MeteredPlugin",
+    "PreparedIndex",
+    "RunConfig",
+]
+
+DEFAULT_REGISTRAR_DIR = Path("/var/lib/kubelet/plugins_registry")
+#: the plugin dir defaults to ``<this>/<driver name>``
+DEFAULT_PLUGINS_DIR = Path("/var/lib/kubelet/plugins")
+DEFAULT_CDI_DIR = Path("/var/run/cdi")
+#: same value as ``driver.pinning.nri.DEFAULT_NRI_SOCKET`` (not imported: it pulls in the NRI stubs)
+DEFAULT_NRI_SOCKET = Path("/var/run/nri/nri.sock")
+
+HotplugSource = Literal["udev", "kernel", "off"]
+
+_log = get_logger("app")
+
+
+@dataclass(frozen=True, slots=True)
+class RunConfig:
+    """Everything ``numadra run`` is told by flags and environment (validated by the CLI)."""
+
+    node_name: str
+    driver_name: str = DEFAULT_DRIVER_NAME
+    host_root: Path = Path("/")
+    kubeconfig: str | None = None  # None: in-cluster service account
+    registrar_dir: Path = DEFAULT_REGISTRAR_DIR
+    plugin_dir: Path | None = None  # None: DEFAULT_PLUGINS_DIR / driver_name
+    cdi_dir: Path = DEFAULT_CDI_DIR
+    pod_uid: str | None = None
+    pinning: PinningKind = PinningKind.OFF
+    metrics_address: str = ""  # "" disables the HTTP endpoint
+    log_format: LogFormat = "console"
+    reserved_cpus: frozenset[int] = frozenset()
+    node_allocatable: bool = False
+    taint_unhealthy: TaintEffect = "NoSchedule"
+    nri_socket: Path = DEFAULT_NRI_SOCKET
+    nri_shared_pool: bool = False
+    health_interval: float = 2.0
+    rescan_interval: float = 300.0  # 0 disables the periodic rescan
+    hotplug: HotplugSource = "udev"
+    claim_status: bool = True
+    publish_backoff_cap: float = 30.0
+
+    @property
+    def effective_plugin_dir(self) -> Path:
+        """``--plugin-dir``, or ``/var/lib/kubelet/plugins/<driver>``."""
+        return self.plugin_dir if self.plugin_dir is not None else DEFAULT_PLUGINS_DIR / self.driver_name
+
+
+class PreparedIndex:
+    """What other components need to know about prepared claims, read from the journal.
+
+    The health stream names the CDI IDs of prepared devices, the NRI plugin checks a container's
+    marker against its claim's pinning, and the node shared pool excludes claimed CPUs. Reading the
+    journal on each of those calls would contend with prepares, so this keeps a copy that is
+    marked stale after every prepare/unprepare and refreshed off the RPC path; a pinning lookup
+    that misses refreshes at once, because a container may be created right after its prepare.
+    """
+
+    def __init__(self, source: Callable[[], Sequence[JournalEntry]]) -> None:
+        self._source = source
+        self._lock = threading.Lock()
+        self._stale = True
+        self._by_device: dict[str, tuple[str, ...]] = {}
+        self._pinning: dict[str, ClaimPinning | None] = {}
+        self._claimed: frozenset[int] = frozenset()
+
+    @property
+    def stale(self) -> bool:
+        """True when a prepare or unprepare happened since the last refresh."""
+        return self._stale
+
+    def invalidate(self) -> None:
+        """Note that the journal changed."""
+        self._stale = True
+
+    def refresh(self) -> None:
+        """Re-read the journal (through the claims driver, under its lock)."""
+        self._stale = False
+        entries = self._source()
+        by_device: dict[str, list[str]] = {}
+        pinning: dict[str, ClaimPinning | None] = {}
+        claimed: set[int] = set()
+        for entry in entries:
+            pinning[entry.uid] = entry.pinning
+            for dev in entry.devices:
+                by_device.setdefault(dev.device_name, []).extend(dev.cdi_device_ids)
+            if entry.pinning is not None:
+                for assignment in entry.pinning.assignments:
+                    claimed |= assignment.cpus
+        with self._lock:
+            self._by_device = {name: tuple(ids) for name, ids in by_device.items()}
+            self._pinning = pinning
+            self._claimed = frozenset(claimed)
+
+    def cdi_ids(self, device_name: str) -> tuple[str, ...]:
+        """CDI IDs of every prepared use of a device (cached; the health stream calls this)."""
+        with self._lock:
+            return self._by_device.get(device_name, ())
+
+    def pinning(self, claim_uid: str) -> ClaimPinning | None:
+        """The pinning of a prepared claim; refreshes once when unknown or stale."""
+        with self._lock:
+            known = claim_uid in self._pinning
+            found = self._pinning.get(claim_uid)
+        if known and not self._stale:
+            return found
+        self.refresh()
+        with self._lock:
+            return self._pinning.get(claim_uid)
+
+    def claimed_cpus(self) -> frozenset[int]:
+        """CPUs held by prepared claims (as of the last refresh)."""
+        with self._lock:
+            return self._claimed
+
+    def count(self) -> int:
+        """Prepared claims (as of the last refresh)."""
+        with self._lock:
+            return len(self._pinning)
+
+
+class MeteredPlugin:
+    """The :class:`~driver.plugin.DriverPlugin` the kubelet server calls: the claims driver plus
+    metrics and a change notice.
+
+    Each claim of a call is observed with the call's duration (the claims of one call are done
+    together, concurrently). ``metrics`` is attached after registration, since prometheus is not
+    imported before the plugin registers.
+    """
+
+    def __init__(self, inner: DriverPlugin, on_change: Callable[[], None]) -> None:
+        self._inner = inner
+        self._on_change = on_change
+        self.metrics: Metrics | None = None
+
+    def prepare_claims(self, claims: Sequence[ClaimRef]) -> Mapping[str, PrepareResult]:
+        """Prepare through the claims driver; count every claim's result."""
+        start = time.perf_counter()
+        try:
+            results = self._inner.prepare_claims(claims)
+        except BaseException:
+            self._observe("prepare", {ref.uid: False for ref in claims}, time.perf_counter() - start)
+            raise
+        finally:
+            self._on_change()
+        self._observe("prepare", {uid: r.ok for uid, r in results.items()}, time.perf_counter() - start)
+        return results
+
+    def unprepare_claims(self, claims: Sequence[ClaimRef]) -> Mapping[str, str]:
+        """Unprepare through the claims driver; count every claim's result."""
+        start = time.perf_counter()
+        try:
+            results = self._inner.unprepare_claims(claims)
+        except BaseException:
+            self._observe("unprepare", {ref.uid: False for ref in claims}, time.perf_counter() - start)
+            raise
+        finally:
+            self._on_change()
+        self._observe(
+            "unprepare", {uid: not err for uid, err in results.items()}, time.perf_counter() - start
+        )
+        return results
+
+    def handle_error(self, err: BaseException, msg: str) -> None:
+        """Background failures go to the claims driver's policy (log, or stop when fatal)."""
+        self._inner.handle_error(err, msg)
+
+    def _observe(self, op: str, outcome: Mapping[str, bool], seconds: float) -> None:
+        metrics = self.metrics
+        if metrics is None:
+            return
+        observe = metrics.observe_prepare if op == "prepare" else metrics.observe_unprepare
+        for ok in outcome.values():
+            observe("success" if ok else "error", seconds)
+
+
+class AsyncStatusWriter:
+    """Writes claim ``status.devices`` from one background thread, in call order.
+
+    The status write is one more apiserver round trip per claim that the kubelet need not wait
+    for (it is informational, and best effort anyway); one FIFO worker keeps a claim's "report"
+    before its "clear". The real writer is built by ``factory`` on the worker at its first use,
+    so its imports stay off the registration path.
+    """
+
+    def __init__(self, factory: Callable[[], ClaimStatusWriter]) -> None:
+        self._factory = factory
+        self._inner: ClaimStatusWriter | None = None
+        self._queue: queue.SimpleQueue[Callable[[ClaimStatusWriter], object] | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="claim-status", daemon=True)
+        self._thread.start()
+
+    def report_prepared(self, claim: JsonObject, devices: Sequence[PreparedDevice]) -> None:
+        """Queue the Ready entries of a prepared claim."""
+        self._queue.put(lambda writer: writer.report_prepared(claim, devices))
+
+    def clear(self, namespace: str, name: str) -> None:
+        """Queue the removal of our entries of an unprepared claim."""
+        self._queue.put(lambda writer: writer.clear(namespace, name))
+
+    def set_inventory(self, inventory: Inventory) -> None:
+        """Follow a changed inventory (in queue order)."""
+        self._queue.put(lambda writer: writer.set_inventory(inventory))
+
+    def close(self, timeout: float = 2.0) -> None:
+        """Finish queued writes (up to ``timeout``), then stop the worker."""
+        self._queue.put(None)
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while True:
+            call = self._queue.get()
+            if call is None:
+                return
+            try:
+                if self._inner is None:
+                    self._inner = self._factory()
+                call(self._inner)
+            except Exception as exc:  # status is informational: log and go on
+                _log.warning("claim status write failed", error=str(exc))
+
+
+@dataclass(slots=True)
+class _Counts:
+    """Publisher counters already passed on to the metrics (they are cumulative)."""
+
+    writes: Counter[str] = field(default_factory=Counter)
+
+
+class App:
+    """Owns the components of one ``numadra run`` process (see the module docstring)."""
+
+    def __init__(self, config: RunConfig) -> None:
+        self.config = config
+        self.plugin_dir = config.effective_plugin_dir
+        self._inventory: Inventory | None = None
+        self._inventory_lock = threading.Lock()
+        self._stops: list[tuple[str, Callable[[], None]]] = []
+        self._shutdown = threading.Event()
+        self._wake = threading.Event()
+        self._rescan_requested = False
+        self._exit_code = 0
+        self._fatal = ""
+        self._published_counts = _Counts()
+        self._recovery: Counter[str] = Counter()
+        self.claims: ClaimsDriver | None = None
+        self.plugin: MeteredPlugin | None = None
+        self.index: PreparedIndex | None = None
+        self.kubelet: KubeletPluginServer | None = None
+        self.monitor: HealthMonitor | None = None
+        self.publisher: SlicePublisher | None = None
+        self.status: AsyncStatusWriter | None = None
+        self.planner: CpuPlanner | None = None
+        self.nri: NriPlugin | None = None
+        self.metrics: Metrics | None = None
+        self.metrics_server: MetricsServer | None = None
+        self._kube: KubeClient | None = None
+        self._watcher: Watcher | None = None
+        self._log = _log.bind(node=config.node_name, driver=config.driver_name)
+
+    # -- public ---------------------------------------------------------------------------------
+
+    @property
+    def inventory(self) -> Inventory:
+        """The current inventory (replaced when a rescan finds a change)."""
+        inventory = self._inventory
+        if inventory is None:
+            raise DriverError("inventory not discovered yet")
+        return inventory
+
+    @property
+    def fatal_error(self) -> str:
+        """Why the app asked to stop itself ("" when it did not)."""
+        return self._fatal
+
+    def start(self) -> None:
+        """Bring every component up in order; on failure, stop what started and re-raise."""
+        t0 = time.monotonic()
+        try:
+            self._start_core()
+            self._log.info("kubelet plugin serving", ms=round((time.monotonic() - t0) * 1000, 1))
+            self._start_background()
+        except BaseException:
+            self.stop()
+            raise
+        self._log.info("numadra started", ms=round((time.monotonic() - t0) * 1000, 1))
+
+    def stop(self) -> None:
+        """Stop every started component in reverse order; idempotent."""
+        self._shutdown.set()
+        self._wake.set()
+        while self._stops:
+            name, stop = self._stops.pop()
+            try:
+                stop()
+            except Exception as exc:  # one stuck component must not keep the sockets around
+                self._log.error("stop failed", component=name, error=str(exc))
+
+    def request_stop(self, code: int = 0, reason: str = "") -> None:
+        """Ask :meth:`run` to stop (signal handlers and fatal background errors)."""
+        if reason and not self._fatal:
+            self._fatal = reason
+        self._exit_code = max(self._exit_code, code)
+        self._shutdown.set()
+        self._wake.set()
+
+    def request_rescan(self) -> None:
+        """Ask the housekeeping thread to rediscover the host now (SIGHUP, udev)."""
+        self._rescan_requested = True
+        self._wake.set()
+
+    def run(self) -> int:
+        """The DaemonSet entrypoint: start, serve until SIGTERM/SIGINT, stop; the exit code."""
+        previous = {
+            sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+        }
+        try:
+            self.start()
+            while not self._shutdown.wait(1.0):
+                pass
+            self._log.info("stopping", reason=self._fatal or "signal")
+        finally:
+            self.stop()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        if self._fatal:
+            raise DriverError(self._fatal)
+        self._log.info("numadra stopped")
+        return self._exit_code
+
+    def rescan(self) -> bool:
+        """Rediscover the host; when the inventory changed, hand it to every component. True then."""
+        from driver.inventory.discovery import discover
+
+        with self._inventory_lock:
+            fresh = discover(self.config.host_root, use_nvml=self._use_nvml)
+            if fresh == self._inventory:
+                return False
+            self._inventory = fresh
+        self._log.info(
+            "inventory changed", gpus=len(fresh.gpus), nics=len(fresh.nics), numa_nodes=len(fresh.numa_nodes)
+        )
+        if self.monitor is not None:
+            self.monitor.set_inventory(fresh)
+        if self.status is not None:
+            self.status.set_inventory(fresh)
+        if self.publisher is not None:
+            try:
+                self.publisher.republish(fresh)
+            except SliceError as exc:
+                self._log.error("cannot build slices for the new inventory", error=str(exc))
+        return True
+
+    # -- start steps ----------------------------------------------------------------------------
+
+    @property
+    def _use_nvml(self) -> bool:
+        return self.config.host_root.resolve() == Path("/")
+
+    def _on_stop(self, name: str, stop: Callable[[], None]) -> None:
+        self._stops.append((name, stop))
+
+    def _start_core(self) -> None:
+        """Steps 1-4: inventory, journal, claims driver, kubelet server (the registration path)."""
+        from driver.claims import ClaimsDriver
+        from driver.health.monitor import HealthMonitor
+        from driver.inventory.discovery import discover
+        from driver.kube.client import shared_client
+        from driver.kubelet.server import KubeletPluginServer
+        from driver.pinning.planner import CpuPlanner
+        from driver.state.journal import Journal, journal_path
+
+        cfg = self.config
+        self._inventory = discover(cfg.host_root, use_nvml=self._use_nvml)
+        inventory = self._inventory
+        self._log.info(
+            "inventory discovered",
+            host_root=str(cfg.host_root),
+            gpus=len(inventory.gpus),
+            nics=len(inventory.nics),
+            numa_nodes=len(inventory.numa_nodes),
+            cpus=len(inventory.cpus),
+        )
+        journal = Journal(journal_path(self.plugin_dir))
+        journal.load()  # JournalError: one line with the recovery, exit 1
+        recovery = self._journal_actions(journal.entries())
+
+        self._kube = shared_client(cfg.kubeconfig)
+        self._on_stop("kube client", self._kube.close)
+        self.planner = CpuPlanner(lambda: self.inventory, cfg.reserved_cpus)
+        if cfg.claim_status:
+            self.status = AsyncStatusWriter(self._status_writer)
+            self._on_stop("claim status writer", self.status.close)
+        self.claims = ClaimsDriver(
+            driver_name=cfg.driver_name,
+            node_name=cfg.node_name,
+            inventory=lambda: self.inventory,
+            claims=self._kube,
+            cdi_dir=cfg.cdi_dir,
+            plugin_dir=self.plugin_dir,
+            planner=self.planner,
+            status=self.status,
+            on_fatal=lambda err, msg: self.request_stop(1, f"{msg}: {err}"),
+        )
+        self._on_stop("claims driver", self.claims.close)
+        recreated = self.claims.reconcile()
+        self._recovery = recovery
+        if recreated:
+            self._log.info("re-created files from the journal", files=recreated)
+        index = PreparedIndex(self.claims.prepared_claims)
+        index.refresh()
+        self.index = index
+        self.plugin = MeteredPlugin(self.claims, self._journal_changed)
+        self.monitor = HealthMonitor(
+            inventory,
+            pool_name=cfg.node_name,
+            host_root=str(cfg.host_root),
+            interval=cfg.health_interval,
+            prepared_cdi_ids=index.cdi_ids,
+        )
+        self.kubelet = KubeletPluginServer(
+            driver_name=cfg.driver_name,
+            node_name=cfg.node_name,
+            registrar_dir=cfg.registrar_dir,
+            plugin_dir=self.plugin_dir,
+            plugin=self.plugin,
+            health=self.monitor,
+            pod_uid=cfg.pod_uid,
+        )
+        self.kubelet.start()
+        self._on_stop("kubelet plugin server", self.kubelet.stop)
+
+    def _status_writer(self) -> ClaimStatusWriter:
+        """The claim status writer (built on first use, on the status worker thread)."""
+        from driver.health.status import ClaimStatusWriter
+
+        assert self._kube is not None
+        cfg = self.config
+        return ClaimStatusWriter(
+            self._kube, driver_name=cfg.driver_name, inventory=self.inventory, host_root=str(cfg.host_root)
+        )
+
+    def _journal_actions(self, entries: Iterable[JournalEntry]) -> Counter[str]:
+        """Per journal entry: "ok" when its files are on disk, else "recreated" (by reconcile)."""
+        actions: Counter[str] = Counter()
+        for entry in entries:
+            missing = False
+            for stored in entry.files():
+                try:
+                    missing |= Path(stored.path).read_bytes() != stored.content.encode()
+                except OSError:
+                    missing = True
+            actions["recreated" if missing else "ok"] += 1
+        return actions
+
+    def _start_background(self) -> None:
+        """Steps 5-9: health, publishing, hot-plug, pinning, metrics."""
+        from driver.health.taints import HealthTaints
+        from driver.kube.backoff import Backoff
+        from driver.slices.publisher import SlicePublisher
+
+        cfg = self.config
+        assert self.claims is not None and self.monitor is not None and self._kube is not None
+        self.publisher = SlicePublisher(
+            self._kube,
+            node_name=cfg.node_name,
+            driver_name=cfg.driver_name,
+            build=self._build_slices,
+            on_error=self._on_publish_error,
+            backoff=Backoff(cap=cfg.publish_backoff_cap),
+        )
+        self.monitor.add_listener(HealthTaints(self.publisher, cfg.taint_unhealthy))
+        self.monitor.start()
+        self._on_stop("health monitor", self.monitor.stop)
+        self.publisher.republish(self.inventory)
+        self.publisher.start()
+        self._on_stop("slice publisher", self.publisher.stop)
+
+        housekeeping = threading.Thread(target=self._housekeeping, name="app-housekeeping", daemon=True)
+        housekeeping.start()
+        self._on_stop("housekeeping", lambda: housekeeping.join(5.0))
+        self._start_hotplug()
+        self._start_pinning()
+        self._start_metrics()
+
+    def _build_slices(
+        self, inventory: Inventory, taints: Mapping[str, Sequence[Mapping[str, Any]]]
+    ) -> list[dict[str, Any]]:
+        from driver.slices.builder import build_slices
+
+        return build_slices(
+            inventory,
+            node_name=self.config.node_name,
+            driver_name=self.config.driver_name,
+            reserved_cpus=self.config.reserved_cpus,
+            taints=taints,
+            node_allocatable=self.config.node_allocatable,
+        )
+
+    def _start_hotplug(self) -> None:
+        if self.config.hotplug == "off":
+            self._log.info(
+                "hot-plug detection off; periodic rescan only", rescan_interval_s=self.config.rescan_interval
+            )
+            return
+        from driver.inventory.watch import start_watcher
+
+        watcher = start_watcher(self.request_rescan, source=self.config.hotplug)
+        self._watcher = watcher
+        self._on_stop("udev watcher", watcher.stop)
+
+    def _start_pinning(self) -> None:
+        cfg = self.config
+        if cfg.pinning is not PinningKind.NRI:
+            # hook and cgroupfs act on containers from outside this process (the CDI hook runs
+            # `numadra hook`); every backend reads the marker env the CDI specs carry
+            self._log.info("cpu pinning", backend=cfg.pinning.value)
+            return
+        from driver.pinning.factory import build_backend
+        from driver.pinning.nri import NriPlugin
+
+        assert self.index is not None and self.planner is not None
+        index, planner = self.index, self.planner
+        shared = (lambda: planner.node_shared_pool(index.claimed_cpus())) if cfg.nri_shared_pool else None
+        backend = build_backend(
+            PinningKind.NRI,
+            nri_socket=cfg.nri_socket,
+            claim_lookup=index.pinning,
+            node_shared_pool=shared,
+        )
+        assert isinstance(backend, NriPlugin)
+        self.nri = backend
+        stop = threading.Event()
+        thread = threading.Thread(target=backend.serve_forever, args=(stop,), name="nri-plugin", daemon=True)
+        thread.start()
+        self._log.info(
+            "cpu pinning", backend="nri", socket=str(cfg.nri_socket), shared_pool=cfg.nri_shared_pool
+        )
+
+        def _stop() -> None:
+            stop.set()
+            thread.join(5.0)
+            backend.close()
+
+        self._on_stop("nri plugin", _stop)
+
+    def _start_metrics(self) -> None:
+        from driver.observability import Metrics, MetricsServer
+
+        cfg = self.config
+        assert self.plugin is not None and self.kubelet is not None and self.publisher is not None
+        self.metrics = Metrics(cfg.driver_name, cfg.node_name)
+        for action, count in self._recovery.items():
+            for _ in range(count):
+                self.metrics.count_journal_recovery(action)
+        self.plugin.metrics = self.metrics
+        self._update_metrics()
+        if not cfg.metrics_address:
+            self._log.info("metrics endpoint off (no --metrics-address)")
+            return
+        server = MetricsServer(
+            cfg.metrics_address,
+            ready_checks={
+                "registered": self.kubelet.registered,
+                "slices-published": self.publisher.published,
+            },
+            metrics=self.metrics,
+        )
+        server.start()
+        self.metrics_server = server
+        self._on_stop("metrics server", server.stop)
+
+    # -- background -----------------------------------------------------------------------------
+
+    def _journal_changed(self) -> None:
+        if self.index is not None:
+            self.index.invalidate()
+        self._wake.set()
+
+    def _on_publish_error(self, err: BaseException) -> None:
+        """Publisher failures: failed writes are counted; the publisher already logged API errors."""
+        cause = err.__cause__ if isinstance(err, RecoverableError) and err.__cause__ is not None else err
+        if isinstance(cause, KubeError):
+            if self.metrics is not None and cause.verb in ("create", "update", "delete"):
+                self.metrics.count_publish(cause.verb, error=True)
+            return
+        if self.plugin is not None:
+            self.plugin.handle_error(err, "slice publishing")
+
+    def _housekeeping(self) -> None:
+        """Refresh the prepared-claims index and the metrics; rescan on request or period."""
+        next_rescan = self._next_rescan()
+        while not self._shutdown.is_set():
+            timeout = min(5.0, max(0.0, next_rescan - time.monotonic()))
+            self._wake.wait(timeout)
+            self._wake.clear()
+            if self._shutdown.is_set():
+                return
+            try:
+                if self.index is not None and self.index.stale:
+                    self.index.refresh()
+                if self._rescan_requested or time.monotonic() >= next_rescan:
+                    self._rescan_requested = False
+                    next_rescan = self._next_rescan()
+                    self.rescan()
+                self._update_metrics()
+            except DriverError as exc:
+                self._log.error("housekeeping failed", error=str(exc))
+            except Exception:
+                self._log.exception("housekeeping failed")
+
+    def _next_rescan(self) -> float:
+        interval = self.config.rescan_interval
+        return time.monotonic() + interval if interval > 0 else float("inf")
+
+    def _update_metrics(self) -> None:
+        metrics = self.metrics
+        if metrics is None:
+            return
+        if self.index is not None:
+            metrics.set_prepared_claims(self.index.count())
+        if self.monitor is not None:
+            kinds = {dev.name: kind.value for kind, dev in self.inventory.devices()}
+            counts: Counter[tuple[str, str]] = Counter()
+            for health in self.monitor.health_snapshot():
+                kind = kinds.get(health.device_name)
+                if kind is not None:
+                    counts[(kind, health.state.value)] += 1
+            metrics.set_device_counts(counts)
+        if self.publisher is not None:
+            writes = Counter(self.publisher.stats.writes)
+            for op, total in writes.items():
+                for _ in range(total - self._published_counts.writes[op]):
+                    metrics.count_publish(op)
+            self._published_counts.writes = writes
+
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        if signum == signal.SIGHUP:
+            self.request_rescan()
+            return
+        self._log.info("signal received", signal=signal.Signals(signum).name)
+        self.request_stop(0)

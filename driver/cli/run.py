@@ -1,0 +1,236 @@
+"""``numadra run``: the DaemonSet entrypoint (DESIGN.md section 3).
+
+Every flag has an environment variable, so a DaemonSet can set values through ``env`` as well
+as ``args``; a flag on the command line wins. The documented ones keep their names (``NODE_NAME``,
+``POD_UID``, from the downward API); the others are ``NUMADRA_<FLAG>``. ``--kubeconfig`` also
+reads ``KUBECONFIG``; without either the in-cluster service account is used.
+
+Values from the environment get the same checks as flags: a bad one exits 2 with one line that
+names both the flag and the variable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+from driver import DEFAULT_DRIVER_NAME
+from driver.errors import ConfigError
+
+if TYPE_CHECKING:
+    from driver.app import HotplugSource, RunConfig
+    from driver.health.taints import TaintEffect
+    from driver.log import LogFormat
+
+__all__ = ["FLAGS", "Flag", "config_from_args", "register"]
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off", ""})
+
+
+@dataclass(frozen=True, slots=True)
+class Flag:
+    """One ``run`` option: its flag, environment variable, default and help."""
+
+    flag: str
+    env: str
+    default: str
+    help: str
+    choices: tuple[str, ...] = ()
+    boolean: bool = False
+
+    @property
+    def dest(self) -> str:
+        """The argparse attribute name."""
+        return self.flag.removeprefix("--").replace("-", "_")
+
+
+def _env(flag: str) -> str:
+    return "NUMADRA_" + flag.removeprefix("--").replace("-", "_").upper()
+
+
+def _flag(flag: str, default: str, help: str, *, env: str = "", choices: tuple[str, ...] = ()) -> Flag:
+    return Flag(flag, env or _env(flag), default, help, choices)
+
+
+#: every option of ``numadra run``, in ``--help`` order
+FLAGS: tuple[Flag, ...] = (
+    _flag("--node-name", "", "node and pool name (default: the host name)", env="NODE_NAME"),
+    _flag("--driver-name", DEFAULT_DRIVER_NAME, "DRA driver name"),
+    _flag("--host-root", "/", "where the host's /sys, /proc and /dev are mounted"),
+    _flag("--kubeconfig", "", "kubeconfig file (also $KUBECONFIG); default: in-cluster service account"),
+    _flag("--registrar-dir", "/var/lib/kubelet/plugins_registry", "kubelet plugin registration directory"),
+    _flag("--plugin-dir", "", "sockets, journal and metadata (default /var/lib/kubelet/plugins/<driver>)"),
+    _flag("--cdi-dir", "/var/run/cdi", "where the per-claim CDI specs are written"),
+    _flag("--pod-uid", "", "this pod's UID: unique socket names for rolling updates", env="POD_UID"),
+    _flag("--pinning", "off", "CPU/memory pinning backend", choices=("nri", "hook", "cgroupfs", "off")),
+    _flag("--metrics-address", "", "host:port for /metrics, /healthz, /readyz (default: off)"),
+    _flag("--log-format", "console", "log format", choices=("json", "console")),
+    _flag("--log-level", "info", "log level", choices=("debug", "info", "warning", "error")),
+    _flag("--reserved-cpus", "", 'CPUs never handed out, kernel list format ("0-1,64")'),
+    Flag(
+        "--node-allocatable",
+        _env("--node-allocatable"),
+        "false",
+        "publish nodeAllocatableResources on cpu devices (KEP-5517, alpha)",
+        boolean=True,
+    ),
+    _flag(
+        "--taint-unhealthy",
+        "NoSchedule",
+        "taint effect for unhealthy devices",
+        choices=("NoSchedule", "NoExecute", "none"),
+    ),
+    _flag("--nri-socket", "/var/run/nri/nri.sock", "the runtime's NRI socket (--pinning nri)"),
+    Flag(
+        "--nri-shared-pool",
+        _env("--nri-shared-pool"),
+        "false",
+        "confine containers without a claim to the CPUs no claim holds (--pinning nri)",
+        boolean=True,
+    ),
+    _flag("--health-interval", "2", "seconds between device health polls"),
+    _flag("--rescan-interval", "300", "seconds between host rescans (0: only on hot-plug and SIGHUP)"),
+    _flag("--hotplug", "udev", "hot-plug events to watch", choices=("udev", "kernel", "off")),
+    Flag(
+        "--claim-status",
+        _env("--claim-status"),
+        "true",
+        "write status.devices of prepared claims (needs the resourceclaims/status RBAC)",
+        boolean=True,
+    ),
+)
+
+
+def register(sub: Any) -> None:
+    """Add the ``run`` subcommand."""
+    p: argparse.ArgumentParser = sub.add_parser(
+        "run",
+        help="run the kubelet plugin (the DaemonSet entrypoint)",
+        description="Serve the kubelet (registration, DRA, health), publish ResourceSlices, pin CPUs.",
+        epilog="Every flag can also be set by the environment variable shown with it; the flag wins.",
+    )
+    for f in FLAGS:
+        shown = f"{f.help} [env {f.env}]"
+        if f.boolean:
+            p.add_argument(
+                f.flag, dest=f.dest, action=argparse.BooleanOptionalAction, default=None, help=shown
+            )
+        else:
+            p.add_argument(
+                f.flag,
+                dest=f.dest,
+                default=None,
+                metavar=f"{{{','.join(f.choices)}}}" if f.choices else f.dest.upper(),
+                help=f"{shown} (default {f.default or 'unset'})",
+            )
+    p.set_defaults(handler=_run)
+
+
+def _raw(args: argparse.Namespace, env: Mapping[str, str]) -> dict[str, str]:
+    """Each option as text: the flag if given, else its environment variable, else the default."""
+    out: dict[str, str] = {}
+    for f in FLAGS:
+        given = getattr(args, f.dest, None)
+        if given is not None:
+            out[f.dest] = ("true" if given else "false") if f.boolean else str(given)
+            continue
+        value = env.get(f.env)
+        if value is None and f.flag == "--kubeconfig":
+            value = env.get("KUBECONFIG")
+        out[f.dest] = value if value is not None else f.default
+    return out
+
+
+def _where(f: Flag) -> str:
+    return f"{f.flag} (env {f.env})"
+
+
+def _check(raw: Mapping[str, str]) -> None:
+    for f in FLAGS:
+        value = raw[f.dest]
+        if f.choices and value not in f.choices:
+            raise ConfigError(f"{_where(f)} must be one of {'|'.join(f.choices)}, got {value!r}")
+        if f.boolean and value.lower() not in _TRUE | _FALSE:
+            raise ConfigError(f"{_where(f)} must be true or false, got {value!r}")
+
+
+def _seconds(raw: Mapping[str, str], dest: str, *, zero_ok: bool) -> float:
+    f = next(x for x in FLAGS if x.dest == dest)
+    try:
+        value = float(raw[dest])
+    except ValueError:
+        raise ConfigError(f"{_where(f)} must be a number of seconds, got {raw[dest]!r}") from None
+    if not value >= 0 or value == float("inf") or (value == 0 and not zero_ok):
+        raise ConfigError(f"{_where(f)} must be {'>= 0' if zero_ok else '> 0'} seconds, got {raw[dest]!r}")
+    return value
+
+
+def config_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> RunConfig:
+    """Flags + environment -> a checked :class:`~driver.app.RunConfig`; ConfigError names the bad one."""
+    from driver.app import RunConfig
+    from driver.cli.discover import default_node_name
+    from driver.observability.server import parse_address
+    from driver.pinning.backend import PinningKind
+    from driver.pinning.types import parse_cpulist
+    from driver.slices._limits import MAX_DRIVER_NAME, is_dns_subdomain
+
+    raw = _raw(args, os.environ if env is None else env)
+    _check(raw)
+    node = raw["node_name"] or default_node_name()
+    if not is_dns_subdomain(node):
+        raise ConfigError(f"--node-name (env NODE_NAME) {node!r} is not a valid node name (DNS subdomain)")
+    driver = raw["driver_name"]
+    if not is_dns_subdomain(driver, MAX_DRIVER_NAME):
+        raise ConfigError(
+            f"--driver-name (env NUMADRA_DRIVER_NAME) {driver!r} is not a DNS subdomain of at most "
+            f"{MAX_DRIVER_NAME} characters"
+        )
+    try:
+        reserved = parse_cpulist(raw["reserved_cpus"])
+    except ValueError as exc:
+        raise ConfigError(
+            f"--reserved-cpus (env NUMADRA_RESERVED_CPUS) {raw['reserved_cpus']!r}: {exc}"
+        ) from exc
+    if raw["metrics_address"]:
+        parse_address(raw["metrics_address"])  # ConfigError names the address
+    host_root = Path(raw["host_root"])
+    if not host_root.is_dir():
+        raise ConfigError(f"--host-root (env NUMADRA_HOST_ROOT) {host_root} is not a directory")
+    return RunConfig(
+        node_name=node,
+        driver_name=driver,
+        host_root=host_root,
+        kubeconfig=raw["kubeconfig"] or None,
+        registrar_dir=Path(raw["registrar_dir"]),
+        plugin_dir=Path(raw["plugin_dir"]) if raw["plugin_dir"] else None,
+        cdi_dir=Path(raw["cdi_dir"]),
+        pod_uid=raw["pod_uid"] or None,
+        pinning=PinningKind(raw["pinning"]),
+        metrics_address=raw["metrics_address"],
+        log_format=cast("LogFormat", raw["log_format"]),
+        reserved_cpus=reserved,
+        node_allocatable=raw["node_allocatable"].lower() in _TRUE,
+        taint_unhealthy=cast("TaintEffect", raw["taint_unhealthy"]),
+        nri_socket=Path(raw["nri_socket"]),
+        nri_shared_pool=raw["nri_shared_pool"].lower() in _TRUE,
+        health_interval=_seconds(raw, "health_interval", zero_ok=False),
+        rescan_interval=_seconds(raw, "rescan_interval", zero_ok=True),
+        hotplug=cast("HotplugSource", raw["hotplug"]),
+        claim_status=raw["claim_status"].lower() in _TRUE,
+    )
+
+
+def _run(args: argparse.Namespace) -> int:
+    from driver.app import App
+    from driver.log import configure_logging
+
+    config = config_from_args(args)
+    level = _raw(args, os.environ)["log_level"]
+    configure_logging(config.log_format, getattr(logging, level.upper()))
+    return App(config).run()

@@ -1,0 +1,157 @@
+"""``numadra run`` flags and environment -> RunConfig, and the one-line usage errors."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from driver import DEFAULT_DRIVER_NAME
+from driver.app import DEFAULT_NRI_SOCKET, RunConfig
+from driver.cli import EXIT_USAGE, build_parser, main
+from driver.cli.run import FLAGS, config_from_args
+from driver.errors import ConfigError
+from driver.health.taints import TAINT_EFFECTS
+from driver.pinning import nri
+from driver.pinning.backend import PinningKind
+
+
+def _config(argv: list[str], env: dict[str, str] | None = None) -> RunConfig:
+    args = build_parser().parse_args(["run", *argv])
+    return config_from_args(args, env if env is not None else {})
+
+
+def test_defaults_follow_the_design_contract(tmp_path: Path) -> None:
+    """Without flags or env: kubelet's standard dirs, plugin dir under the driver name, no pinning."""
+    cfg = _config([], {"NODE_NAME": "node-1"})
+    assert cfg.node_name == "node-1"
+    assert cfg.driver_name == DEFAULT_DRIVER_NAME
+    assert cfg.registrar_dir == Path("/var/lib/kubelet/plugins_registry")
+    assert cfg.effective_plugin_dir == Path("/var/lib/kubelet/plugins") / DEFAULT_DRIVER_NAME
+    assert cfg.cdi_dir == Path("/var/run/cdi")
+    assert cfg.kubeconfig is None
+    assert cfg.pod_uid is None
+    assert cfg.pinning is PinningKind.OFF
+    assert cfg.metrics_address == ""
+    assert cfg.taint_unhealthy == "NoSchedule"
+    assert cfg.claim_status is True
+
+
+def test_plugin_dir_default_follows_the_driver_name() -> None:
+    """--driver-name moves the default plugin dir with it (the kubelet expects <plugins>/<driver>)."""
+    cfg = _config(["--node-name", "n", "--driver-name", "other.example.com"])
+    assert cfg.effective_plugin_dir == Path("/var/lib/kubelet/plugins/other.example.com")
+
+
+@pytest.mark.parametrize(
+    ("env", "field", "expected"),
+    [
+        pytest.param({"POD_UID": "abc-123"}, "pod_uid", "abc-123", id="POD_UID"),
+        pytest.param({"NUMADRA_PINNING": "nri"}, "pinning", PinningKind.NRI, id="pinning"),
+        pytest.param({"NUMADRA_LOG_FORMAT": "json"}, "log_format", "json", id="log-format"),
+        pytest.param({"NUMADRA_CDI_DIR": "/x/cdi"}, "cdi_dir", Path("/x/cdi"), id="cdi-dir"),
+        pytest.param(
+            {"NUMADRA_RESERVED_CPUS": "0-1,4"}, "reserved_cpus", frozenset({0, 1, 4}), id="reserved"
+        ),
+        pytest.param({"NUMADRA_NODE_ALLOCATABLE": "true"}, "node_allocatable", True, id="node-allocatable"),
+        pytest.param({"NUMADRA_TAINT_UNHEALTHY": "none"}, "taint_unhealthy", "none", id="taint"),
+        pytest.param({"NUMADRA_HEALTH_INTERVAL": "0.5"}, "health_interval", 0.5, id="health-interval"),
+        pytest.param({"NUMADRA_RESCAN_INTERVAL": "0"}, "rescan_interval", 0.0, id="rescan-off"),
+        pytest.param({"NUMADRA_CLAIM_STATUS": "off"}, "claim_status", False, id="claim-status"),
+        pytest.param({"NUMADRA_METRICS_ADDRESS": ":8080"}, "metrics_address", ":8080", id="metrics"),
+        pytest.param({"KUBECONFIG": "/k/config"}, "kubeconfig", "/k/config", id="KUBECONFIG"),
+        pytest.param(
+            {"KUBECONFIG": "/k/config", "NUMADRA_KUBECONFIG": "/n/config"},
+            "kubeconfig",
+            "/n/config",
+            id="NUMADRA_KUBECONFIG-first",
+        ),
+    ],
+)
+def test_environment_sets_what_no_flag_sets(env: dict[str, str], field: str, expected: object) -> None:
+    """Each option falls back to its environment variable."""
+    cfg = _config(["--node-name", "n"], env)
+    assert getattr(cfg, field) == expected
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "field", "expected"),
+    [
+        pytest.param(
+            ["--pinning", "hook"], {"NUMADRA_PINNING": "nri"}, "pinning", PinningKind.HOOK, id="choice"
+        ),
+        pytest.param(["--node-name", "a"], {"NODE_NAME": "b"}, "node_name", "a", id="NODE_NAME"),
+        pytest.param(
+            ["--no-node-allocatable"], {"NUMADRA_NODE_ALLOCATABLE": "1"}, "node_allocatable", False, id="bool"
+        ),
+        pytest.param(["--pod-uid", "x"], {"POD_UID": "y"}, "pod_uid", "x", id="POD_UID"),
+    ],
+)
+def test_a_flag_beats_its_environment_variable(
+    argv: list[str], env: dict[str, str], field: str, expected: object
+) -> None:
+    """The command line wins over the environment."""
+    cfg = _config(["--node-name", "n", *argv] if "--node-name" not in argv else argv, env)
+    assert getattr(cfg, field) == expected
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "names"),
+    [
+        pytest.param([], {"NUMADRA_PINNING": "bogus"}, ("--pinning", "NUMADRA_PINNING"), id="pinning-env"),
+        pytest.param(["--log-format", "xml"], {}, ("--log-format", "json|console"), id="log-format"),
+        pytest.param([], {"NUMADRA_NODE_ALLOCATABLE": "maybe"}, ("NUMADRA_NODE_ALLOCATABLE",), id="bool-env"),
+        pytest.param(["--reserved-cpus", "3-1"], {}, ("--reserved-cpus",), id="reserved-cpus"),
+        pytest.param([], {"NODE_NAME": "Not_A_Node"}, ("--node-name", "NODE_NAME"), id="node-name"),
+        pytest.param(["--driver-name=Bad_Name"], {}, ("--driver-name",), id="driver-name"),
+        pytest.param(["--metrics-address", "nope"], {}, ("metrics address",), id="metrics-address"),
+        pytest.param(["--health-interval", "0"], {}, ("--health-interval",), id="health-zero"),
+        pytest.param(["--rescan-interval", "-1"], {}, ("--rescan-interval",), id="rescan-negative"),
+        pytest.param(["--health-interval", "soon"], {}, ("--health-interval",), id="health-text"),
+        pytest.param(["--host-root", "/does/not/exist"], {}, ("--host-root",), id="host-root"),
+        pytest.param([], {"NUMADRA_TAINT_UNHEALTHY": "Evict"}, ("NUMADRA_TAINT_UNHEALTHY",), id="taint-env"),
+    ],
+)
+def test_bad_values_are_config_errors_naming_the_option(
+    argv: list[str], env: dict[str, str], names: tuple[str, ...]
+) -> None:
+    """Flags and env values get the same checks; the message names what to fix, on one line."""
+    full_env = {"NODE_NAME": "n", **env}
+    with pytest.raises(ConfigError) as info:
+        _config(argv, full_env)
+    message = str(info.value)
+    assert "\n" not in message
+    for name in names:
+        assert name in message
+
+
+def test_unknown_flag_exits_2_with_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """argparse errors keep the CLI contract: exit code 2 and a single line on stderr."""
+    with pytest.raises(SystemExit) as info:
+        main(["run", "--no-such-flag"])
+    assert info.value.code == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "--no-such-flag" in err
+
+
+def test_every_option_has_an_environment_variable() -> None:
+    """Documented names for NODE_NAME and POD_UID, NUMADRA_<FLAG> for everything else, all shown in --help."""
+    documented = {"--node-name": "NODE_NAME", "--pod-uid": "POD_UID"}
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    help_text = sub.choices["run"].format_help()
+    for f in FLAGS:
+        expected = documented.get(f.flag, "NUMADRA_" + f.flag[2:].replace("-", "_").upper())
+        assert f.env == expected
+        assert f.env in help_text
+
+
+def test_choices_match_the_components_vocabulary() -> None:
+    """The CLI offers exactly the values the pinning factory and taint code accept."""
+    choices = {f.flag: set(f.choices) for f in FLAGS}
+    assert choices["--pinning"] == {k.value for k in PinningKind}
+    assert choices["--taint-unhealthy"] == set(TAINT_EFFECTS)
+    assert nri.DEFAULT_NRI_SOCKET == DEFAULT_NRI_SOCKET
+    assert next(f for f in FLAGS if f.flag == "--nri-socket").default == str(DEFAULT_NRI_SOCKET)
