@@ -7,6 +7,8 @@ so that ``run`` wiring is one call. The NRI plugin comes back unconnected: the c
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from driver.errors import ConfigError
@@ -14,6 +16,7 @@ from driver.pinning.backend import NoopBackend, PinningBackend, PinningKind
 from driver.pinning.cgroupfs import CgroupfsBackend, CpusetHierarchy
 from driver.pinning.hook import HookBackend
 from driver.pinning.nri import DEFAULT_NRI_SOCKET, ClaimLookup, NriPlugin, SharedPool
+from driver.pinning.nri.plugin import ENV_PLUGIN_SOCKET
 
 __all__ = ["build_backend"]
 
@@ -26,19 +29,32 @@ def build_backend(
     node_shared_pool: SharedPool | None = None,
     hierarchy: CpusetHierarchy | None = None,
     plugin_name: str = "numadra",
+    environ: Mapping[str, str] = os.environ,
 ) -> PinningBackend:
-    """The backend for ``kind``; an unknown value is a :class:`ConfigError` (exit code 2)."""
+    """The backend for ``kind``; an unknown value is a :class:`ConfigError` (exit code 2).
+
+    When the runtime started numadra as an NRI plugin, ``NRI_PLUGIN_SOCKET`` names the inherited
+    socket fd and the plugin uses it instead of dialing ``nri_socket``.
+    """
     try:
         choice = PinningKind(kind)
     except ValueError as exc:
         valid = "|".join(k.value for k in PinningKind)
         raise ConfigError(f"--pinning must be one of {valid}, got {kind!r}") from exc
     if choice is PinningKind.NRI:
+        raw_fd = environ.get(ENV_PLUGIN_SOCKET)
+        try:
+            fd = int(raw_fd) if raw_fd else None
+        except ValueError as exc:
+            raise ConfigError(
+                f"{ENV_PLUGIN_SOCKET} must be a file descriptor number, got {raw_fd!r}"
+            ) from exc
         return NriPlugin(
             claim_lookup=claim_lookup,
             node_shared_pool=node_shared_pool,
             socket_path=nri_socket,
             name=plugin_name,
+            socket_fd=fd,
         )
     if choice is PinningKind.HOOK:
         return HookBackend(CgroupfsBackend(hierarchy))

@@ -44,12 +44,15 @@ from driver.pinning.types import CpuAssignment
 
 __all__ = [
     "DEFAULT_NRI_SOCKET",
+    "ENV_PLUGIN_SOCKET",
     "PLUGIN_SERVICE",
     "RUNTIME_SERVICE",
     "NriPlugin",
 ]
 
 DEFAULT_NRI_SOCKET = Path("/var/run/nri/nri.sock")
+#: env var with the fd of a pre-connected socket, set when the runtime starts the plugin itself
+ENV_PLUGIN_SOCKET = "NRI_PLUGIN_SOCKET"
 PLUGIN_SERVICE = "nri.pkg.api.v1alpha1.Plugin"
 RUNTIME_SERVICE = "nri.pkg.api.v1alpha1.Runtime"
 #: NRI module version this plugin implements the wire protocol of
@@ -80,11 +83,13 @@ class NriPlugin:
         index: str = "00",
         handler_budget_s: float = 1.0,
         register_timeout_s: float = 5.0,
+        socket_fd: int | None = None,
     ) -> None:
         if len(index) != 2 or not index.isdigit():
             raise PinningError(f"NRI plugin index must be two digits, got {index!r}")
         self.handlers = handlers or PinningHandlers(claim_lookup, node_shared_pool)
         self._socket_path = socket_path
+        self._socket_fd = socket_fd
         self._name = name
         self._index = index
         self._budget = handler_budget_s
@@ -145,13 +150,26 @@ class NriPlugin:
         return not self._disconnected.is_set()
 
     def connect(self) -> None:
-        """Connect to the runtime and register; afterwards the runtime drives the plugin."""
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.connect(str(self._socket_path))
-        except OSError as exc:
-            sock.close()
-            raise PinningError(f"connect to NRI socket {self._socket_path}: {exc.strerror}") from exc
+        """Connect to the runtime and register; afterwards the runtime drives the plugin.
+
+        A plugin the runtime started itself gets a connected socket as an inherited fd
+        (``socket_fd``, from ``NRI_PLUGIN_SOCKET``); it is used once, instead of dialing.
+        """
+        if self._socket_fd is not None:
+            fd, self._socket_fd = self._socket_fd, None
+            try:
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, fileno=fd)
+            except OSError as exc:
+                raise PinningError(
+                    f"NRI_PLUGIN_SOCKET fd {fd} is not a usable socket: {exc.strerror}"
+                ) from exc
+        else:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.connect(str(self._socket_path))
+            except OSError as exc:
+                sock.close()
+                raise PinningError(f"connect to NRI socket {self._socket_path}: {exc.strerror}") from exc
         with self._state_lock:
             self._sock = sock
             self._next_stream = 1

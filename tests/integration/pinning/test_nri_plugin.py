@@ -388,3 +388,23 @@ def test_flood_of_stuck_handlers_still_answers_every_create_in_time(runtime: Fak
     finally:
         release.set()
         plugin.close()
+
+
+def test_preconnected_socket_fd(sock_dir: Path) -> None:
+    """A runtime-started plugin uses the inherited socket fd (NRI_PLUGIN_SOCKET) instead of dialing."""
+    import socket
+
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    plugin = NriPlugin(socket_path=sock_dir / "absent.sock", socket_fd=ours.detach())
+    conn = FakePluginConnection(theirs)
+    try:
+        t = threading.Thread(target=plugin.connect)
+        t.start()
+        assert conn.registered.result(5).plugin_name == "numadra"
+        t.join(5)
+        assert (
+            conn.create_container(container("c1", "app", OURS_ENV)).adjust.linux.resources.cpu.cpus == "2-3"
+        )
+    finally:
+        plugin.close()
+        conn.close()

@@ -166,7 +166,7 @@ def test_backends_satisfy_protocol() -> None:
 @pytest.mark.parametrize("kind", list(PinningKind), ids=[k.value for k in PinningKind])
 def test_build_backend_for_every_flag_value(kind: PinningKind) -> None:
     """Every --pinning value builds a backend of that kind (nothing is connected or detected yet)."""
-    backend = build_backend(kind.value, hierarchy=CpusetHierarchy(1, Path("/x")))
+    backend = build_backend(kind.value, hierarchy=CpusetHierarchy(1, Path("/x")), environ={})
     try:
         assert backend.kind is kind
     finally:
@@ -178,3 +178,9 @@ def test_build_backend_rejects_unknown_flag() -> None:
     """An unknown --pinning value is a ConfigError listing the valid ones."""
     with pytest.raises(ConfigError, match=re.escape("one of nri|hook|cgroupfs|off, got 'magic'")):
         build_backend("magic")
+
+
+def test_build_backend_rejects_bad_plugin_socket_env() -> None:
+    """A non-numeric NRI_PLUGIN_SOCKET is a ConfigError naming the variable."""
+    with pytest.raises(ConfigError, match="NRI_PLUGIN_SOCKET"):
+        build_backend("nri", environ={"NRI_PLUGIN_SOCKET": "abc"})
