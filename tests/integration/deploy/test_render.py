@@ -84,7 +84,8 @@ def test_hook_backend_mounts_the_hook_dir_unprivileged() -> None:
     ds = _daemonset(_helm("--set", "pinning.backend=hook"))
     container = ds["spec"]["template"]["spec"]["containers"][0]
     mounts = {m["mountPath"] for m in container["volumeMounts"]}
-    assert "/opt/numadra" in mounts
+    assert "/host/opt/numadra" in mounts
+    assert "/opt/numadra" not in mounts  # would hide the image's own virtualenv
     assert "/var/run/nri" not in mounts
     assert "--pinning=hook" in container["args"]
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
