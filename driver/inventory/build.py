@@ -18,8 +18,11 @@ from driver.inventory.model import (
     PciTopology,
     pci_device_name,
 )
+from driver.log import get_logger
 
 __all__ = ["GPU_PCI_CLASSES", "PCI_VENDORS", "build_inventory"]
+
+_log = get_logger("inventory.build")
 
 #: PCI class >> 8 of GPUs and accelerators: VGA, 3D controller, processing accelerator
 GPU_PCI_CLASSES = frozenset({0x0300, 0x0302, 0x1200})
@@ -96,8 +99,9 @@ def _nics(facts: HostFacts, pci: dict[str, PciFacts]) -> tuple[Nic, ...]:
     seen: set[str] = set()
     out: list[Nic] = []
     for n in sorted(facts.net, key=lambda n: (n.bus_id, n.interface)):
-        if n.bus_id in seen:
-            continue  # one device per PCI function: the first interface name wins
+        if n.bus_id in seen:  # one device per PCI function: the first interface name wins
+            _log.debug("extra netdev of a PCI function ignored", device=n.bus_id, interface=n.interface)
+            continue
         seen.add(n.bus_id)
         out.append(_nic(n, pci.get(n.bus_id), tuple(sorted(rdma.get(n.bus_id, ()))), facts.dev_nodes))
     return tuple(out)

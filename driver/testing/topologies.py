@@ -9,7 +9,16 @@ from __future__ import annotations
 
 from driver.testing.hostspec import GiB_KIB, GpuSpec, NicSpec, NodeSpec, Topology, VfSpec
 
-__all__ = ["TOPOLOGIES", "cloud_vm", "dgx", "hostile", "huge", "vf_bus_id", "workstation"]
+__all__ = [
+    "HOSTILE_PRODUCT_NAME",
+    "TOPOLOGIES",
+    "cloud_vm",
+    "dgx",
+    "hostile",
+    "huge",
+    "vf_bus_id",
+    "workstation",
+]
 
 
 def vf_bus_id(pf_bus_id: str, k: int) -> str:
