@@ -8,7 +8,10 @@ NIC VF and a 2-CPU share of a ``cpu-numa<N>`` device, so every prepare does a GE
 resolution, CPU planning, one CDI spec, a metadata file + spec per request and one journal write.
 
 Prints one JSON object: p50/p99 (ms) of NodePrepareResources for 1 claim and for 32 claims in one
-call, their ratio, start-to-registered time and the steady RSS of the driver process.
+call, their ratio, start-to-registered time, the steady RSS of the driver process, and the same
+prepares through ``ClaimsDriver`` alone (``driver_only_*``: no gRPC, no HTTP) to show where the
+time goes. ``--base /dev/shm`` puts the CDI/plugin dirs on tmpfs, taking the disk's fsync (the
+journal's durability) out of the figures.
 """
 
 from __future__ import annotations
@@ -104,6 +107,53 @@ def _claim(uid: str, name: str, vf: str, node: int) -> dict[str, Any]:
     }
 
 
+def _in_process(
+    root: Path, claims: dict[tuple[str, str], Any], refs: list[Any], rounds: int
+) -> dict[str, float]:
+    """The driver logic alone (no gRPC, no HTTP): ClaimsDriver with an in-memory claim source."""
+    import logging
+
+    from driver.claims import ClaimsDriver
+    from driver.inventory.discovery import discover
+    from driver.log import configure_logging
+    from driver.pinning.planner import CpuPlanner
+
+    configure_logging("json", logging.WARNING)
+
+    class DictClaims:
+        def get_resource_claim(self, namespace: str, name: str) -> Any:
+            return claims[(namespace, name)]
+
+    inventory = discover(root / "host", use_nvml=False)
+    (root / "cdi2").mkdir()
+    driver = ClaimsDriver(
+        driver_name=DRIVER,
+        node_name=NODE,
+        inventory=lambda: inventory,
+        claims=DictClaims(),
+        cdi_dir=root / "cdi2",
+        plugin_dir=root / "plugin2",
+        planner=CpuPlanner(lambda: inventory),
+    )
+
+    def cycle(batch: list[Any]) -> float:
+        t0 = time.perf_counter()
+        driver.prepare_claims(batch)
+        dt = (time.perf_counter() - t0) * 1000
+        driver.unprepare_claims(batch)
+        return dt
+
+    for _ in range(10):
+        cycle(refs[:1])
+    single = [cycle([refs[i % len(refs)]]) for i in range(rounds * 5)]
+    batch = [cycle(refs[1:33]) for _ in range(rounds)]
+    driver.close()
+    return {
+        "driver_only_1_claim_p50_ms": round(statistics.median(single), 2),
+        "driver_only_32_claims_p50_ms": round(statistics.median(batch), 2),
+    }
+
+
 def _pct(samples: list[float], q: float) -> float:
     ordered = sorted(samples)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
@@ -151,9 +201,11 @@ def main() -> None:
 
         with FakeApiServer() as api, KubeletClient() as kubelet:
             refs: list[ClaimRef] = []
+            objects: dict[tuple[str, str], Any] = {}
             for i, (vf, node) in enumerate(vfs):
                 uid = str(uuid.uuid5(uuid.NAMESPACE_DNS, f"bench-{i}"))
-                api.put_object(_claim(uid, f"claim-{i}", vf, node))
+                objects[("bench", f"claim-{i}")] = _claim(uid, f"claim-{i}", vf, node)
+                api.put_object(objects[("bench", f"claim-{i}")])
                 refs.append(ClaimRef("bench", f"claim-{i}", uid))
             started = time.monotonic()
             child = subprocess.Popen(
@@ -188,7 +240,7 @@ def main() -> None:
                 assert child.stdin is not None
                 child.stdin.close()
                 child.wait(timeout=10)
-        result = {
+        result: dict[str, Any] = {
             "claims_per_batch": 32,
             "single_calls": len(single),
             "batch_calls": len(batch),
@@ -199,6 +251,7 @@ def main() -> None:
             "ratio_32_to_1_p50": round(statistics.median(batch) / statistics.median(single), 2),
             "start_to_registered_s": round(registered_s, 3),
             "driver_steady_rss_mib": round(rss, 1),
+            **_in_process(root, objects, refs, max(10, args.batch)),
             "dirs_on": args.base,
             "cpus": os.cpu_count(),
             "load_average_1m": round(os.getloadavg()[0], 2),
