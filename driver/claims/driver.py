@@ -216,6 +216,7 @@ class ClaimsDriver:
         """
         with self._lock:
             self._journal.load()
+            self._remove_stale_temp_files()
             count = 0
             for entry in self._journal.entries():
                 for stored in entry.files():
@@ -224,6 +225,15 @@ class ClaimsDriver:
                         _log.info("re-created file", claim_uid=entry.uid, path=stored.path)
             _log.info("reconciled journal", claims=len(self._journal), recreated=count)
             return count
+
+    def _remove_stale_temp_files(self) -> None:
+        """Temp files of writes a crash interrupted (``.<name>.<pid>.<tid>.<n>.tmp``)."""
+        patterns = ((self.cdi_dir, f".{self.driver_name}_*.tmp"), (self._journal.path.parent, ".*.tmp"))
+        for directory, pattern in patterns:
+            with contextlib.suppress(OSError):
+                for path in directory.glob(pattern):
+                    remove_file(path)
+                    _log.info("removed stale temp file", path=str(path))
 
     def prepared_claims(self) -> list[JournalEntry]:
         """The journal's entries (for inspection and health: CDI IDs of prepared devices)."""

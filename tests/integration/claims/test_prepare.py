@@ -449,3 +449,18 @@ def test_hook_pinning_adds_create_runtime_hook_to_cpu_devices(world: World) -> N
     assert hook["args"][1:] == ["hook", "create-runtime", "--cpus", cpus, "--mems", "0"]
     assert "hooks" not in by_name[f"{UID}-{GPU0}"]
     assert spec["cdiVersion"] == "0.5.0"  # hooks need nothing newer than the UID's leading digit
+
+
+def test_reconcile_removes_temp_files_of_interrupted_writes(world: World) -> None:
+    """Temp files a crash left behind in the CDI and state dirs are removed at start."""
+    ref = world.getter.add(_full_claim())
+    world.driver().prepare_claims([ref])
+    stale_cdi = world.cdi_dir / f".{DRIVER}_claim_{UID}.json.123.456.7.tmp"
+    stale_state = world.plugin_dir / "state" / ".journal.json.123.456.8.tmp"
+    foreign = world.cdi_dir / ".other-vendor.json.1.tmp"
+    for path in (stale_cdi, stale_state, foreign):
+        path.write_text("{")
+    assert world.driver().reconcile() == 0
+    assert not stale_cdi.exists()
+    assert not stale_state.exists()
+    assert foreign.exists()  # not ours
