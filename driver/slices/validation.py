@@ -41,7 +41,7 @@ def validate_slices(slices: Iterable[Mapping[str, Any]]) -> list[str]:
     pools: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     names: set[str] = set()
     for s in slices:
-        name = str(s.get("metadata", {}).get("name", ""))
+        name = str((s.get("metadata") or {}).get("name", ""))
         where = f"slice {name or '<unnamed>'}"
         if not is_dns_subdomain(name):
             problems.append(f"{where}: metadata.name is not a DNS subdomain of at most 253 characters")
@@ -50,9 +50,9 @@ def validate_slices(slices: Iterable[Mapping[str, Any]]) -> list[str]:
         names.add(name)
         if s.get("apiVersion") != "resource.k8s.io/v1" or s.get("kind") != "ResourceSlice":
             problems.append(f"{where}: apiVersion/kind must be resource.k8s.io/v1 ResourceSlice")
-        spec = s.get("spec", {})
+        spec = s.get("spec") or {}
         problems.extend(_check_spec(where, spec))
-        pool = spec.get("pool", {})
+        pool = spec.get("pool") or {}
         pools.setdefault((str(spec.get("driver")), str(pool.get("name"))), []).append(s)
     for (driver, pool_name), members in sorted(pools.items()):
         problems.extend(_check_pool(driver, pool_name, members))
@@ -67,7 +67,7 @@ def _check_spec(where: str, spec: Mapping[str, Any]) -> list[str]:
     node = spec.get("nodeName")
     if not isinstance(node, str) or not is_dns_subdomain(node):
         problems.append(f"{where}: spec.nodeName must be a valid node name")
-    pool = spec.get("pool", {})
+    pool = spec.get("pool") or {}
     pool_name = str(pool.get("name", ""))
     if (
         not pool_name
@@ -185,8 +185,9 @@ def _check_capacity(cap: Mapping[str, Any]) -> list[str]:
 def _check_pool(driver: str, pool: str, members: list[Mapping[str, Any]]) -> list[str]:
     problems: list[str] = []
     at = f"pool {driver}/{pool}"
-    generations = {m["spec"]["pool"].get("generation") for m in members}
-    counts = {m["spec"]["pool"].get("resourceSliceCount") for m in members}
+    pools = [(m.get("spec") or {}).get("pool") or {} for m in members]
+    generations = {p.get("generation") for p in pools}
+    counts = {p.get("resourceSliceCount") for p in pools}
     if len(generations) != 1:
         problems.append(f"{at}: slices disagree on pool.generation: {sorted(map(str, generations))}")
     if len(counts) != 1:
@@ -195,7 +196,7 @@ def _check_pool(driver: str, pool: str, members: list[Mapping[str, Any]]) -> lis
         problems.append(f"{at}: resourceSliceCount {next(iter(counts))} but {len(members)} slices")
     seen: set[str] = set()
     for m in members:
-        for device in m["spec"].get("devices") or []:
+        for device in (m.get("spec") or {}).get("devices") or []:
             name = str(device.get("name"))
             if name in seen:
                 problems.append(f"{at}: device name {name} used twice")

@@ -174,3 +174,11 @@ def test_sanitize_subdomain(text: str, expected: str) -> None:
 def test_empty_pool_is_valid() -> None:
     """An empty inventory's single slice validates."""
     assert validate_slices(build_slices(Inventory(), node_name="n")) == []
+
+
+def test_malformed_slice_is_reported_not_crashed() -> None:
+    """A slice without spec or metadata yields problems instead of an exception."""
+    problems = validate_slices([{"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice"}])
+    assert any("metadata.name" in p for p in problems)
+    assert any("spec.driver" in p for p in problems)
+    assert any("resourceSliceCount" in p for p in problems)
