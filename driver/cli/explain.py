@@ -136,7 +136,7 @@ def _claim(args: argparse.Namespace) -> dict[str, Any]:
 def _run(args: argparse.Namespace) -> int:
     from driver.cli.discover import default_node_name
     from driver.explain.analyze import DeviceClass, default_device_classes, explain_claim, usage_from_journal
-    from driver.explain.devices import devices_from_host, load_slices_file
+    from driver.explain.devices import devices_from_inventory, load_slices_file
     from driver.explain.render import to_json, to_text
 
     claim = _claim(args)
@@ -146,9 +146,10 @@ def _run(args: argparse.Namespace) -> int:
     else:
         from driver.inventory.discovery import discover
 
+        inventory = discover(args.host_root, use_nvml=False)
         node = args.node_name or default_node_name()
-        devices = devices_from_host(args.host_root, node, args.driver_name)
-        cpu_numa = {c.id: c.numa_node for c in discover(args.host_root, use_nvml=False).cpus}
+        devices = devices_from_inventory(inventory, node, args.driver_name)
+        cpu_numa = {c.id: c.numa_node for c in inventory.cpus}
     classes = default_device_classes(args.driver_name)
     if args.device_classes is not None:
         for obj in load_device_classes(args.device_classes):

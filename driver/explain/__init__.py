@@ -14,7 +14,13 @@ from driver.explain.analyze import (
     explain_claim,
     usage_from_journal,
 )
-from driver.explain.devices import DeviceView, devices_from_host, devices_from_slices, load_slices_file
+from driver.explain.devices import (
+    DeviceView,
+    devices_from_host,
+    devices_from_inventory,
+    devices_from_slices,
+    load_slices_file,
+)
 from driver.explain.model import ClaimExplanation, ReasonKind, RequestStatus, Verdict
 from driver.explain.render import to_json, to_text
 
@@ -28,6 +34,7 @@ __all__ = [
     "Verdict",
     "default_device_classes",
     "devices_from_host",
+    "devices_from_inventory",
     "devices_from_slices",
     "explain_claim",
     "load_slices_file",

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -21,7 +21,17 @@ from driver.errors import ConfigError
 from driver.explain.cel import CelDevice
 from driver.explain.quantity import parse_quantity
 
-__all__ = ["DeviceView", "Taint", "devices_from_host", "devices_from_slices", "load_slices_file"]
+if TYPE_CHECKING:
+    from driver.inventory.model import Inventory
+
+__all__ = [
+    "DeviceView",
+    "Taint",
+    "devices_from_host",
+    "devices_from_inventory",
+    "devices_from_slices",
+    "load_slices_file",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,10 +158,15 @@ def load_slices_file(path: Path, driver_name: str | None = None) -> list[DeviceV
     return devices_from_slices(doc, driver_name)
 
 
+def devices_from_inventory(inventory: Inventory, node_name: str, driver_name: str) -> list[DeviceView]:
+    """The devices of the slices this node would publish for ``inventory``."""
+    from driver.slices.builder import build_slices
+
+    return devices_from_slices(build_slices(inventory, node_name=node_name, driver_name=driver_name))
+
+
 def devices_from_host(host_root: str, node_name: str, driver_name: str) -> list[DeviceView]:
     """Discover the host under ``host_root`` and build the slices this node would publish."""
     from driver.inventory.discovery import discover
-    from driver.slices.builder import build_slices
 
-    inventory = discover(host_root, use_nvml=False)
-    return devices_from_slices(build_slices(inventory, node_name=node_name, driver_name=driver_name))
+    return devices_from_inventory(discover(host_root, use_nvml=False), node_name, driver_name)
