@@ -242,3 +242,26 @@ def test_examples_use_our_device_classes() -> None:
                     used.add(sub["deviceClassName"])
     assert used
     assert used <= names
+
+
+def test_chart_and_kustomize_image_follow_the_package_version() -> None:
+    """Chart appVersion and the kustomize image tag are the package version (bump them together)."""
+    from driver import __version__
+
+    chart = yaml.safe_load((ROOT / "deploy" / "helm" / "numadra" / "Chart.yaml").read_text())
+    assert chart["appVersion"] == __version__
+    (image,) = yaml.safe_load((BASE / "kustomization.yaml").read_text())["images"]
+    assert image["newTag"] == __version__
+
+
+def test_helm_values_default_to_the_kustomize_base() -> None:
+    """values.yaml defaults match the base: driver, backend, port, priority, requests, tolerations."""
+    values = yaml.safe_load((ROOT / "deploy" / "helm" / "numadra" / "values.yaml").read_text())
+    c = _container()
+    spec = _one("DaemonSet")["spec"]["template"]["spec"]
+    assert values["driverName"] == DEFAULT_DRIVER_NAME
+    assert f"--pinning={values['pinning']['backend']}" in c["args"]
+    assert c["ports"][0]["containerPort"] == values["metrics"]["port"]
+    assert spec["priorityClassName"] == values["priorityClassName"]
+    assert c["resources"] == values["resources"]
+    assert spec["tolerations"] == values["tolerations"]
