@@ -1,0 +1,385 @@
+"""One real cluster for the whole e2e session: control plane, Ready Node, deploy/, numadra run, drakubelet.
+
+Started once (``e2e_cluster``, session scope) because every scenario only needs seconds on it and
+the processes need a few seconds to come up. The driver runs with a ServiceAccount token bound to
+its (never running) Pod on the node, so the apiserver authenticates it with the
+``authentication.kubernetes.io/node-name`` extra and the deploy/ RBAC and ValidatingAdmissionPolicy
+apply exactly as in a cluster. drakubelet is kubelet's own DRA manager and plugin watcher, acting
+as the node's kubelet (``system:node:<node>`` via the Node authorizer).
+
+Skipped as a whole, with the reason, when the binaries of tests/e2e/build-bins.sh are missing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from driver.claims.render import claim_spec_file_name
+from driver.pinning.types import ENV_CPUS, parse_cpulist
+from driver.state.journal import Journal, journal_path
+from driver.testing.hosttree import TOPOLOGIES, write_host_tree
+from tests.e2e.controlplane import (
+    ApiClient,
+    ApiError,
+    ControlPlane,
+    Process,
+    binary_dir,
+    jsonl,
+    missing_binaries,
+    wait_for,
+    write_kubeconfig,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+DEPLOY_BASE = REPO / "deploy" / "kustomize" / "base"
+DRIVER = "numadra.dev"
+NAMESPACE = "numadra-system"
+SERVICE_ACCOUNT = "numadra"
+NODE = "node-e2e"
+TOPOLOGY = "dgx"
+NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
+RESOURCE = "/apis/resource.k8s.io/v1"
+#: objects the e2e tier applies from the kustomize base (the DaemonSet never runs here)
+SKIPPED_KINDS = frozenset({"DaemonSet"})
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """The component versions (or why the tier is skipped) at the top of every test log."""
+    bin_dir = binary_dir()
+    missing = missing_binaries(bin_dir)
+    if missing:
+        return [f"e2e: binaries missing in {bin_dir}: {', '.join(missing)} (run tests/e2e/build-bins.sh)"]
+    versions = ControlPlane(bin_dir, Path("/nonexistent"), NODE).versions()
+    return [f"e2e binaries ({bin_dir}): " + "; ".join(f"{k} {v}" for k, v in versions.items())]
+
+
+def kustomize_base_objects() -> list[dict[str, Any]]:
+    """The base's resources in their listed order, with its common labels; no kustomize needed.
+
+    The base uses only ``resources`` and ``labels`` (plus ``images``, which only touches the
+    DaemonSet); a test in tests/unit/deploy checks both renderings agree, so this is the same set.
+    """
+    kustomization = yaml.safe_load((DEPLOY_BASE / "kustomization.yaml").read_text())
+    labels: dict[str, str] = {}
+    for entry in kustomization.get("labels", []):
+        labels.update(entry.get("pairs", {}))
+    objects = []
+    for resource in kustomization["resources"]:
+        for obj in yaml.safe_load_all((DEPLOY_BASE / resource).read_text()):
+            if obj:
+                obj["metadata"].setdefault("labels", {}).update(labels)
+                objects.append(obj)
+    return objects
+
+
+def collection_path(obj: dict[str, Any]) -> str:
+    """The REST collection of an object (core or named group, namespaced or not)."""
+    group_version = obj["apiVersion"]
+    prefix = f"/api/{group_version}" if "/" not in group_version else f"/apis/{group_version}"
+    plural = {
+        "ServiceAccount": "serviceaccounts",
+        "ClusterRole": "clusterroles",
+        "ClusterRoleBinding": "clusterrolebindings",
+        "ValidatingAdmissionPolicy": "validatingadmissionpolicies",
+        "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings",
+        "DeviceClass": "deviceclasses",
+        "Namespace": "namespaces",
+    }[obj["kind"]]
+    namespace = obj["metadata"].get("namespace")
+    return f"{prefix}/namespaces/{namespace}/{plural}" if namespace else f"{prefix}/{plural}"
+
+
+@dataclass
+class Cluster:
+    """The running session cluster and helpers the scenarios share."""
+
+    plane: ControlPlane
+    admin: ApiClient
+    root: Path
+    driver_token: str
+    driver_pod_uid: str
+    drakubelet: Process | None = None
+    driver: Process | None = None
+    driver_runs: int = 0
+    timings: dict[str, float] = field(default_factory=dict)
+
+    # paths ----------------------------------------------------------------------------------------
+    @property
+    def host(self) -> Path:
+        return self.root / "host"
+
+    @property
+    def registrar_dir(self) -> Path:
+        return self.root / "reg"
+
+    @property
+    def plugin_dir(self) -> Path:
+        return self.root / "plugin"
+
+    @property
+    def cdi_dir(self) -> Path:
+        return self.root / "cdi"
+
+    @property
+    def journal(self) -> Path:
+        return journal_path(self.plugin_dir)
+
+    @property
+    def events_path(self) -> Path:
+        return self.root / "drakubelet.out"
+
+    # processes ------------------------------------------------------------------------------------
+    def start_driver(self) -> Process:
+        """Start ``numadra run`` as the driver pod's container would (a new log file per run)."""
+        kubeconfig = write_kubeconfig(
+            self.root / "driver.kubeconfig",
+            self.plane.server,
+            self.plane.ca_file,
+            self.driver_token,
+            f"system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}",
+        )
+        self.driver_runs += 1
+        argv = [
+            sys.executable, "-m", "driver.cli", "run",
+            "--host-root", str(self.host),
+            "--kubeconfig", str(kubeconfig),
+            "--registrar-dir", str(self.registrar_dir),
+            "--plugin-dir", str(self.plugin_dir),
+            "--cdi-dir", str(self.cdi_dir),
+            "--pod-uid", self.driver_pod_uid,
+            "--pinning", "off",
+            "--hotplug", "off",
+            "--rescan-interval", "0",
+            "--log-format", "json",
+        ]  # fmt: skip
+        proc = Process(
+            f"numadra-run-{self.driver_runs}",
+            argv,
+            self.root / f"numadra-run-{self.driver_runs}.out",
+            self.root / f"numadra-run-{self.driver_runs}.log",
+        )
+        proc.start(env={"NODE_NAME": NODE, "PYTHONPATH": str(REPO)}, cwd=REPO)
+        self.driver = proc
+        return proc
+
+    def start_drakubelet(self) -> Process:
+        proc = Process(
+            "drakubelet",
+            [
+                str(self.plane.bin_dir / "drakubelet"),
+                f"--kubeconfig={self.plane.root / 'node.kubeconfig'}",
+                f"--node-name={NODE}",
+                f"--registry-dir={self.registrar_dir}",
+                f"--state-dir={self.root / 'kubelet-dra'}",
+                "--backoff-max=5s",
+            ],
+            self.events_path,
+            self.root / "drakubelet.log",
+        )
+        self.drakubelet = proc.start()
+        return proc
+
+    def check_running(self) -> None:
+        self.plane.check_running()
+        for proc in (self.driver, self.drakubelet):
+            if proc is not None:
+                proc.check_running()
+
+    # drakubelet events ----------------------------------------------------------------------------
+    def events(self) -> list[dict[str, Any]]:
+        return jsonl(self.events_path)
+
+    def wait_event(self, timeout: float, what: str, **match: Any) -> dict[str, Any]:
+        """The first drakubelet event whose fields equal ``match``."""
+
+        def found() -> dict[str, Any] | None:
+            self.check_running()
+            for event in self.events():
+                if all(event.get(k) == v for k, v in match.items()):
+                    return event
+            return None
+
+        return wait_for(found, timeout, what, interval=0.1)
+
+    def registrations(self) -> int:
+        return sum(1 for e in self.events() if e.get("event") == "registered" and e.get("driver") == DRIVER)
+
+    # API helpers ----------------------------------------------------------------------------------
+    def slices(self) -> list[dict[str, Any]]:
+        """Our node's ResourceSlices."""
+        return self.admin.items(
+            f"{RESOURCE}/resourceslices", fieldSelector=f"spec.nodeName={NODE},spec.driver={DRIVER}"
+        )
+
+    def published_devices(self) -> set[str]:
+        return {d["name"] for s in self.slices() for d in s["spec"].get("devices", [])}
+
+    def pod(self, namespace: str, name: str) -> dict[str, Any]:
+        return dict(self.admin.get(f"/api/v1/namespaces/{namespace}/pods/{name}"))
+
+    def claim(self, namespace: str, name: str) -> dict[str, Any]:
+        return dict(self.admin.get(f"{RESOURCE}/namespaces/{namespace}/resourceclaims/{name}"))
+
+    def new_namespace(self, prefix: str) -> str:
+        name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+        self.admin.create("/api/v1/namespaces", {"metadata": {"name": name}})
+        return name
+
+    def spec_file(self, claim_uid: str) -> Path:
+        return self.cdi_dir / claim_spec_file_name(DRIVER, claim_uid)
+
+    def claim_cpus(self, claim_uid: str) -> frozenset[int]:
+        """The CPUs the claim's CDI spec hands its containers (``NUMADRA_CPUS``)."""
+        spec = json.loads(self.spec_file(claim_uid).read_text())
+        for device in spec["devices"]:
+            for item in device["containerEdits"].get("env", []):
+                key, _, value = item.partition("=")
+                if key == ENV_CPUS:
+                    return parse_cpulist(value)
+        raise AssertionError(f"no {ENV_CPUS} in the CDI spec of claim {claim_uid}")
+
+    def journal_uids(self) -> set[str]:
+        """The claims the driver's journal holds now (read with the driver's own reader)."""
+        journal = Journal(self.journal)
+        journal.load()
+        return {entry.uid for entry in journal.entries()}
+
+
+def _apply_deploy(admin: ApiClient) -> None:
+    admin.create("/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
+    for obj in kustomize_base_objects():
+        if obj["kind"] in SKIPPED_KINDS:
+            continue
+        admin.create(collection_path(obj), obj, fieldValidation="Strict")
+
+
+def _ready_node(admin: ApiClient) -> None:
+    """Create the Node as upstream's DRA integration tests do: Ready, capacity, no taints."""
+    admin.create(
+        "/api/v1/nodes",
+        {"metadata": {"name": NODE, "labels": {"kubernetes.io/hostname": NODE, "kubernetes.io/os": "linux"}}},
+    )
+    node = admin.get(f"/api/v1/nodes/{NODE}")
+    capacity = {"cpu": "224", "memory": "2000Gi", "pods": "110"}
+    node["status"] = {
+        "capacity": capacity,
+        "allocatable": capacity,
+        "phase": "Running",
+        "conditions": [
+            {
+                "type": "Ready",
+                "status": "True",
+                "reason": "KubeletReady",
+                "message": "e2e",
+                "lastHeartbeatTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            }
+        ],
+    }
+    node = admin.put(f"/api/v1/nodes/{NODE}/status", node)
+    # the TaintNodesByCondition admission plugin added node.kubernetes.io/not-ready on create
+    node["spec"]["taints"] = []
+    admin.put(f"/api/v1/nodes/{NODE}", node)
+
+
+def _driver_token(admin: ApiClient) -> tuple[str, str]:
+    """A token of the driver's ServiceAccount bound to its Pod on the node, and that Pod's UID.
+
+    The Pod is never run; binding the token to a Pod bound to the node is what makes the apiserver
+    put the node name into the token (and into the user's extra on every request).
+    """
+    pod = admin.create(
+        f"/api/v1/namespaces/{NAMESPACE}/pods",
+        {
+            "metadata": {"name": "numadra-e2e", "labels": {"app.kubernetes.io/name": "numadra"}},
+            "spec": {
+                "nodeName": NODE,
+                "serviceAccountName": SERVICE_ACCOUNT,
+                "automountServiceAccountToken": False,
+                "containers": [{"name": "numadra", "image": "localhost/numadra:0.1.0", "args": ["run"]}],
+            },
+        },
+    )
+    request = {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "spec": {
+            "expirationSeconds": 4 * 3600,
+            "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": pod["metadata"]["name"],
+                               "uid": pod["metadata"]["uid"]},
+        },
+    }  # fmt: skip
+    answer = admin.create(f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{SERVICE_ACCOUNT}/token", request)
+    return str(answer["status"]["token"]), str(pod["metadata"]["uid"])
+
+
+@pytest.fixture(scope="session")
+def e2e_cluster() -> Iterator[Cluster]:
+    """The session's cluster; everything is stopped and removed afterwards."""
+    bin_dir = binary_dir()
+    missing = missing_binaries(bin_dir)
+    if missing:
+        pytest.skip(
+            f"e2e binaries missing in {bin_dir}: {', '.join(missing)}; build them with "
+            "tests/e2e/build-bins.sh (needs Go 1.26 and the Go module proxy)"
+        )
+    for tool in ("openssl",):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} not found: the e2e tier makes its certificates with it")
+    # short path: AF_UNIX socket paths are limited to 107 bytes
+    root = Path(tempfile.mkdtemp(prefix="ne2e", dir="/tmp"))
+    plane = ControlPlane(bin_dir, root / "cp", NODE)
+    (root / "cp").mkdir()
+    cluster: Cluster | None = None
+    keep = os.environ.get("NUMADRA_E2E_KEEP") == "1"
+    try:
+        t0 = time.monotonic()
+        plane.start()
+        assert plane.admin is not None
+        admin = plane.admin
+        _apply_deploy(admin)
+        _ready_node(admin)
+        token, pod_uid = _driver_token(admin)
+        cluster = Cluster(plane, admin, root, token, pod_uid)
+        write_host_tree(cluster.host, TOPOLOGIES[TOPOLOGY])
+        for directory in (cluster.registrar_dir, cluster.cdi_dir):
+            directory.mkdir()
+        cluster.start_drakubelet()
+        cluster.wait_event(30, "drakubelet ready", event="ready")
+        cluster.start_driver()
+        cluster.wait_event(30, "the driver's registration with drakubelet", event="registered", driver=DRIVER)
+        wait_for(lambda: cluster is not None and cluster.slices(), 30, "our ResourceSlices")
+        cluster.timings = {**plane.timings, "cluster_ready_s": time.monotonic() - t0}
+        print(f"\ne2e cluster up in {cluster.timings['cluster_ready_s']:.1f}s: {plane.timings} root={root}")
+        yield cluster
+    finally:
+        for proc in (cluster.driver, cluster.drakubelet) if cluster is not None else ():
+            if proc is not None:
+                proc.stop(signal.SIGTERM)
+        plane.stop()
+        if not keep:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def cluster(e2e_cluster: Cluster) -> Cluster:
+    """The session cluster, checked alive before each scenario."""
+    e2e_cluster.check_running()
+    return e2e_cluster
+
+
+__all__ = ["DRIVER", "NAMESPACE", "NODE", "RESOURCE", "ApiError", "Cluster", "kustomize_base_objects"]
