@@ -34,6 +34,7 @@ NODE = "node-run"
 #: the workstation topology: one NUMA node, 16 CPUs, two GPUs, one NIC
 GPU = "gpu-0000-03-00-0"
 OTHER_GPU = "gpu-0000-00-02-0"
+NIC = "nic-0000-05-00-0"
 CPU_DEVICE = "cpu-numa0"
 REPO = Path(__file__).resolve().parents[3]
 

@@ -14,10 +14,13 @@ from driver.claims.render import claim_spec_file_name
 from driver.pinning.types import ENV_CPUS, parse_cpulist
 from driver.plugin import ClaimRef
 from driver.testing.kubeletclient import KubeletClient
+from tests.integration.pinning.fake_nri_runtime import FakeNriRuntime
+from tests.integration.pinning.fake_nri_runtime import container as nri_container
 from tests.integration.run.conftest import (
     CPU_DEVICE,
     DRIVER,
     GPU,
+    NIC,
     OTHER_GPU,
     DriverProcess,
     RunNode,
@@ -278,3 +281,59 @@ def test_sighup_rescans_and_republishes_a_changed_host(node: RunNode) -> None:
     wait_for(lambda: "gpu-0000-00-02-0" not in node.device_names(), 20, "the republish without the GPU")
     assert GPU in node.device_names()
     assert process.proc.poll() is None
+
+
+def _nic_taints(node: RunNode) -> list[dict[str, Any]]:
+    for obj in node.slices():
+        for device in obj["spec"].get("devices", []):
+            if device["name"] == NIC:
+                return list(device.get("taints", []))
+    return []
+
+
+def test_unhealthy_nic_is_tainted_and_healed_in_the_slices(node: RunNode) -> None:
+    """Carrier down on the host: taint within 5 s (one model feeds taints); removed after recovery."""
+    process = node.spawn("--taint-unhealthy", "NoExecute")
+    _registered(node, process)
+    wait_for(lambda: NIC in node.device_names(), 20, "the first publish")
+    assert _nic_taints(node) == []
+    carrier = node.host / "sys" / "class" / "net" / "eno1" / "carrier"
+    carrier.write_text("0\n")
+    taints = wait_for(lambda: _nic_taints(node), 5 * load_slack(), "the taint on the NIC")
+    assert [(t["key"], t["value"], t["effect"]) for t in taints] == [
+        ("numadra.dev/unhealthy", "NoCarrier", "NoExecute")
+    ]
+    carrier.write_text("1\n")
+    wait_for(lambda: not _nic_taints(node), 10 * load_slack(), "the taint to be removed")
+
+
+def test_nri_backend_pins_containers_of_prepared_claims(node: RunNode) -> None:
+    """--pinning nri: the plugin registers with the runtime and pins a claim container to its CPUs."""
+    runtime = FakeNriRuntime(node.root / "nri.sock")
+    try:
+        process = node.spawn("--pinning", "nri", "--nri-socket", str(node.root / "nri.sock"))
+        _registered(node, process)
+        ref = _put_claim(node, "pinned", cpus=4)
+        assert _prepare(node, ref).error == ""
+        spec = json.loads(_spec_file(node, ref.uid).read_text())
+        env = next(
+            item
+            for device in spec["devices"]
+            for item in [device["containerEdits"].get("env", [])]
+            if any(e.startswith(f"{ENV_CPUS}=") for e in item)
+        )
+        conn = runtime.accept(timeout=10 * load_slack())
+        try:
+            conn.configure()
+            conn.synchronize([])
+            resp = conn.create_container(nri_container("c1", "app", env=list(env)))
+            cpus = resp.adjust.linux.resources.cpu.cpus
+            assert parse_cpulist(cpus) == _claim_cpus(node, ref.uid)
+            forged = [e for e in env if not e.startswith("NUMADRA_CLAIM_UID=")]
+            forged.append("NUMADRA_CLAIM_UID=00000000-0000-0000-0000-000000000000")
+            with pytest.raises(RuntimeError, match="has not prepared"):
+                conn.create_container(nri_container("c2", "intruder", env=forged))
+        finally:
+            conn.close()
+    finally:
+        runtime.close()
