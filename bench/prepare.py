@@ -8,7 +8,8 @@ NIC VF and a 2-CPU share of a ``cpu-numa<N>`` device, so every prepare does a GE
 resolution, CPU planning, one CDI spec, a metadata file + spec per request and one journal write.
 
 Prints one JSON object: p50/p99 (ms) of NodePrepareResources for 1 claim and for 32 claims in one
-call, their ratio, start-to-registered time, the steady RSS of the driver process, and the same
+call, their ratio, start-to-registered time, the steady RSS of the driver process (also of the
+whole ``numadra run`` process: ``run_*``, from bench/startup.py), and the same
 prepares through ``ClaimsDriver`` alone (``driver_only_*``: no gRPC, no HTTP) to show where the
 time goes. ``--base /dev/shm`` puts the CDI/plugin dirs on tmpfs, taking the disk's fsync (the
 journal's durability) out of the figures.
@@ -166,6 +167,17 @@ def _rss_mib(pid: int) -> float:
     return float("nan")
 
 
+def _real_process(base: str) -> dict[str, Any]:
+    """The same two figures for the whole ``numadra run`` process (bench/startup.py)."""
+    from bench.startup import measure
+
+    run = measure(base, starts=3, prepares=100)
+    return {
+        "run_start_to_registered_s": run["start_to_registered_s_median"],
+        "run_steady_rss_mib": run["steady_rss_mib"],
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--serve", nargs=2, metavar=("ROOT", "KUBECONFIG"), help=argparse.SUPPRESS)
@@ -251,6 +263,7 @@ def main() -> None:
             "ratio_32_to_1_p50": round(statistics.median(batch) / statistics.median(single), 2),
             "start_to_registered_s": round(registered_s, 3),
             "driver_steady_rss_mib": round(rss, 1),
+            **_real_process(args.base),
             **_in_process(root, objects, refs, max(10, args.batch)),
             "dirs_on": args.base,
             "cpus": os.cpu_count(),
