@@ -239,6 +239,55 @@ class Cluster:
         self.admin.create("/api/v1/namespaces", {"metadata": {"name": name}})
         return name
 
+    def create_pod(self, namespace: str, pod: dict[str, Any]) -> dict[str, Any]:
+        return dict(self.admin.create(f"/api/v1/namespaces/{namespace}/pods", pod, fieldValidation="Strict"))
+
+    def wait_bound(self, namespace: str, name: str, timeout: float = 60.0) -> dict[str, Any]:
+        """The pod once the real scheduler bound it to our node (PodScheduled True)."""
+
+        def bound() -> dict[str, Any] | None:
+            self.check_running()
+            pod = self.pod(namespace, name)
+            scheduled = condition(pod, "PodScheduled")
+            if scheduled is not None and scheduled["status"] == "True":
+                assert pod["spec"].get("nodeName") == NODE
+                return pod
+            return None
+
+        return wait_for(bound, timeout, f"pod {namespace}/{name} to be scheduled", interval=0.2)
+
+    def prepared(self, pod: dict[str, Any], timeout: float = 60.0) -> dict[str, list[str]]:
+        """drakubelet's CDI IDs per container of a pod, once it prepared the pod."""
+        pod_uid = pod["metadata"]["uid"]
+        containers = len(pod["spec"]["containers"]) + len(pod["spec"].get("initContainers", []))
+
+        def done() -> dict[str, list[str]] | None:
+            self.check_running()
+            found = {
+                e["container"]: list(e["cdiDevices"])
+                for e in self.events()
+                if e.get("event") == "prepared" and e.get("uid") == pod_uid
+            }
+            return found if len(found) >= containers else None
+
+        return wait_for(done, timeout, f"drakubelet to prepare pod {pod_uid}", interval=0.1)
+
+    def delete_pod(self, namespace: str, name: str, timeout: float = 60.0) -> None:
+        """Delete gracefully as a user would; wait until drakubelet unprepared it and the pod is gone."""
+        uid = self.pod(namespace, name)["metadata"]["uid"]
+        self.admin.delete(f"/api/v1/namespaces/{namespace}/pods/{name}")
+        self.wait_event(timeout, f"unprepare of pod {namespace}/{name}", event="unprepared", uid=uid)
+        wait_for(
+            lambda: not self.admin.exists(f"/api/v1/namespaces/{namespace}/pods/{name}"),
+            timeout,
+            f"pod {namespace}/{name} to be removed",
+            interval=0.2,
+        )
+
+    def claim_files(self, claim_uid: str) -> list[Path]:
+        """Every CDI spec file of a claim (claim spec and metadata specs carry the UID in the name)."""
+        return sorted(p for p in self.cdi_dir.iterdir() if claim_uid in p.name)
+
     def spec_file(self, claim_uid: str) -> Path:
         return self.cdi_dir / claim_spec_file_name(DRIVER, claim_uid)
 
@@ -257,6 +306,14 @@ class Cluster:
         journal = Journal(self.journal)
         journal.load()
         return {entry.uid for entry in journal.entries()}
+
+
+def condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    """The status condition of type ``kind`` (None when absent)."""
+    for cond in obj.get("status", {}).get("conditions", []) or []:
+        if cond.get("type") == kind:
+            return dict(cond)
+    return None
 
 
 def _apply_deploy(admin: ApiClient) -> None:
@@ -382,4 +439,13 @@ def cluster(e2e_cluster: Cluster) -> Cluster:
     return e2e_cluster
 
 
-__all__ = ["DRIVER", "NAMESPACE", "NODE", "RESOURCE", "ApiError", "Cluster", "kustomize_base_objects"]
+__all__ = [
+    "DRIVER",
+    "NAMESPACE",
+    "NODE",
+    "RESOURCE",
+    "ApiError",
+    "Cluster",
+    "condition",
+    "kustomize_base_objects",
+]
