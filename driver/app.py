@@ -31,6 +31,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Literal
@@ -60,6 +61,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_CDI_DIR",
+    "DEFAULT_HOOK_PATH",
     "DEFAULT_NRI_SOCKET",
     "DEFAULT_PLUGINS_DIR",
     "DEFAULT_REGISTRAR_DIR",
@@ -77,6 +79,8 @@ DEFAULT_PLUGINS_DIR = Path("/var/lib/kubelet/plugins")
 DEFAULT_CDI_DIR = Path("/var/run/cdi")
 #: same value as ``driver.pinning.nri.DEFAULT_NRI_SOCKET`` (not imported: it pulls in the NRI stubs)
 DEFAULT_NRI_SOCKET = Path("/var/run/nri/nri.sock")
+#: same value as ``driver.pinning.hook.DEFAULT_HOOK_PATH``: where the DaemonSet installs numadra
+DEFAULT_HOOK_PATH = "/opt/numadra/bin/numadra"
 
 HotplugSource = Literal["udev", "kernel", "off"]
 
@@ -106,6 +110,7 @@ class RunConfig:
     health_interval: float = 2.0
     rescan_interval: float = 300.0  # 0 disables the periodic rescan
     hotplug: HotplugSource = "udev"
+    hook_path: str = DEFAULT_HOOK_PATH
     claim_status: bool = True
     publish_backoff_cap: float = 30.0
 
@@ -454,6 +459,11 @@ class App:
         journal.load()  # JournalError: one line with the recovery, exit 1
         recovery = self._journal_actions(journal.entries())
 
+        cpu_hook = None
+        if cfg.pinning is PinningKind.HOOK:
+            from driver.pinning.hook import cdi_hook
+
+            cpu_hook = partial(cdi_hook, path=cfg.hook_path)
         self._kube = shared_client(cfg.kubeconfig)
         self._on_stop("kube client", self._kube.close)
         self.planner = CpuPlanner(lambda: self.inventory, cfg.reserved_cpus)
@@ -470,6 +480,7 @@ class App:
             planner=self.planner,
             status=self.status,
             on_fatal=lambda err, msg: self.request_stop(1, f"{msg}: {err}"),
+            cpu_hook=cpu_hook,
         )
         self._on_stop("claims driver", self.claims.close)
         recreated = self.claims.reconcile()
@@ -581,9 +592,10 @@ class App:
     def _start_pinning(self) -> None:
         cfg = self.config
         if cfg.pinning is not PinningKind.NRI:
-            # hook and cgroupfs act on containers from outside this process (the CDI hook runs
-            # `numadra hook`); every backend reads the marker env the CDI specs carry
-            self._log.info("cpu pinning", backend=cfg.pinning.value)
+            # hook: the CDI specs carry a createRuntime hook (`numadra hook create-runtime`) that
+            # the runtime runs; cgroupfs and off: the marker env of the specs, no daemon-side work
+            extra = {"hook_path": cfg.hook_path} if cfg.pinning is PinningKind.HOOK else {}
+            self._log.info("cpu pinning", backend=cfg.pinning.value, **extra)
             return
         from driver.pinning.factory import build_backend
         from driver.pinning.nri import NriPlugin

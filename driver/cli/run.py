@@ -97,6 +97,9 @@ FLAGS: tuple[Flag, ...] = (
     _flag("--health-interval", "2", "seconds between device health polls"),
     _flag("--rescan-interval", "300", "seconds between host rescans (0: only on hot-plug and SIGHUP)"),
     _flag("--hotplug", "udev", "hot-plug events to watch", choices=("udev", "kernel", "off")),
+    _flag(
+        "--hook-path", "/opt/numadra/bin/numadra", "host path of numadra that CDI hooks run (--pinning hook)"
+    ),
     Flag(
         "--claim-status",
         _env("--claim-status"),
@@ -199,6 +202,10 @@ def config_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = N
         ) from exc
     if raw["metrics_address"]:
         parse_address(raw["metrics_address"])  # ConfigError names the address
+    if not raw["hook_path"].startswith("/"):
+        raise ConfigError(
+            f"--hook-path (env NUMADRA_HOOK_PATH) must be an absolute path, got {raw['hook_path']!r}"
+        )
     host_root = Path(raw["host_root"])
     if not host_root.is_dir():
         raise ConfigError(f"--host-root (env NUMADRA_HOST_ROOT) {host_root} is not a directory")
@@ -222,6 +229,7 @@ def config_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = N
         health_interval=_seconds(raw, "health_interval", zero_ok=False),
         rescan_interval=_seconds(raw, "rescan_interval", zero_ok=True),
         hotplug=cast("HotplugSource", raw["hotplug"]),
+        hook_path=raw["hook_path"],
         claim_status=raw["claim_status"].lower() in _TRUE,
     )
 

@@ -337,3 +337,19 @@ def test_nri_backend_pins_containers_of_prepared_claims(node: RunNode) -> None:
             conn.close()
     finally:
         runtime.close()
+
+
+def test_hook_backend_puts_the_create_runtime_hook_in_claim_specs(node: RunNode) -> None:
+    """--pinning hook: the claim's CDI spec runs `numadra hook create-runtime` with the claim's CPUs."""
+    process = node.spawn("--pinning", "hook", "--hook-path", "/opt/test/numadra")
+    _registered(node, process)
+    ref = _put_claim(node, "hooked", cpus=2)
+    assert _prepare(node, ref).error == ""
+    spec = json.loads(_spec_file(node, ref.uid).read_text())
+    hooks = [h for device in spec["devices"] for h in device["containerEdits"].get("hooks", [])]
+    assert len(hooks) == 1
+    assert hooks[0]["hookName"] == "createRuntime"
+    assert hooks[0]["path"] == "/opt/test/numadra"
+    args = hooks[0]["args"]
+    assert args[:3] == ["numadra", "hook", "create-runtime"]
+    assert parse_cpulist(args[args.index("--cpus") + 1]) == _claim_cpus(node, ref.uid)

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from driver import DEFAULT_DRIVER_NAME
-from driver.app import DEFAULT_NRI_SOCKET, RunConfig
+from driver.app import DEFAULT_HOOK_PATH, DEFAULT_NRI_SOCKET, RunConfig
 from driver.cli import EXIT_USAGE, build_parser, main
 from driver.cli.run import FLAGS, config_from_args
 from driver.errors import ConfigError
 from driver.health.taints import TAINT_EFFECTS
-from driver.pinning import nri
+from driver.pinning import hook, nri
 from driver.pinning.backend import PinningKind
 
 
@@ -111,6 +111,7 @@ def test_a_flag_beats_its_environment_variable(
         pytest.param(["--health-interval", "soon"], {}, ("--health-interval",), id="health-text"),
         pytest.param(["--host-root", "/does/not/exist"], {}, ("--host-root",), id="host-root"),
         pytest.param([], {"NUMADRA_TAINT_UNHEALTHY": "Evict"}, ("NUMADRA_TAINT_UNHEALTHY",), id="taint-env"),
+        pytest.param(["--hook-path", "bin/numadra"], {}, ("--hook-path",), id="hook-path-relative"),
     ],
 )
 def test_bad_values_are_config_errors_naming_the_option(
@@ -154,4 +155,5 @@ def test_choices_match_the_components_vocabulary() -> None:
     assert choices["--pinning"] == {k.value for k in PinningKind}
     assert choices["--taint-unhealthy"] == set(TAINT_EFFECTS)
     assert nri.DEFAULT_NRI_SOCKET == DEFAULT_NRI_SOCKET
+    assert hook.DEFAULT_HOOK_PATH == DEFAULT_HOOK_PATH
     assert next(f for f in FLAGS if f.flag == "--nri-socket").default == str(DEFAULT_NRI_SOCKET)
