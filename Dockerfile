@@ -11,9 +11,16 @@
 # build/wheelhouse/ of the build context are used first, so an offline build (PIP_NO_INDEX=1 and
 # a wheelhouse filled by scripts/build-image.sh) needs no package index either.
 #
-# Privileges are set by the DaemonSet, not here: the image runs as an unprivileged user, which is
-# all `numadra discover|explain|state|version` need. `numadra run` is root in the DaemonSet because
-# it creates sockets in the kubelet's root-owned hostPath dirs (see docs/deploy.md).
+# Privileges are set by the DaemonSet, not here: the image runs as an unprivileged user (10001),
+# which is all `numadra discover|explain|state|version` need. `numadra run` needs more, per
+# pinning backend (docs/deploy.md):
+#   every backend  root (no capabilities): sockets in the kubelet's root-owned hostPath dirs
+#                  /var/lib/kubelet/plugins_registry and /var/lib/kubelet/plugins/<driver>,
+#                  CDI specs in /var/run/cdi
+#   nri            + the NRI socket /var/run/nri/nri.sock (hostPath; owned by root)
+#   hook           + write access to the host dir the runtime runs the hook from; the hook itself
+#                  writes the cgroup fs, run by the runtime as root on the host
+#   cgroupfs       + privileged, with the host's /sys/fs/cgroup mounted read-write
 ARG BASE_IMAGE=docker.io/library/python:3.11-slim-bookworm
 
 FROM ${BASE_IMAGE} AS builder
