@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = ["FLAGS", "Flag", "config_from_args", "register"]
 
+_SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off", ""})
 
@@ -174,6 +175,19 @@ def _seconds(raw: Mapping[str, str], dest: str, *, zero_ok: bool) -> float:
     return value
 
 
+def _check_cluster_access(kubeconfig: str | None, env: Mapping[str, str]) -> None:
+    """Fail at start, not in a background thread: the kubeconfig exists, or we run in a pod."""
+    if kubeconfig is not None:
+        if not Path(kubeconfig).is_file():
+            raise ConfigError(f"--kubeconfig (env NUMADRA_KUBECONFIG, KUBECONFIG) {kubeconfig} is not a file")
+        return
+    if not env.get("KUBERNETES_SERVICE_HOST") or not Path(_SERVICE_ACCOUNT_TOKEN).is_file():
+        raise ConfigError(
+            "no --kubeconfig and not in a pod (no KUBERNETES_SERVICE_HOST or service account token "
+            f"{_SERVICE_ACCOUNT_TOKEN}); pass --kubeconfig outside a cluster"
+        )
+
+
 def config_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> RunConfig:
     """Flags + environment -> a checked :class:`~driver.app.RunConfig`; ConfigError names the bad one."""
     from driver.app import RunConfig
@@ -206,6 +220,8 @@ def config_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = N
         raise ConfigError(
             f"--hook-path (env NUMADRA_HOOK_PATH) must be an absolute path, got {raw['hook_path']!r}"
         )
+    kubeconfig = raw["kubeconfig"] or None
+    _check_cluster_access(kubeconfig, os.environ if env is None else env)
     host_root = Path(raw["host_root"])
     if not host_root.is_dir():
         raise ConfigError(f"--host-root (env NUMADRA_HOST_ROOT) {host_root} is not a directory")
@@ -213,7 +229,7 @@ def config_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = N
         node_name=node,
         driver_name=driver,
         host_root=host_root,
-        kubeconfig=raw["kubeconfig"] or None,
+        kubeconfig=kubeconfig,
         registrar_dir=Path(raw["registrar_dir"]),
         plugin_dir=Path(raw["plugin_dir"]) if raw["plugin_dir"] else None,
         cdi_dir=Path(raw["cdi_dir"]),

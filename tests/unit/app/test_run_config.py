@@ -16,10 +16,20 @@ from driver.health.taints import TAINT_EFFECTS
 from driver.pinning import hook, nri
 from driver.pinning.backend import PinningKind
 
+_KUBECONFIG: dict[str, str] = {}
+
+
+@pytest.fixture(autouse=True)
+def _kubeconfig(tmp_path: Path) -> None:
+    """Every config needs cluster access: a kubeconfig file that exists (its content is not read)."""
+    path = tmp_path / "kubeconfig"
+    path.write_text("apiVersion: v1\nkind: Config\n")
+    _KUBECONFIG["KUBECONFIG"] = str(path)
+
 
 def _config(argv: list[str], env: dict[str, str] | None = None) -> RunConfig:
     args = build_parser().parse_args(["run", *argv])
-    return config_from_args(args, env if env is not None else {})
+    return config_from_args(args, {**_KUBECONFIG, **(env or {})})
 
 
 def test_defaults_follow_the_design_contract(tmp_path: Path) -> None:
@@ -30,7 +40,7 @@ def test_defaults_follow_the_design_contract(tmp_path: Path) -> None:
     assert cfg.registrar_dir == Path("/var/lib/kubelet/plugins_registry")
     assert cfg.effective_plugin_dir == Path("/var/lib/kubelet/plugins") / DEFAULT_DRIVER_NAME
     assert cfg.cdi_dir == Path("/var/run/cdi")
-    assert cfg.kubeconfig is None
+    assert cfg.kubeconfig == _KUBECONFIG["KUBECONFIG"]
     assert cfg.pod_uid is None
     assert cfg.pinning is PinningKind.OFF
     assert cfg.metrics_address == ""
@@ -60,13 +70,6 @@ def test_plugin_dir_default_follows_the_driver_name() -> None:
         pytest.param({"NUMADRA_RESCAN_INTERVAL": "0"}, "rescan_interval", 0.0, id="rescan-off"),
         pytest.param({"NUMADRA_CLAIM_STATUS": "off"}, "claim_status", False, id="claim-status"),
         pytest.param({"NUMADRA_METRICS_ADDRESS": ":8080"}, "metrics_address", ":8080", id="metrics"),
-        pytest.param({"KUBECONFIG": "/k/config"}, "kubeconfig", "/k/config", id="KUBECONFIG"),
-        pytest.param(
-            {"KUBECONFIG": "/k/config", "NUMADRA_KUBECONFIG": "/n/config"},
-            "kubeconfig",
-            "/n/config",
-            id="NUMADRA_KUBECONFIG-first",
-        ),
     ],
 )
 def test_environment_sets_what_no_flag_sets(env: dict[str, str], field: str, expected: object) -> None:
@@ -125,6 +128,28 @@ def test_bad_values_are_config_errors_naming_the_option(
     assert "\n" not in message
     for name in names:
         assert name in message
+
+
+def test_numadra_kubeconfig_wins_over_kubeconfig(tmp_path: Path) -> None:
+    """NUMADRA_KUBECONFIG first, then the conventional KUBECONFIG."""
+    mine = tmp_path / "mine"
+    mine.write_text("")
+    assert _config(["--node-name", "n"], {"NUMADRA_KUBECONFIG": str(mine)}).kubeconfig == str(mine)
+    assert _config(["--node-name", "n"]).kubeconfig == _KUBECONFIG["KUBECONFIG"]
+
+
+@pytest.mark.parametrize(
+    ("env", "needle"),
+    [
+        pytest.param({"KUBECONFIG": "/no/such/kubeconfig"}, "/no/such/kubeconfig", id="missing-file"),
+        pytest.param({"KUBECONFIG": ""}, "not in a pod", id="no-cluster"),
+    ],
+)
+def test_cluster_access_is_checked_at_start(env: dict[str, str], needle: str) -> None:
+    """A missing kubeconfig, or none outside a pod, is a usage error now, not a dead thread later."""
+    args = build_parser().parse_args(["run", "--node-name", "n"])
+    with pytest.raises(ConfigError, match=needle):
+        config_from_args(args, env)
 
 
 def test_unknown_flag_exits_2_with_one_line(capsys: pytest.CaptureFixture[str]) -> None:
