@@ -353,3 +353,35 @@ def test_hook_backend_puts_the_create_runtime_hook_in_claim_specs(node: RunNode)
     args = hooks[0]["args"]
     assert args[:3] == ["numadra", "hook", "create-runtime"]
     assert parse_cpulist(args[args.index("--cpus") + 1]) == _claim_cpus(node, ref.uid)
+
+
+def test_rolling_update_two_pods_share_state_and_keep_their_own_sockets(node: RunNode) -> None:
+    """POD_UID set: old and new pod serve side by side; a claim prepared by one is unprepared by the other."""
+    old = node.spawn(env={"POD_UID": "pod-old"})
+    new = node.spawn(env={"POD_UID": "pod-new"})
+    sockets = {
+        uid: wait_for(
+            lambda uid=uid: next(iter(node.registrar_dir.glob(f"{DRIVER}-{uid}-reg.sock")), None),
+            15,
+            f"the registration socket of {uid}",
+        )
+        for uid in ("pod-old", "pod-new")
+    }
+    endpoints = {uid: node.kubelet.register(sock).info.endpoint for uid, sock in sockets.items()}
+    assert endpoints == {
+        "pod-old": str(node.plugin_dir / "dra-pod-old.sock"),
+        "pod-new": str(node.plugin_dir / "dra-pod-new.sock"),
+    }
+    ref = _put_claim(node, "rolled", cpus=2)
+    out = node.kubelet.prepare(endpoints["pod-old"], [ref])
+    assert out.claims[ref.uid].error == ""
+    assert _spec_file(node, ref.uid).exists()
+    again = node.kubelet.prepare(endpoints["pod-new"], [ref])
+    assert _cdi_ids(again.claims[ref.uid]) == _cdi_ids(out.claims[ref.uid])
+
+    assert old.stop() == 0
+    assert not sockets["pod-old"].exists()
+    assert sockets["pod-new"].exists()
+    assert node.kubelet.unprepare(endpoints["pod-new"], [ref]).claims[ref.uid].error == ""
+    assert not _spec_file(node, ref.uid).exists()
+    assert new.stop() == 0
