@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import uuid
 from pathlib import Path
 from typing import Any
@@ -333,6 +334,7 @@ def test_nri_backend_pins_containers_of_prepared_claims(node: RunNode) -> None:
             forged.append("NUMADRA_CLAIM_UID=00000000-0000-0000-0000-000000000000")
             with pytest.raises(RuntimeError, match="has not prepared"):
                 conn.create_container(nri_container("c2", "intruder", env=forged))
+            assert process.stop() == 0  # the NRI connection does not hold up the shutdown
         finally:
             conn.close()
     finally:
@@ -385,3 +387,18 @@ def test_rolling_update_two_pods_share_state_and_keep_their_own_sockets(node: Ru
     assert node.kubelet.unprepare(endpoints["pod-new"], [ref]).claims[ref.uid].error == ""
     assert not _spec_file(node, ref.uid).exists()
     assert new.stop() == 0
+
+
+def test_failed_start_after_registration_removes_the_sockets(node: RunNode) -> None:
+    """A metrics port in use fails the start late (exit 2): what had started is stopped, sockets gone."""
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        process = node.spawn("--metrics-address", f"127.0.0.1:{port}")
+        assert process.wait() == 2
+    last = process.log_text().strip().splitlines()[-1]
+    assert last.startswith("numadra: metrics address")
+    assert str(port) in last
+    assert not node.registration_socket.exists()
+    assert not node.dra_socket.exists()
