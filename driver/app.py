@@ -30,7 +30,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from types import FrameType
@@ -48,7 +48,6 @@ if TYPE_CHECKING:
     from driver.health.monitor import HealthMonitor
     from driver.health.status import ClaimStatusWriter
     from driver.health.taints import TaintEffect
-    from driver.inventory.watch import Watcher
     from driver.kube.client import KubeClient
     from driver.kube.types import JsonObject
     from driver.kubelet.server import KubeletPluginServer
@@ -294,13 +293,6 @@ class AsyncStatusWriter:
                 _log.warning("claim status write failed", error=str(exc))
 
 
-@dataclass(slots=True)
-class _Counts:
-    """Publisher counters already passed on to the metrics (they are cumulative)."""
-
-    writes: Counter[str] = field(default_factory=Counter)
-
-
 class App:
     """Owns the components of one ``numadra run`` process (see the module docstring)."""
 
@@ -313,9 +305,9 @@ class App:
         self._shutdown = threading.Event()
         self._wake = threading.Event()
         self._rescan_requested = False
-        self._exit_code = 0
         self._fatal = ""
-        self._published_counts = _Counts()
+        #: publisher write counts already passed on to the metrics (the publisher's are cumulative)
+        self._counted_writes: Counter[str] = Counter()
         self._recovery: Counter[str] = Counter()
         self.claims: ClaimsDriver | None = None
         self.plugin: MeteredPlugin | None = None
@@ -329,7 +321,6 @@ class App:
         self.metrics: Metrics | None = None
         self.metrics_server: MetricsServer | None = None
         self._kube: KubeClient | None = None
-        self._watcher: Watcher | None = None
         self._log = _log.bind(node=config.node_name, driver=config.driver_name)
 
     # -- public ---------------------------------------------------------------------------------
@@ -370,11 +361,10 @@ class App:
             except Exception as exc:  # one stuck component must not keep the sockets around
                 self._log.error("stop failed", component=name, error=str(exc))
 
-    def request_stop(self, code: int = 0, reason: str = "") -> None:
-        """Ask :meth:`run` to stop (signal handlers and fatal background errors)."""
-        if reason and not self._fatal:
-            self._fatal = reason
-        self._exit_code = max(self._exit_code, code)
+    def request_stop(self, fatal: str = "") -> None:
+        """Ask :meth:`run` to stop: a signal (exit 0), or a fatal background error (exit 1)."""
+        if fatal and not self._fatal:
+            self._fatal = fatal
         self._shutdown.set()
         self._wake.set()
 
@@ -400,7 +390,7 @@ class App:
         if self._fatal:
             raise DriverError(self._fatal)
         self._log.info("numadra stopped")
-        return self._exit_code
+        return 0
 
     def rescan(self) -> bool:
         """Rediscover the host; when the inventory changed, hand it to every component. True then."""
@@ -479,7 +469,7 @@ class App:
             plugin_dir=self.plugin_dir,
             planner=self.planner,
             status=self.status,
-            on_fatal=lambda err, msg: self.request_stop(1, f"{msg}: {err}"),
+            on_fatal=lambda err, msg: self.request_stop(f"{msg}: {err}"),
             cpu_hook=cpu_hook,
         )
         self._on_stop("claims driver", self.claims.close)
@@ -586,7 +576,6 @@ class App:
         from driver.inventory.watch import start_watcher
 
         watcher = start_watcher(self.request_rescan, source=self.config.hotplug)
-        self._watcher = watcher
         self._on_stop("udev watcher", watcher.stop)
 
     def _start_pinning(self) -> None:
@@ -711,13 +700,13 @@ class App:
         if self.publisher is not None:
             writes = Counter(self.publisher.stats.writes)
             for op, total in writes.items():
-                for _ in range(total - self._published_counts.writes[op]):
+                for _ in range(total - self._counted_writes[op]):
                     metrics.count_publish(op)
-            self._published_counts.writes = writes
+            self._counted_writes = writes
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         if signum == signal.SIGHUP:
             self.request_rescan()
             return
         self._log.info("signal received", signal=signal.Signals(signum).name)
-        self.request_stop(0)
+        self.request_stop()
