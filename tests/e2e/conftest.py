@@ -176,6 +176,12 @@ class Cluster:
         self.driver = proc
         return proc
 
+    def kill_driver(self) -> None:
+        """SIGKILL ``numadra run`` (no cleanup of sockets or files, as a crash or OOM kill)."""
+        assert self.driver is not None
+        self.driver.stop(signal.SIGKILL)
+        self.driver = None
+
     def start_drakubelet(self) -> Process:
         proc = Process(
             "drakubelet",
@@ -434,7 +440,11 @@ def e2e_cluster() -> Iterator[Cluster]:
 
 @pytest.fixture
 def cluster(e2e_cluster: Cluster) -> Cluster:
-    """The session cluster, checked alive before each scenario."""
+    """The session cluster, checked alive before each scenario (a driver a failed test left dead restarts)."""
+    if e2e_cluster.driver is None:
+        registrations = e2e_cluster.registrations()
+        e2e_cluster.start_driver()
+        wait_for(lambda: e2e_cluster.registrations() > registrations, 30, "the driver to register again")
     e2e_cluster.check_running()
     return e2e_cluster
 

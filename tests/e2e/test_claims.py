@@ -179,6 +179,16 @@ def test_numa_aligned_claim_is_scheduled_prepared_and_freed(cluster: Cluster, re
         )
     assert uid in cluster.journal_uids()
 
+    # the driver reported its devices in the claim status (resourceclaims/status RBAC from deploy/)
+    def reported() -> set[str] | None:
+        status = cluster.claim(ns, claim["metadata"]["name"]).get("status", {})
+        devices = {
+            d["device"] for d in status.get("devices", []) if d["driver"] == DRIVER and d["pool"] == NODE
+        }
+        return devices if {results["gpu"]["device"], results["nic"]["device"]} <= devices else None
+
+    wait_for(reported, 15, "status.devices written by the driver", interval=0.2)
+
     # deleting the pod: kubelet unprepares, everything of the claim is gone
     t1 = time.monotonic()
     cluster.delete_pod(ns, "trainer")
