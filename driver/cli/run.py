@@ -29,7 +29,8 @@ if TYPE_CHECKING:
 
 __all__ = ["FLAGS", "Flag", "config_from_args", "register"]
 
-_SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+#: the service account credential the in-cluster config reads
+_IN_POD_CREDENTIAL = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off", ""})
 
@@ -131,7 +132,7 @@ def register(sub: Any) -> None:
                 dest=f.dest,
                 default=None,
                 metavar=f"{{{','.join(f.choices)}}}" if f.choices else f.dest.upper(),
-                help=f"{shown} (default {f.default or 'unset'})",
+                help=f"{shown} (default {f.default})" if f.default else shown,
             )
     p.set_defaults(handler=_run)
 
@@ -181,10 +182,10 @@ def _check_cluster_access(kubeconfig: str | None, env: Mapping[str, str]) -> Non
         if not Path(kubeconfig).is_file():
             raise ConfigError(f"--kubeconfig (env NUMADRA_KUBECONFIG, KUBECONFIG) {kubeconfig} is not a file")
         return
-    if not env.get("KUBERNETES_SERVICE_HOST") or not Path(_SERVICE_ACCOUNT_TOKEN).is_file():
+    if not env.get("KUBERNETES_SERVICE_HOST") or not Path(_IN_POD_CREDENTIAL).is_file():
         raise ConfigError(
             "no --kubeconfig and not in a pod (no KUBERNETES_SERVICE_HOST or service account token "
-            f"{_SERVICE_ACCOUNT_TOKEN}); pass --kubeconfig outside a cluster"
+            f"{_IN_POD_CREDENTIAL}); pass --kubeconfig outside a cluster"
         )
 
 
