@@ -67,6 +67,30 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     return [f"e2e binaries ({bin_dir}): " + "; ".join(f"{k} {v}" for k, v in versions.items())]
 
 
+#: what the terminal summary reports: component versions, startup timings, scenario durations
+_SUMMARY: dict[str, Any] = {"versions": {}, "timings": {}, "scenarios": []}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Collect each e2e/podman scenario's outcome and call duration for the summary."""
+    if report.when == "call" and report.nodeid.startswith("tests/e2e/"):
+        _SUMMARY["scenarios"].append((report.nodeid, report.outcome, report.duration))
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Versions and timings of the real components, in every log (also without -rA or -s)."""
+    if not _SUMMARY["versions"] and not _SUMMARY["scenarios"]:
+        return
+    terminalreporter.section("numadra e2e tier")
+    if _SUMMARY["versions"]:
+        versions = "; ".join(f"{k} {v}" for k, v in _SUMMARY["versions"].items())
+        terminalreporter.write_line(f"components: {versions}")
+        timings = ", ".join(f"{k}={v:.1f}" for k, v in _SUMMARY["timings"].items())
+        terminalreporter.write_line(f"startup (s): {timings}")
+    for nodeid, outcome, duration in _SUMMARY["scenarios"]:
+        terminalreporter.write_line(f"{outcome:7s} {duration:6.2f}s  {nodeid}")
+
+
 def kustomize_base_objects() -> list[dict[str, Any]]:
     """The base's resources in their listed order, with its common labels; no kustomize needed.
 
@@ -322,6 +346,11 @@ def condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
     return None
 
 
+def _api_version(admin: ApiClient) -> dict[str, str]:
+    version = admin.get("/version")
+    return {"apiserver /version": f"{version['gitVersion']} ({version['goVersion']})"}
+
+
 def _apply_deploy(admin: ApiClient) -> None:
     admin.create("/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
     for obj in kustomize_base_objects():
@@ -427,6 +456,8 @@ def e2e_cluster() -> Iterator[Cluster]:
         cluster.wait_event(30, "the driver's registration with drakubelet", event="registered", driver=DRIVER)
         wait_for(lambda: cluster is not None and cluster.slices(), 30, "our ResourceSlices")
         cluster.timings = {**plane.timings, "cluster_ready_s": time.monotonic() - t0}
+        _SUMMARY["versions"] = {**plane.versions(), **_api_version(admin)}
+        _SUMMARY["timings"] = cluster.timings
         print(f"\ne2e cluster up in {cluster.timings['cluster_ready_s']:.1f}s: {plane.timings} root={root}")
         yield cluster
     finally:
