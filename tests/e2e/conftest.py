@@ -95,7 +95,8 @@ def kustomize_base_objects() -> list[dict[str, Any]]:
     """The base's resources in their listed order, with its common labels; no kustomize needed.
 
     The base uses only ``resources`` and ``labels`` (plus ``images``, which only touches the
-    DaemonSet); a test in tests/unit/deploy checks both renderings agree, so this is the same set.
+    DaemonSet); tests/e2e/test_deploy_render.py checks this equals ``kustomize build`` where
+    kustomize is available.
     """
     kustomization = yaml.safe_load((DEPLOY_BASE / "kustomization.yaml").read_text())
     labels: dict[str, str] = {}

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import DRIVER, NODE, REPO, RESOURCE, Cluster
+from tests.e2e.conftest import DRIVER, NODE, NODE_NAME_EXTRA, REPO, RESOURCE, Cluster
 from tests.e2e.controlplane import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -68,7 +68,7 @@ def test_policy_rejects_a_slice_for_another_node(cluster: Cluster) -> None:
     )
     user = review["status"]["userInfo"]
     assert user["username"] == "system:serviceaccount:numadra-system:numadra"
-    assert user["extra"]["authentication.kubernetes.io/node-name"] == [NODE]
+    assert user["extra"][NODE_NAME_EXTRA] == [NODE]
     foreign = {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",
