@@ -531,6 +531,7 @@ class App:
 
         cfg = self.config
         assert self.claims is not None and self.monitor is not None and self._kube is not None
+        self._kube.configure()  # after registration: the official client's import is slow
         self.publisher = SlicePublisher(
             self._kube,
             node_name=cfg.node_name,

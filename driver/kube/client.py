@@ -21,7 +21,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
-from driver.errors import KubeError
+from driver.errors import ConfigError, KubeError
 from driver.kube.types import JsonObject
 
 __all__ = [
@@ -161,6 +161,19 @@ class KubeClient:
         self.connect_timeout = connect_timeout
         self._api: Any = None
         self._lock = threading.Lock()
+
+    def configure(self) -> None:
+        """Import the official client and load the configuration now, instead of on the first call.
+
+        ``numadra run`` calls this once the plugin has registered, so that a broken kubeconfig ends
+        the start with one line (:class:`~driver.errors.ConfigError`, exit 2) rather than killing a
+        background thread.
+        """
+        try:
+            self._api_client()
+        except Exception as exc:
+            source = f"kubeconfig {self.kubeconfig}" if self.kubeconfig else "in-cluster configuration"
+            raise ConfigError(f"cannot load the {source}: {type(exc).__name__}: {exc}") from exc
 
     # -- transport -------------------------------------------------------------------------------
     def _api_client(self) -> Any:

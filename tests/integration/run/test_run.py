@@ -402,3 +402,16 @@ def test_failed_start_after_registration_removes_the_sockets(node: RunNode) -> N
     assert str(port) in last
     assert not node.registration_socket.exists()
     assert not node.dra_socket.exists()
+
+
+def test_broken_kubeconfig_exits_2_with_one_line(node: RunNode) -> None:
+    """A kubeconfig that cannot be loaded stops the start (exit 2, one line), not a background thread."""
+    broken = node.root / "broken.kubeconfig"
+    broken.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\n")
+    process = node.spawn("--kubeconfig", str(broken))
+    assert process.wait() == 2
+    text = process.log_text()
+    assert "Traceback" not in text
+    last = text.strip().splitlines()[-1]
+    assert last.startswith(f"numadra: cannot load the kubeconfig {broken}")
+    assert not node.registration_socket.exists()
