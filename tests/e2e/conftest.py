@@ -89,6 +89,10 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         terminalreporter.write_line(f"startup (s): {timings}")
     for nodeid, outcome, duration in _SUMMARY["scenarios"]:
         terminalreporter.write_line(f"{outcome:7s} {duration:6.2f}s  {nodeid}")
+    report = os.environ.get("NUMADRA_E2E_REPORT")
+    if report:
+        Path(report).write_text(json.dumps(_SUMMARY, indent=1) + "\n")
+        terminalreporter.write_line(f"written to {report}")
 
 
 def kustomize_base_objects() -> list[dict[str, Any]]:

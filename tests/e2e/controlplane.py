@@ -234,6 +234,16 @@ class Process:
         return self.proc.returncode
 
 
+def _kubernetes_module_version() -> str:
+    """The k8s.io/kubernetes version drakubelet is built from (tests/e2e/k8s/go.mod); it has no --version."""
+    go_mod = Path(__file__).resolve().parent / "k8s" / "go.mod"
+    for line in go_mod.read_text().splitlines() if go_mod.exists() else ():
+        parts = line.split()
+        if len(parts) >= 2 and parts[0] == "k8s.io/kubernetes":
+            return f"k8s.io/kubernetes {parts[1]}"
+    return "k8s.io/kubernetes (unknown)"
+
+
 def _signal_group(pgid: int, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
@@ -294,6 +304,7 @@ class ControlPlane:
         out: dict[str, str] = {}
         for name in COMPONENTS:
             if name == "drakubelet":
+                out[name] = f"kubelet DRA manager of {_kubernetes_module_version()}"
                 continue
             res = subprocess.run(
                 [str(self.bin_dir / name), "--version"],
