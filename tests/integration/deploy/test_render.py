@@ -7,6 +7,7 @@ Needs kustomize and helm (scripts/build-deploy-tools.sh builds both from Go modu
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -118,3 +119,26 @@ def test_unknown_pinning_backend_fails_the_render() -> None:
     with pytest.raises(subprocess.CalledProcessError) as exc:
         _helm("--set", "pinning.backend=nrii")
     assert "nri, hook, cgroupfs, off" in exc.value.stderr
+
+
+def test_helm_lint_strict() -> None:
+    """helm lint --strict passes (template errors, missing values, bad YAML)."""
+    env = dict(
+        os.environ, HELM_CACHE_HOME="/tmp/numadra-helm/cache", HELM_CONFIG_HOME="/tmp/numadra-helm/config"
+    )
+    proc = subprocess.run(
+        [
+            HELM,
+            "lint",
+            "--strict",
+            "--kube-version",
+            render.KUBE_VERSION,
+            str(ROOT / "deploy" / "helm" / "numadra"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "0 chart(s) failed" in proc.stdout
