@@ -142,3 +142,16 @@ def test_helm_lint_strict() -> None:
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "0 chart(s) failed" in proc.stdout
+
+
+def test_backend_paths_reach_the_flags() -> None:
+    """A moved NRI socket dir or hook dir is passed to numadra run (--nri-socket, --hook-path)."""
+    nri = _daemonset(_helm("--set", "pinning.nriSocketDir=/run/containerd/nri"))
+    assert (
+        "--nri-socket=/run/containerd/nri/nri.sock"
+        in nri["spec"]["template"]["spec"]["containers"][0]["args"]
+    )
+    hook = _daemonset(_helm("--set", "pinning.backend=hook", "--set", "pinning.hookDir=/usr/local/numadra"))
+    container = hook["spec"]["template"]["spec"]["containers"][0]
+    assert "--hook-path=/usr/local/numadra/bin/numadra" in container["args"]
+    assert "/host/usr/local/numadra" in {m["mountPath"] for m in container["volumeMounts"]}
