@@ -155,3 +155,10 @@ def test_backend_paths_reach_the_flags() -> None:
     container = hook["spec"]["template"]["spec"]["containers"][0]
     assert "--hook-path=/usr/local/numadra/bin/numadra" in container["args"]
     assert "/host/usr/local/numadra" in {m["mountPath"] for m in container["volumeMounts"]}
+
+
+def test_reserved_cpus_and_extra_args() -> None:
+    """reservedCpus and extraArgs end up as numadra run flags, after the fixed ones."""
+    ds = _daemonset(_helm("--set", "reservedCpus=0-1", "--set", "extraArgs={--taint-unhealthy=NoExecute}"))
+    args = ds["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[-2:] == ["--reserved-cpus=0-1", "--taint-unhealthy=NoExecute"]
