@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -464,25 +464,64 @@ def e2e_cluster() -> Iterator[Cluster]:
         _SUMMARY["versions"] = {**plane.versions(), **_api_version(admin)}
         _SUMMARY["timings"] = cluster.timings
         print(f"\ne2e cluster up in {cluster.timings['cluster_ready_s']:.1f}s: {plane.timings} root={root}")
+    except BaseException:
+        print(log_tails(root))
+        _shutdown(plane, cluster, root, keep)
+        raise
+    try:
         yield cluster
     finally:
-        for proc in (cluster.driver, cluster.drakubelet) if cluster is not None else ():
-            if proc is not None:
-                proc.stop(signal.SIGTERM)
-        plane.stop()
-        if not keep:
-            shutil.rmtree(root, ignore_errors=True)
+        _shutdown(plane, cluster, root, keep)
+
+
+def _shutdown(plane: ControlPlane, cluster: Cluster | None, root: Path, keep: bool) -> None:
+    """Stop the driver and drakubelet, then the control plane (dependents first); remove the dir."""
+    for proc in (cluster.driver, cluster.drakubelet) if cluster is not None else ():
+        if proc is not None:
+            proc.stop(signal.SIGTERM)
+    plane.stop()
+    if not keep:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def log_tails(root: Path, chars: int = 2500) -> str:
+    """The end of every component's log under ``root``: what to read when a scenario fails."""
+    parts = []
+    for path in sorted(root.rglob("*.log")) + sorted(root.rglob("*.out")):
+        if path.is_file() and path.stat().st_size:
+            tail = path.read_text(errors="replace")[-chars:]
+            parts.append(f"----- {path.relative_to(root)} (last {chars} chars)\n{tail}")
+    return "\n".join(parts)
+
+
+_FAILED = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Remember whether a scenario's call failed, for the log dump in the ``cluster`` fixture."""
+    report: pytest.TestReport = yield
+    if report.when == "call" and report.failed:
+        item.stash[_FAILED] = True
+    return report
 
 
 @pytest.fixture
-def cluster(e2e_cluster: Cluster) -> Cluster:
-    """The session cluster, checked alive before each scenario (a driver a failed test left dead restarts)."""
+def cluster(e2e_cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    """The session cluster, checked alive before each scenario (a driver a failed test left dead restarts).
+
+    When the scenario fails, the tails of all component logs are printed with its report.
+    """
     if e2e_cluster.driver is None:
         registrations = e2e_cluster.registrations()
         e2e_cluster.start_driver()
         wait_for(lambda: e2e_cluster.registrations() > registrations, 30, "the driver to register again")
     e2e_cluster.check_running()
-    return e2e_cluster
+    yield e2e_cluster
+    if request.node.stash.get(_FAILED, False):
+        print(log_tails(e2e_cluster.root))
 
 
 __all__ = [
