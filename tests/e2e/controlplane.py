@@ -317,7 +317,8 @@ class ControlPlane:
         return out
 
     def start(self) -> None:
-        """Start everything and wait until the apiserver is ready and both controllers run."""
+        """Start everything; wait for the apiserver's /readyz (the scheduler and controller-manager
+        serve no port here: a process exit fails the next check, their work shows in the scenarios)."""
         t0 = time.monotonic()
         make_pki(self.pki)
         admin_token = os.urandom(16).hex()

@@ -57,8 +57,11 @@ def test_extended_resource_gives_each_container_only_its_own_gpu(
     ids = cluster.prepared(pod)
     record_property("extended_schedule_to_prepared_s", round(time.monotonic() - t0, 2))
     for container in containers:
-        gpu_ids = [i for i in ids[container] if i.startswith(f"{DRIVER}/claim=")]
-        assert gpu_ids == [f"{DRIVER}/claim={uid}-{gpu_of[container]}"], (container, ids)
+        own_gpu = f"{DRIVER}/claim={uid}-{gpu_of[container]}"
+        own_metadata = f"{DRIVER}/metadata={uid}_{mappings[container]['requestName']}"
+        assert own_gpu in ids[container], (container, ids)
+        # nothing of the other container's request: only its own GPU and that request's metadata
+        assert set(ids[container]) <= {own_gpu, own_metadata}, (container, ids)
     assert uid in cluster.journal_uids()
 
     cluster.delete_pod(ns, "cuda")
