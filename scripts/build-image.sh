@@ -26,7 +26,7 @@ PYTHON="${PYTHON:-.venv/bin/python}"
 WORK="build/image"
 WHEELHOUSE="build/wheelhouse"
 
-for tool in podman debootstrap; do
+for tool in podman runc debootstrap; do
   if ! command -v "$tool" >/dev/null; then
     echo "build-image: $tool not found (apt-get install -y --no-install-recommends podman runc conmon catatonit debootstrap)" >&2
     exit 3
