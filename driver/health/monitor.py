@@ -167,7 +167,10 @@ class HealthMonitor:
                 track.since = now
                 if track.state != before[0]:
                     self.transitions[track.state.value] += 1
-                    _log.info(
+                    # the first reading of a healthy device is no news: debug, not one line per device
+                    first_ok = before[1] == "NotYetRead" and track.state == HealthState.HEALTHY
+                    log = _log.debug if first_ok else _log.info
+                    log(
                         "device health changed",
                         device=dev.name,
                         state=track.state.value,
