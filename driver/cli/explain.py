@@ -142,7 +142,7 @@ def _run(args: argparse.Namespace) -> int:
     claim = _claim(args)
     cpu_numa: dict[int, int] | None = None
     if args.slices is not None:
-        devices = load_slices_file(args.slices, args.driver_name)
+        devices = load_slices_file(args.slices, args.driver_name, args.node_name)
     else:
         from driver.inventory.discovery import discover
 

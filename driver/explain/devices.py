@@ -119,8 +119,15 @@ def _device(driver: str, pool: str, raw: Mapping[str, Any]) -> DeviceView:
     )
 
 
-def devices_from_slices(doc: Any, driver_name: str | None = None) -> list[DeviceView]:
-    """Devices of a ``List``, one ResourceSlice or a list of them; only ``driver_name``'s when given."""
+def devices_from_slices(
+    doc: Any, driver_name: str | None = None, node_name: str | None = None
+) -> list[DeviceView]:
+    """Devices of a ``List``, one ResourceSlice or a list of them.
+
+    Only ``driver_name``'s slices when given. ``node_name`` picks one node's slices; without it,
+    slices of several nodes (``kubectl get resourceslices`` of a cluster) are a ConfigError, since
+    device names repeat across nodes.
+    """
     if isinstance(doc, Mapping) and doc.get("kind") == "List":
         slices: Sequence[Any] = doc.get("items") or []
     elif isinstance(doc, Mapping):
@@ -130,19 +137,26 @@ def devices_from_slices(doc: Any, driver_name: str | None = None) -> list[Device
     else:
         raise ConfigError("slices: expected a ResourceSlice, a List of them or a JSON array")
     out: list[DeviceView] = []
+    nodes: set[str] = set()
     for obj in slices:
         if not isinstance(obj, Mapping) or obj.get("kind") != "ResourceSlice":
             raise ConfigError("slices: every item must be a ResourceSlice")
         spec = obj.get("spec") or {}
         driver = str(spec.get("driver", ""))
-        if driver_name is not None and driver != driver_name:
+        node = str(spec.get("nodeName", ""))
+        if (driver_name is not None and driver != driver_name) or (node_name and node != node_name):
             continue
+        nodes.add(node)
         pool = str((spec.get("pool") or {}).get("name", ""))
         out.extend(_device(driver, pool, raw) for raw in spec.get("devices") or ())
+    if len(nodes) > 1:
+        raise ConfigError(f"slices of several nodes ({', '.join(sorted(nodes))}): pick one with --node-name")
     return out
 
 
-def load_slices_file(path: Path, driver_name: str | None = None) -> list[DeviceView]:
+def load_slices_file(
+    path: Path, driver_name: str | None = None, node_name: str | None = None
+) -> list[DeviceView]:
     """Read ``numadra discover -o json`` output (or YAML, e.g. ``kubectl get resourceslices -o yaml``)."""
     try:
         text = path.read_text()
@@ -155,7 +169,7 @@ def load_slices_file(path: Path, driver_name: str | None = None) -> list[DeviceV
             doc = yaml.safe_load(text)
         except yaml.YAMLError as exc:
             raise ConfigError(f"slices file {path}: neither JSON nor YAML ({exc})") from exc
-    return devices_from_slices(doc, driver_name)
+    return devices_from_slices(doc, driver_name, node_name)
 
 
 def devices_from_inventory(inventory: Inventory, node_name: str, driver_name: str) -> list[DeviceView]:

@@ -196,3 +196,34 @@ def test_state_of_a_corrupt_journal_fails_with_recovery(
     captured = capsys.readouterr()
     assert captured.err.startswith("numadra: warning: prepared claims not taken into account")
     assert "request 'gpu'" in captured.out
+
+
+def test_slices_of_a_cluster_need_a_node_name(
+    slices: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Slices of two nodes are refused without --node-name and filtered with it."""
+    doc = json.loads(slices.read_text())
+    other = json.loads(json.dumps(doc["items"][0]))
+    other["metadata"]["name"] = "ws-2-numadra-dev-0"
+    other["spec"]["nodeName"] = other["spec"]["pool"]["name"] = "ws-2"
+    doc["items"].append(other)
+    cluster = tmp_path / "cluster.json"
+    cluster.write_text(json.dumps(doc))
+    claim = _claim_file(tmp_path)
+    assert main(["explain", "-f", str(claim), "--slices", str(cluster), "--no-journal"]) == 2
+    assert "slices of several nodes (ws-1, ws-2): pick one with --node-name" in capsys.readouterr().err
+    args = [
+        "explain",
+        "-f",
+        str(claim),
+        "--slices",
+        str(cluster),
+        "--node-name",
+        "ws-2",
+        "--no-journal",
+        "-o",
+        "json",
+    ]
+    assert main(args) == 0
+    gpu = json.loads(capsys.readouterr().out)["requests"][0]
+    assert gpu["eligible"] == ["gpu-0000-00-02-0", "gpu-0000-03-00-0"]
