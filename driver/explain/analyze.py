@@ -172,16 +172,20 @@ def _tolerates(tolerations: Sequence[Mapping[str, Any]], taint: Taint) -> bool:
     return False
 
 
+def _is_type_field(source: str) -> bool:
+    """True for ``device.attributes["<domain>"].type`` (or ``["type"]``): the class's type check."""
+    return source.endswith((".type", '["type"]'))
+
+
 def _is_health_taint(taint: Taint) -> bool:
     key = taint.key.lower()
     return "unhealthy" in key or "health" in key
 
 
 class _Checker:
-    def __init__(self, classes: Mapping[str, DeviceClass], usage: Usage, claim_label: str) -> None:
+    def __init__(self, classes: Mapping[str, DeviceClass], usage: Usage) -> None:
         self.classes = classes
         self.usage = usage
-        self.claim_label = claim_label
 
     def selectors(self, device: DeviceView, exprs: Sequence[str], source: str) -> list[Reason]:
         reasons = []
@@ -193,7 +197,7 @@ class _Checker:
                 reasons.append(Reason(ReasonKind.CANNOT_EVALUATE, f"{source}: {outcome.why}"))
             elif outcome.error:
                 reasons.append(Reason(ReasonKind.CEL_ERROR, f"{source}: {outcome.why}"))
-            elif source.startswith("class") and ".type is " in outcome.why:
+            elif source.startswith("class") and any(_is_type_field(c) for c in outcome.culprits):
                 reasons.append(Reason(ReasonKind.WRONG_TYPE, f"{source}: {outcome.why}"))
             else:
                 kind = ReasonKind.CLASS_SELECTOR if source.startswith("class") else ReasonKind.SELECTOR
@@ -463,9 +467,8 @@ def explain_claim(
     spec_devices = (claim.get("spec") or {}).get("devices") or {}
     if not isinstance(spec_devices, Mapping):
         raise ConfigError("claim: spec.devices is not an object")
-    label = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
     checker = _Checker(
-        classes if classes is not None else default_device_classes(driver_name), usage or Usage.empty(), label
+        classes if classes is not None else default_device_classes(driver_name), usage or Usage.empty()
     )
     ours = [d for d in devices if d.driver == driver_name]
     values = {d.name: {a: d.attribute(a) for a in _constraint_attributes(spec_devices)} for d in ours}

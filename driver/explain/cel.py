@@ -44,6 +44,8 @@ class Outcome:
     matches: bool | None
     why: str = ""
     error: bool = False  # a CEL runtime error (the scheduler fails the allocation on it)
+    #: source text of the values that made a false expression false (``device.attributes[...].type``)
+    culprits: tuple[str, ...] = ()
 
 
 class _UnsupportedError(Exception):
@@ -263,6 +265,7 @@ class _Evaluator:
     def __init__(self, text: str, device: CelDevice) -> None:
         self.text = text
         self.device = device
+        self.culprits: list[str] = []
 
     def src(self, node: _Node) -> str:
         return self.text[node.start : node.end].strip()
@@ -477,6 +480,7 @@ class _Evaluator:
                 return f"{self.src(node)} is false"
             if left.kind == "lit" and right.kind != "lit":
                 left, right, lv, rv = right, left, rv, lv
+            self.culprits.append(self.src(left))
             want = {"==": "", "!=": "not "}.get(node.value, f"{node.value} ")
             return f"{self.src(left)} is {_show(lv)}, wants {want}{_show(rv)}"
         if node.kind == "method" and node.args[0].kind != "lit":
@@ -511,4 +515,7 @@ def evaluate(expression: str, device: CelDevice) -> Outcome:
         )
     if not isinstance(value, bool):
         return Outcome(False, f"{expression!r} gives {_show(value)}, not a bool (a CEL error)", True)
-    return Outcome(value, "" if value else ev.why_false(ast))
+    if value:
+        return Outcome(True)
+    why = ev.why_false(ast)
+    return Outcome(False, why, culprits=tuple(ev.culprits))

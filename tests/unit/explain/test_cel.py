@@ -164,3 +164,10 @@ def test_format_quantity_prefers_binary_suffixes() -> None:
         "3Mi",
         "1000",
     ]
+
+
+def test_culprits_name_the_failing_values() -> None:
+    """A false expression lists the sources of the values that made it false (and only those)."""
+    outcome = evaluate(f'device.driver == "numadra.dev" && {TYPE} == "gpu"', NIC)
+    assert outcome.culprits == (TYPE,)
+    assert evaluate(f'{TYPE} == "nic"', NIC).culprits == ()
