@@ -6,7 +6,7 @@ import dataclasses
 import json
 from typing import Any
 
-from driver.explain.model import ClaimExplanation, DeviceCheck, RequestExplanation, Verdict
+from driver.explain.model import ClaimExplanation, DeviceCheck, ReasonKind, RequestExplanation, Verdict
 
 __all__ = ["to_json", "to_text"]
 
@@ -55,7 +55,7 @@ def _request_lines(req: RequestExplanation, verbose: bool, indent: str = "") -> 
     checks = sorted(req.checks, key=lambda c: (c.verdict is not Verdict.ELIGIBLE, c.verdict.value, c.device))
     if not verbose:
         # devices of another type are noise for a request: count them instead of listing them
-        wrong = [c for c in checks if c.reasons and c.reasons[0].kind.value == "wrong-type"]
+        wrong = [c for c in checks if c.reasons and c.reasons[0].kind is ReasonKind.WRONG_TYPE]
         checks = [c for c in checks if c not in wrong]
         for check in checks:
             lines += [indent + line for line in _check_lines(check, verbose)]
