@@ -52,6 +52,8 @@ _COLLECTIONS = {
     ),
     "DaemonSet": "/apis/apps/v1/namespaces/{ns}/daemonsets",
     "DeviceClass": "/apis/resource.k8s.io/v1/deviceclasses",
+    "ResourceClaim": "/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims",
+    "ResourceClaimTemplate": "/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaimtemplates",
     "ResourceSlice": "/apis/resource.k8s.io/v1/resourceslices",
 }
 
@@ -331,3 +333,15 @@ def test_cgroupfs_overlay_daemonset_is_valid(installed: Api) -> None:
     status, body = installed.create(ds, dry_run=True)
     assert status == 201, body.get("message", body)
     assert body["spec"]["template"]["spec"]["containers"][0]["securityContext"]["privileged"] is True
+
+
+@pytest.mark.parametrize(
+    "example", sorted((ROOT / "deploy" / "examples").glob("*.yaml")), ids=lambda p: p.stem
+)
+def test_examples_are_valid_objects(installed: Api, example: Path) -> None:
+    """Every example object passes server-side validation (dry run): claim CEL compiles, pods are valid."""
+    objects = [d for d in yaml.safe_load_all(example.read_text()) if d]
+    assert objects
+    for obj in objects:
+        status, body = installed.create(obj, dry_run=True)
+        assert status == 201, f"{obj['kind']} {obj['metadata']['name']}: {body.get('message', body)}"
