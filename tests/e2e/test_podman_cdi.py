@@ -7,6 +7,10 @@ has no option for another directory) under names unique to the claim, and are re
 The assertions run INSIDE the container: the device node, the env vars, and the KEP-5304 metadata
 file at its well-known path.
 
+A second test closes the chain with the real cluster of the e2e tier: a claim allocated by the real
+scheduler and prepared through kubelet's DRA manager by ``numadra run`` is run by podman with the
+CDI IDs kubelet reported.
+
 Podman keeps its storage, run and temp dirs under the test's temp dir, so it shares nothing with
 other podman users on the machine.
 """
@@ -31,6 +35,10 @@ import pytest
 from driver.claims import ClaimsDriver
 from driver.claims.metadata import CONTAINER_DIR
 from driver.pinning.planner import CpuPlanner
+from driver.pinning.types import ENV_CPUS, parse_cpulist
+from tests.e2e.conftest import NODE as NODE_E2E
+from tests.e2e.conftest import RESOURCE, Cluster
+from tests.e2e.test_claims import generated_claim
 from tests.integration.claims._world import (
     CPU0,
     DRIVER,
@@ -214,3 +222,63 @@ def test_podman_injects_numadra_cdi_devices(podman: Podman, cdi_dir: Path, tmp_p
         driver.unprepare_claims([ref_of(obj)])
         driver.close()
     assert not [p for p in cdi_dir.iterdir() if uid in p.name], "unprepare left CDI specs behind"
+
+
+@pytest.mark.e2e
+def test_podman_runs_a_claim_prepared_through_the_real_cluster(
+    podman: Podman, cdi_dir: Path, cluster: Cluster
+) -> None:
+    """Scheduler -> kubelet's DRA manager -> numadra run -> podman: the pinned cpuset and metadata inside.
+
+    Only a cpus share is claimed: GPU and NIC specs name the real host's /dev nodes, which this
+    host does not have (the first test covers device nodes).
+    """
+    ns = cluster.new_namespace("cdi")
+    template = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "cpus"},
+        "spec": {"spec": {"devices": {"requests": [{"name": "cpus", "exactly": {
+            "deviceClassName": "cpu.numadra.dev", "capacity": {"requests": {"cpus": "4"}}}}]}}},
+    }  # fmt: skip
+    cluster.admin.create(f"{RESOURCE}/namespaces/{ns}/resourceclaimtemplates", template)
+    cluster.create_pod(
+        ns,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "app"},
+            "spec": {
+                "resourceClaims": [{"name": "devices", "resourceClaimTemplateName": "cpus"}],
+                "containers": [
+                    {"name": "app", "image": IMAGE, "resources": {"claims": [{"name": "devices"}]}}
+                ],
+            },
+        },
+    )
+    pod = cluster.wait_bound(ns, "app")
+    ids = cluster.prepared(pod)["app"]
+    uid = generated_claim(cluster, pod)["metadata"]["uid"]
+    cpus = cluster.claim_cpus(uid)
+    assert len(cpus) == 4
+    copied = [cdi_dir / path.name for path in cluster.claim_files(uid)]
+    try:
+        for path in cluster.claim_files(uid):
+            shutil.copyfile(path, cdi_dir / path.name)
+        metadata_path = f"{CONTAINER_DIR}/resourceclaimtemplates/devices/cpus/{DRIVER}-metadata.json"
+        args = [a for i in ids for a in ("--device", i)]
+        run = podman.run("run", "--rm", *args, IMAGE, "sh", "-c", f"env; echo ---; cat {metadata_path}")
+        assert run.returncode == 0, f"podman run {' '.join(args)} failed:\n{run.stderr}"
+        print(f"podman run {' '.join(args)} -> inside the container:\n{run.stdout}")
+        env_text, metadata_text = run.stdout.split("---\n")
+        inside = dict(line.partition("=")[::2] for line in env_text.splitlines() if "=" in line)
+        assert parse_cpulist(inside[ENV_CPUS]) == cpus
+        assert inside["NUMADRA_CLAIM_UID"] == uid
+        device = json.loads(metadata_text.splitlines()[0])["requests"][0]["devices"][0]
+        assert (device["driver"], device["pool"]) == (DRIVER, NODE_E2E)
+        assert device["name"].startswith("cpu-numa")
+    finally:
+        for path in copied:
+            path.unlink(missing_ok=True)
+        cluster.delete_pod(ns, "app")
+    assert uid not in cluster.journal_uids()
