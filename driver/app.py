@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from driver.claims import ClaimsDriver
     from driver.health.monitor import HealthMonitor
     from driver.health.status import ClaimStatusWriter
-    from driver.health.taints import TaintEffect
+    from driver.health.taints import HealthTaints, TaintEffect
     from driver.kube.client import KubeClient
     from driver.kube.types import JsonObject
     from driver.kubelet.server import KubeletPluginServer
@@ -315,6 +315,7 @@ class App:
         self.kubelet: KubeletPluginServer | None = None
         self.monitor: HealthMonitor | None = None
         self.publisher: SlicePublisher | None = None
+        self.taints: HealthTaints | None = None
         self.status: AsyncStatusWriter | None = None
         self.planner: CpuPlanner | None = None
         self.nri: NriPlugin | None = None
@@ -540,7 +541,8 @@ class App:
             on_error=self._on_publish_error,
             backoff=Backoff(cap=cfg.publish_backoff_cap),
         )
-        self.monitor.add_listener(HealthTaints(self.publisher, cfg.taint_unhealthy))
+        self.taints = HealthTaints(self.publisher, cfg.taint_unhealthy)
+        self.monitor.add_listener(self.taints)
         self.monitor.start()
         self._on_stop("health monitor", self.monitor.stop)
         self.publisher.republish(self.inventory)
@@ -698,6 +700,8 @@ class App:
                 if kind is not None:
                     counts[(kind, health.state.value)] += 1
             metrics.set_device_counts(counts)
+        if self.taints is not None:
+            metrics.set_taint_transitions(self.taints.transitions)
         if self.publisher is not None:
             writes = Counter(self.publisher.stats.writes)
             for op, total in writes.items():

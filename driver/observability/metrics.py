@@ -44,6 +44,7 @@ PUBLISH_OPERATIONS = ("create", "update", "delete")
 #: ok: entry matched the disk; recreated: CDI/metadata rewritten; dropped: stale entry removed;
 #: quarantined: entry could not be repaired and was set aside
 JOURNAL_ACTIONS = ("ok", "recreated", "dropped", "quarantined")
+TAINT_ACTIONS = ("added", "removed")
 
 # Prepare has a 5 ms budget on the hot path but can take seconds when the apiserver is slow
 # (the kubelet gives up after 45 s): buckets span 1 ms .. 45 s.
@@ -95,6 +96,13 @@ class Metrics:
             ["action"],
             registry=r,
         )
+        self._taint_transitions = Counter(
+            "numadra_taint_transitions",
+            "Unhealthy-device taints added to or removed from the published slices",
+            ["action"],
+            registry=r,
+        )
+        self._counted_taints: dict[str, int] = dict.fromkeys(TAINT_ACTIONS, 0)
         info = Gauge(
             "numadra_build_info",
             "Constant 1, labelled with version, driver and node",
@@ -111,6 +119,8 @@ class Metrics:
             self._publish_errors.labels(operation=op)
         for action in JOURNAL_ACTIONS:
             self._journal_recoveries.labels(action=action)
+        for action in TAINT_ACTIONS:
+            self._taint_transitions.labels(action=action)
         self.set_device_counts({})
 
     def observe_prepare(self, result: Result, seconds: float) -> None:
@@ -149,6 +159,19 @@ class Metrics:
         """Start-up reconciliation handled one journal entry with ``action``."""
         _check(action, JOURNAL_ACTIONS, "journal action")
         self._journal_recoveries.labels(action=action).inc()
+
+    def set_taint_transitions(self, totals: Mapping[str, int]) -> None:
+        """Catch up with the cumulative taint transitions ``{"added": n, "removed": m}``.
+
+        The health side keeps plain running totals (no prometheus import there); this turns their
+        growth into counter increments, so calling it again with the same totals adds nothing.
+        """
+        for action, total in totals.items():
+            _check(action, TAINT_ACTIONS, "taint action")
+            delta = total - self._counted_taints[action]
+            if delta > 0:
+                self._taint_transitions.labels(action=action).inc(delta)
+                self._counted_taints[action] = total
 
     def sample(self, name: str, labels: Mapping[str, str] | None = None) -> float | None:
         """The current value of one sample (tests and ``numadra state``); None when absent."""

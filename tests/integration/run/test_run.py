@@ -306,6 +306,15 @@ def test_unhealthy_nic_is_tainted_and_healed_in_the_slices(node: RunNode) -> Non
     ]
     carrier.write_text("1\n")
     wait_for(lambda: not _nic_taints(node), 10 * load_slack(), "the taint to be removed")
+    url = process.metrics_url()
+    for action in ("added", "removed"):
+        wait_for(
+            lambda action=action: (
+                f'numadra_taint_transitions_total{{action="{action}"}} 1.0' in http_get(f"{url}/metrics")[1]
+            ),
+            10 * load_slack(),
+            f"the taint {action} in the metrics",
+        )
 
 
 def test_nri_backend_pins_containers_of_prepared_claims(node: RunNode) -> None:

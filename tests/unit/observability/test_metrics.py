@@ -79,3 +79,16 @@ def test_histogram_counts_match_counter() -> None:
     assert m.sample("numadra_unprepare_total", {"result": "error"}) == 3
     assert m.sample("numadra_unprepare_duration_seconds_count", {"result": "error"}) == 3
     assert m.sample("numadra_unprepare_duration_seconds_bucket", {"result": "error", "le": "0.025"}) == 2
+
+
+def test_taint_transitions_follow_running_totals() -> None:
+    """Cumulative totals from the health side become counter increments, never counted twice."""
+    m = Metrics()
+    assert m.sample("numadra_taint_transitions_total", {"action": "added"}) == 0
+    m.set_taint_transitions({"added": 2, "removed": 0})
+    m.set_taint_transitions({"added": 2, "removed": 1})
+    m.set_taint_transitions({"added": 3, "removed": 1})
+    assert m.sample("numadra_taint_transitions_total", {"action": "added"}) == 3
+    assert m.sample("numadra_taint_transitions_total", {"action": "removed"}) == 1
+    with pytest.raises(ValueError, match="unknown"):
+        m.set_taint_transitions({"flipped": 1})
