@@ -70,7 +70,7 @@ t1=$SECONDS
 step "wheelhouse $WHEELHOUSE (host pip, reused between runs)"
 mkdir -p "$WHEELHOUSE"
 "$PYTHON" -m pip wheel --quiet --disable-pip-version-check --wheel-dir "$WHEELHOUSE" \
-  . "setuptools>=69" wheel pip || exit 4
+  . "setuptools>=77" wheel pip || exit 4
 # numadra itself is rebuilt in the image from the sources; a stale copy must not win.
 rm -f "$WHEELHOUSE"/numadra-*.whl
 step "wheelhouse ready in $((SECONDS - t1)) s"

@@ -188,6 +188,24 @@ def test_numa_aligned_claim_is_scheduled_prepared_and_freed(cluster: Cluster, re
         return devices if {results["gpu"]["device"], results["nic"]["device"]} <= devices else None
 
     wait_for(reported, 15, "status.devices written by the driver", interval=0.2)
+    # issue 7: a Ready condition per device and, for the NIC, its network data from the slice
+    status_devices = {
+        d["device"]: d
+        for d in cluster.claim(ns, claim["metadata"]["name"])["status"]["devices"]
+        if d["driver"] == DRIVER
+    }
+    for request in ("gpu", "nic"):
+        conditions = status_devices[results[request]["device"]]["conditions"]
+        assert [(c["type"], c["status"]) for c in conditions] == [("Ready", "True")]
+    nic_attrs = next(
+        dev["attributes"]
+        for obj in cluster.slices()
+        for dev in obj["spec"]["devices"]
+        if dev["name"] == results["nic"]["device"]
+    )
+    network = status_devices[results["nic"]["device"]]["networkData"]
+    assert network["interfaceName"] == nic_attrs["interfaceName"]["string"]
+    assert network["hardwareAddress"] == nic_attrs["macAddress"]["string"]
 
     # deleting the pod: kubelet unprepares, everything of the claim is gone
     t1 = time.monotonic()
