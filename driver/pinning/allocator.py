@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from driver.errors import CpuExhaustedError
@@ -55,16 +56,67 @@ def free_cpus(
     return sorted((c for c in cpus if c.numa_node in numa_nodes and c.id not in blocked), key=lambda c: c.id)
 
 
-def _cores(available: Sequence[Cpu]) -> list[_Core]:
-    """Group free CPUs by physical core (the thread-sibling set identifies a core)."""
+@dataclass(frozen=True, slots=True)
+class _CoreShape:
+    """One physical core as the topology has it: its online CPUs, siblings and place."""
+
+    group: _GroupKey
+    numa_node: int
+    members: tuple[int, ...]  # online CPUs of the core, sorted
+    siblings: frozenset[int]  # every SMT sibling the kernel lists (offline ones too)
+    whole: bool  # every sibling is online (a core with an offline sibling is never whole)
+
+
+#: topology index per ``Inventory.cpus`` tuple (by identity; the tuple is kept alive with it), so
+#: the grouping by core is done once per inventory instead of once per request
+_SHAPES: dict[int, tuple[Sequence[Cpu], tuple[_CoreShape, ...]]] = {}
+_SHAPES_MAX = 4
+
+
+def _core_shapes(cpus: Sequence[Cpu]) -> tuple[_CoreShape, ...]:
+    """The node's cores (the thread-sibling set identifies a core), cached per topology."""
+    hit = _SHAPES.get(id(cpus))
+    if hit is not None and hit[0] is cpus:
+        return hit[1]
     by_core: dict[tuple[int, ...], list[Cpu]] = defaultdict(list)
-    for cpu in available:
+    for cpu in cpus:
         by_core[cpu.thread_siblings or (cpu.id,)].append(cpu)
+    shapes = tuple(
+        sorted(
+            (
+                _CoreShape(
+                    group=(members[0].package_id, members[0].l3_id),
+                    numa_node=members[0].numa_node,
+                    members=tuple(sorted(c.id for c in members)),
+                    siblings=frozenset(siblings),
+                    whole=frozenset(siblings).issubset(c.id for c in members),
+                )
+                for siblings, members in by_core.items()
+            ),
+            key=lambda shape: shape.members[0],
+        )
+    )
+    if isinstance(cpus, tuple):  # only immutable topologies are worth remembering
+        if len(_SHAPES) >= _SHAPES_MAX:
+            _SHAPES.clear()
+        _SHAPES[id(cpus)] = (cpus, shapes)
+    return shapes
+
+
+def _cores(
+    shapes: Sequence[_CoreShape], numa_nodes: Collection[int], blocked: AbstractSet[int]
+) -> list[_Core]:
+    """The free part of every core on ``numa_nodes``, ordered by its first free CPU."""
     out = []
-    for siblings, members in by_core.items():
-        first = members[0]
-        ids = tuple(sorted(c.id for c in members))
-        out.append(_Core(group=(first.package_id, first.l3_id), cpus=ids, whole=set(ids) >= set(siblings)))
+    for shape in shapes:
+        if shape.numa_node not in numa_nodes:
+            continue
+        if blocked.isdisjoint(shape.members):  # the common case: nothing of this core is held
+            out.append(_Core(group=shape.group, cpus=shape.members, whole=shape.whole))
+            continue
+        ids = tuple(i for i in shape.members if i not in blocked)
+        if ids:
+            out.append(_Core(group=shape.group, cpus=ids, whole=shape.siblings.issubset(ids)))
     out.sort(key=lambda core: core.cpus[0])
     return out
 
@@ -107,14 +159,17 @@ def allocate_cpus(
         raise ValueError(f"cannot allocate a negative number of CPUs ({count})")
     if count == 0:
         return frozenset()
-    available = free_cpus(cpus, numa_nodes, taken, reserved)
-    if len(available) < count:
+    topology = cpus if isinstance(cpus, tuple) else tuple(cpus)
+    blocked = set(taken) | set(reserved)
+    cores = _cores(_core_shapes(topology), numa_nodes, blocked)
+    free = sum(len(core.cpus) for core in cores)
+    if free < count:
         nodes = ",".join(str(n) for n in sorted(numa_nodes)) or "<none>"
+        free_ids = [cpu for core in cores for cpu in core.cpus]
         raise CpuExhaustedError(
-            f"NUMA node {nodes}: wanted {count} exclusive CPUs, {len(available)} free "
-            f"(free: {format_cpulist([c.id for c in available]) or 'none'})"
+            f"NUMA node {nodes}: wanted {count} exclusive CPUs, {free} free "
+            f"(free: {format_cpulist(free_ids) or 'none'})"
         )
-    cores = _cores(available)
     order = _group_order(cores, count)
     rank = {group: i for i, group in enumerate(order)}
 
