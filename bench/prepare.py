@@ -18,6 +18,7 @@ journal's durability) out of the figures.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -27,6 +28,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +79,20 @@ def _claim(uid: str, name: str, vf: str, node: int) -> dict[str, Any]:
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
         "metadata": {"name": name, "namespace": "bench", "uid": uid},
-        "spec": {"devices": {"requests": [{"name": "nic"}, {"name": "cpu"}]}},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {"name": "nic", "exactly": {"deviceClassName": "nic.numadra.dev"}},
+                    {
+                        "name": "cpu",
+                        "exactly": {
+                            "deviceClassName": "cpu.numadra.dev",
+                            "capacity": {"requests": {"cpus": "2", "memory": "1Gi"}},
+                        },
+                    },
+                ]
+            }
+        },
         "status": {
             "allocation": {
                 "devices": {
@@ -167,6 +182,59 @@ def _rss_mib(pid: int) -> float:
     return float("nan")
 
 
+@contextlib.contextmanager
+def _apiserver(kind: str, workdir: Path) -> Iterator[tuple[str, Callable[[dict[str, Any]], str]]]:
+    """Yield (kubeconfig path, put_claim) for the fake apiserver or the real kube-apiserver.
+
+    ``put_claim`` stores an allocated claim and returns its UID. The real one (etcd +
+    kube-apiserver v1.37.2 from tests/e2e/build-bins.sh) makes the claim GET what it is in a
+    cluster: a Go server on loopback; the fake one is Python in this process, so its GETs also
+    compete with the bench's own gRPC client for the GIL.
+    """
+    if kind == "fake":
+        from driver.testing.fakeapiserver import FakeApiServer
+
+        with FakeApiServer() as api:
+
+            def put_fake(obj: dict[str, Any]) -> str:
+                api.put_object(obj)
+                return str(obj["metadata"]["uid"])
+
+            yield api.kubeconfig_path, put_fake
+        return
+
+    sys.path.insert(0, str(REPO / "tests" / "e2e"))
+    from controlplane import ControlPlane, binary_dir, missing_binaries, write_kubeconfig
+
+    bins = binary_dir()
+    if missing_binaries(bins):
+        raise SystemExit(f"--apiserver real needs {bins} (run tests/e2e/build-bins.sh)")
+    plane = ControlPlane(bin_dir=bins, root=workdir / "cp", node_name=NODE)
+    plane.root.mkdir()
+    try:
+        plane.start()
+        admin = plane.admin
+        assert admin is not None
+        token = admin.token
+        kubeconfig = write_kubeconfig(
+            plane.root / "bench.kubeconfig", plane.server, plane.ca_file, token, "admin"
+        )
+        admin.create("/api/v1/namespaces", {"metadata": {"name": "bench"}})
+
+        def put_real(obj: dict[str, Any]) -> str:
+            base = "/apis/resource.k8s.io/v1/namespaces/bench/resourceclaims"
+            body = {k: v for k, v in obj.items() if k != "status"}
+            body["metadata"] = {"name": obj["metadata"]["name"], "namespace": "bench"}
+            created = admin.create(base, body)
+            created["status"] = obj["status"]
+            stored = admin.put(f"{base}/{obj['metadata']['name']}/status", created)
+            return str(stored["metadata"]["uid"])
+
+        yield str(kubeconfig), put_real
+    finally:
+        plane.stop()
+
+
 def _real_process(base: str) -> dict[str, Any]:
     """The same two figures for the whole ``numadra run`` process (bench/startup.py)."""
     from bench.startup import measure
@@ -186,6 +254,12 @@ def main() -> None:
     parser.add_argument(
         "--base", default="/tmp", help="where the CDI, plugin and state dirs live (disk or tmpfs)"
     )
+    parser.add_argument(
+        "--apiserver",
+        choices=("auto", "real", "fake"),
+        default="auto",
+        help="where claims are fetched from: the real kube-apiserver (auto: when its binaries exist)",
+    )
     args = parser.parse_args()
     if args.serve:
         _serve(Path(args.serve[0]), args.serve[1])
@@ -193,7 +267,6 @@ def main() -> None:
 
     from driver.inventory.model import DeviceKind
     from driver.plugin import ClaimRef
-    from driver.testing.fakeapiserver import FakeApiServer
     from driver.testing.hosttree import write_host_tree
     from driver.testing.kubeletclient import KubeletClient
     from driver.testing.topologies import TOPOLOGIES
@@ -211,17 +284,25 @@ def main() -> None:
         ]
         vfs = [v for v in vfs if v[0].startswith("nic-")][:33]
 
-        with FakeApiServer() as api, KubeletClient() as kubelet:
+        apiserver = args.apiserver
+        if apiserver == "auto":
+            sys.path.insert(0, str(REPO / "tests" / "e2e"))
+            from controlplane import binary_dir, missing_binaries
+
+            apiserver = "fake" if missing_binaries(binary_dir()) else "real"
+        with _apiserver(apiserver, root) as (kubeconfig, put_claim), KubeletClient() as kubelet:
             refs: list[ClaimRef] = []
             objects: dict[tuple[str, str], Any] = {}
             for i, (vf, node) in enumerate(vfs):
-                uid = str(uuid.uuid5(uuid.NAMESPACE_DNS, f"bench-{i}"))
-                objects[("bench", f"claim-{i}")] = _claim(uid, f"claim-{i}", vf, node)
-                api.put_object(objects[("bench", f"claim-{i}")])
-                refs.append(ClaimRef("bench", f"claim-{i}", uid))
+                name = f"claim-{i}"
+                obj = _claim(str(uuid.uuid5(uuid.NAMESPACE_DNS, f"bench-{i}")), name, vf, node)
+                uid = put_claim(obj)
+                obj["metadata"]["uid"] = uid
+                objects[("bench", name)] = obj
+                refs.append(ClaimRef("bench", name, uid))
             started = time.monotonic()
             child = subprocess.Popen(
-                [sys.executable, __file__, "--serve", str(root), api.kubeconfig_path],
+                [sys.executable, __file__, "--serve", str(root), kubeconfig],
                 stdin=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
             )
@@ -266,6 +347,7 @@ def main() -> None:
             **_real_process(args.base),
             **_in_process(root, objects, refs, max(10, args.batch)),
             "dirs_on": args.base,
+            "apiserver": apiserver,
             "cpus": os.cpu_count(),
             "load_average_1m": round(os.getloadavg()[0], 2),
         }

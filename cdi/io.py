@@ -32,19 +32,24 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def _temp_name(path: Path) -> Path:
+def _temp_name(path: str) -> str:
     """A temp name unique per process, thread and call, hidden and not matching ``*.json``."""
-    return path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.{next(_counter)}.tmp")
+    head, name = os.path.split(path)
+    return os.path.join(head, f".{name}.{os.getpid()}.{threading.get_ident()}.{next(_counter)}.tmp")
 
 
-def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644, *, sync: bool = True) -> None:
+def atomic_write_bytes(
+    path: str | os.PathLike[str], data: bytes, mode: int = 0o644, *, sync: bool = True
+) -> None:
     """Replace ``path`` with ``data`` atomically; the temp file lives in the same directory.
 
     ``sync=False`` skips both fsyncs: for files that can be re-created from a durable record (the
     journal) or that live on tmpfs (``/var/run``), where fsync costs time and buys nothing.
     The file gets exactly ``mode`` whatever the umask.
     """
-    tmp = _temp_name(path)
+    # plain strings, not pathlib: this runs for every file of every prepare (hot path)
+    target = os.fspath(path)
+    tmp = _temp_name(target)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, mode)
     try:
         try:
@@ -56,13 +61,13 @@ def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644, *, sync: bool
                 os.fsync(fd)
         finally:
             os.close(fd)
-        tmp.replace(path)
+        os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):
-            tmp.unlink()
+            os.unlink(tmp)
         raise
     if sync:
-        fsync_dir(path.parent)
+        fsync_dir(Path(os.path.dirname(target) or "."))
 
 
 def spec_bytes(spec: Spec) -> bytes:

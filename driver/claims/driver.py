@@ -457,13 +457,12 @@ class ClaimsDriver:
 
     def _write(self, stored: StoredFile) -> None:
         """Atomic, unsynced write (the fsynced journal can re-create it); parents made on demand."""
-        path = Path(stored.path)
         data = stored.content.encode()
         try:
-            atomic_write_bytes(path, data, mode=stored.mode, sync=False)
+            atomic_write_bytes(stored.path, data, mode=stored.mode, sync=False)
         except FileNotFoundError:
-            path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-            atomic_write_bytes(path, data, mode=stored.mode, sync=False)
+            Path(stored.path).parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+            atomic_write_bytes(stored.path, data, mode=stored.mode, sync=False)
 
     def _restore(self, stored: StoredFile) -> bool:
         """Write ``stored`` if the file is missing or differs; True when it was written."""

@@ -153,6 +153,14 @@ class Inventory:
     numa_nodes: tuple[NumaNode, ...] = ()
     #: free-form facts for humans (kernel, product name of the machine), never published
     host_facts: tuple[tuple[str, str], ...] = field(default=())
+    #: name -> device, built once: ``find`` runs for every device of every prepared claim
+    _by_name: dict[str, InventoryDevice] = field(
+        init=False, repr=False, compare=False, hash=False, default_factory=dict
+    )
+
+    def __post_init__(self) -> None:
+        index = {dev.name: dev for _, dev in self.devices()}
+        object.__setattr__(self, "_by_name", index)
 
     def devices(self) -> Iterator[tuple[DeviceKind, InventoryDevice]]:
         """All publishable devices in publishing order: GPUs, NICs, then cpu (NUMA) devices."""
@@ -165,10 +173,7 @@ class Inventory:
 
     def find(self, device_name: str) -> InventoryDevice | None:
         """The device with this published name, or None."""
-        for _, dev in self.devices():
-            if dev.name == device_name:
-                return dev
-        return None
+        return self._by_name.get(device_name)
 
     def cpu(self, cpu_id: int) -> Cpu | None:
         """The online CPU with this id, or None."""
