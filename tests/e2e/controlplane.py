@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import time
@@ -25,6 +24,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
+
+from driver.testing.poll import free_port, wait_for
 
 __all__ = [
     "COMPONENTS",
@@ -55,25 +56,6 @@ def binary_dir() -> Path:
 def missing_binaries(bin_dir: Path) -> list[str]:
     """The components not (executably) present in ``bin_dir``."""
     return [name for name in COMPONENTS if not os.access(bin_dir / name, os.X_OK)]
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 nobody listens on right now (the usual small race is accepted)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def wait_for(predicate: Callable[[], T | None], timeout: float, what: str, interval: float = 0.1) -> T:
-    """Poll ``predicate`` until it returns something truthy; fail naming ``what``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.1f}s waiting for {what}")
-        time.sleep(interval)
 
 
 class ApiError(Exception):

@@ -15,7 +15,6 @@ import shutil
 import socket
 import ssl
 import subprocess
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -25,6 +24,8 @@ from typing import Any
 
 import pytest
 import yaml
+
+from driver.testing.poll import wait_for
 
 ROOT = Path(__file__).resolve().parents[3]
 BASE = ROOT / "deploy" / "kustomize" / "base"
@@ -103,17 +104,6 @@ class Api:
         return self.call("POST", path, obj, token)
 
 
-def _wait(check: Any, what: str, timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.25)
-
-
 @pytest.fixture(scope="module")
 def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
     tmp = tmp_path_factory.mktemp("apiserver")
@@ -155,7 +145,7 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
             except OSError:
                 return False
 
-        _wait(ready, "kube-apiserver /readyz", timeout=120)
+        wait_for(ready, 120, "kube-apiserver /readyz", interval=0.25)
         yield server
     finally:
         apiserver.kill()  # its graceful shutdown waits ~20 s for clients; nothing here needs it
@@ -276,7 +266,7 @@ def test_admission_policy_refuses_foreign_slices(
         assert status in (201, 403, 422), body
         return body if status != 201 else None  # the policy may take a moment to load
 
-    body = _wait(refused, "the admission policy to take effect", timeout=30)
+    body = wait_for(refused, 30, "the admission policy to take effect", interval=0.25)
     assert message in body["message"]
 
 

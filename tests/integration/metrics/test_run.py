@@ -9,7 +9,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from driver.kubelet.paths import registration_socket_path
 from driver.testing.fakeapiserver import FakeApiServer
 from driver.testing.hosttree import write_host_tree
 from driver.testing.kubeletclient import KubeletClient
+from driver.testing.poll import free_port
 from driver.testing.topologies import TOPOLOGIES
 
 pytestmark = pytest.mark.skipif(
@@ -56,12 +56,6 @@ def _wait_for(url: str, status: int, timeout: float = 30.0) -> str:
     raise AssertionError(f"{url}: wanted {status}, last answer {last}")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def api() -> Iterator[FakeApiServer]:
     with FakeApiServer() as server:
@@ -77,7 +71,7 @@ def test_run_serves_metrics_and_becomes_ready(api: FakeApiServer, tmp_path: Path
     registrar, plugin, cdi = (tmp_path / d for d in ("registry", "plugin", "cdi"))
     for d in (registrar, plugin, cdi):
         d.mkdir()
-    port = _free_port()
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
     env = {k: v for k, v in os.environ.items() if k not in ("NODE_NAME", "POD_UID", "KUBECONFIG")}
     cmd = [

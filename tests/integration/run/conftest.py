@@ -28,6 +28,7 @@ import pytest
 from driver.testing.fakeapiserver import FakeApiServer
 from driver.testing.hosttree import TOPOLOGIES, write_host_tree
 from driver.testing.kubeletclient import KubeletClient, Registration
+from driver.testing.poll import wait_for
 
 DRIVER = "numadra.dev"
 NODE = "node-run"
@@ -136,18 +137,6 @@ def http_get(url: str, timeout: float = 5.0) -> tuple[int, str]:
             return resp.status, resp.read().decode()
     except urllib.error.HTTPError as err:
         return err.code, err.read().decode()
-
-
-def wait_for(predicate: Any, timeout: float, what: str, interval: float = 0.05) -> Any:
-    """Poll ``predicate`` until it returns something truthy; fail naming ``what``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.1f}s waiting for {what}")
-        time.sleep(interval)
 
 
 @dataclass
