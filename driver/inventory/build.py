@@ -43,6 +43,7 @@ def build_inventory(facts: HostFacts) -> Inventory:
         cpus=_cpus(facts, nodes),
         numa_nodes=nodes,
         host_facts=facts.host_facts,
+        memory_total_bytes=facts.mem_total_kib * 1024 if facts.mem_total_kib else None,
     )
 
 

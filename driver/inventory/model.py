@@ -153,6 +153,9 @@ class Inventory:
     numa_nodes: tuple[NumaNode, ...] = ()
     #: free-form facts for humans (kernel, product name of the machine), never published
     host_facts: tuple[tuple[str, str], ...] = field(default=())
+    #: MemTotal of /proc/meminfo in bytes (None when unreadable): all memory the kernel manages,
+    #: which may differ from the sum of the NUMA nodes' MemTotal (some VMs report less per node)
+    memory_total_bytes: int | None = None
     #: name -> device, built once: ``find`` runs for every device of every prepared claim
     _by_name: dict[str, InventoryDevice] = field(
         init=False, repr=False, compare=False, hash=False, default_factory=dict

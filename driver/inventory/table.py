@@ -90,15 +90,29 @@ def _nic_line(nic: Nic) -> str:
     return f"  nic  {nic.name}  " + "  ".join(p for p in parts if p)
 
 
+def _memory_total(inventory: Inventory) -> str:
+    """The NUMA nodes' memory (what the cpu devices publish), and the host's MemTotal when it differs.
+
+    Some VMs report less memory on their nodes than /proc/meminfo holds; printing only the nodes'
+    sum there would understate the machine, and printing only MemTotal would overstate what is
+    published, so the table says which is which.
+    """
+    nodes = _size(sum(n.memory_bytes for n in inventory.numa_nodes))
+    text = f"{nodes} NUMA-node memory"
+    host = inventory.memory_total_bytes
+    if host is not None and _size(host) != nodes:
+        text += f" (host MemTotal {_size(host)})"
+    return text
+
+
 def render_table(inventory: Inventory, *, reserved_cpus: frozenset[int] = frozenset()) -> str:
     """The topology view, one block per NUMA node, then devices of unknown NUMA node."""
     lines: list[str] = []
     facts = dict(inventory.host_facts)
     if facts:
         lines.append("host      " + ", ".join(f"{k} {_clip(v, 64)}" for k, v in sorted(facts.items())))
-    total_mem = sum(n.memory_bytes for n in inventory.numa_nodes)
     lines.append(
-        f"total     {len(inventory.cpus)} CPUs, {_size(total_mem)} memory, {len(inventory.numa_nodes)} NUMA"
+        f"total     {len(inventory.cpus)} CPUs, {_memory_total(inventory)}, {len(inventory.numa_nodes)} NUMA"
         f" node(s), {len(inventory.gpus)} GPU(s), {len(inventory.nics)} NIC(s)"
     )
     for node in inventory.numa_nodes:

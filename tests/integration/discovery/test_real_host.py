@@ -83,6 +83,8 @@ def test_cli_table_on_real_host() -> None:
     assert f"total     {len(inv.cpus)} CPUs" in proc.stdout
     assert re.search(r"^  cpus      \d+ \(", proc.stdout, re.MULTILINE)
     assert re.search(r"^  memory    [0-9.]+ [KMGTP]iB$", proc.stdout, re.MULTILINE)
+    mem_total_kib = int(re.findall(r"^MemTotal:\s+(\d+) kB$", Path("/proc/meminfo").read_text(), re.M)[0])
+    assert inv.memory_total_bytes == mem_total_kib * 1024  # the host total, whatever the nodes say
     for iface in set(_pci_interfaces()) - _duplicates(inv):
         assert f"  {iface}  " in proc.stdout
 

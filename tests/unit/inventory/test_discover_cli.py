@@ -8,8 +8,12 @@ import pytest
 import yaml
 
 from driver.cli import main
+from driver.inventory.model import Cpu, Inventory, NumaNode
+from driver.inventory.table import render_table
 from driver.slices.validation import validate_slices
 from tests.unit.inventory.trees import host_tree
+
+GiB = 1024**3
 
 
 def test_json_is_a_list_of_valid_slices(capsys: pytest.CaptureFixture[str]) -> None:
@@ -52,7 +56,7 @@ def test_table_shows_topology(capsys: pytest.CaptureFixture[str]) -> None:
     """-o table lists each NUMA node with CPUs (cores x threads), memory, hugepages, GPUs and NICs."""
     assert main(["discover", "--host-root", str(host_tree("dgx")), "-o", "table"]) == 0
     out = capsys.readouterr().out
-    assert "total     224 CPUs, 2.0 TiB memory, 2 NUMA node(s), 8 GPU(s), 72 NIC(s)" in out
+    assert "total     224 CPUs, 2.0 TiB NUMA-node memory, 2 NUMA node(s), 8 GPU(s), 72 NIC(s)" in out
     assert "NUMA node 1\n  cpus      112 (56-111,168-223): 56 cores x 2 threads, socket 1" in out
     assert "  hugepages 2Mi x 1024, 1Gi x 16" in out
     assert "  gpu  gpu-0000-98-00-0  nvidia NVIDIA H100 80GB HBM3  root pci0000:95  /dev/nvidia4" in out
@@ -61,6 +65,25 @@ def test_table_shows_topology(capsys: pytest.CaptureFixture[str]) -> None:
         in out
     )
     assert "NUMA node unknown" not in out
+
+
+@pytest.mark.parametrize(
+    ("host_bytes", "expected"),
+    [
+        pytest.param(
+            24 * GiB, "6 CPUs, 12.0 GiB NUMA-node memory (host MemTotal 24.0 GiB), 1 NUMA", id="differs"
+        ),
+        pytest.param(12 * GiB, "6 CPUs, 12.0 GiB NUMA-node memory, 1 NUMA", id="same"),
+        pytest.param(None, "6 CPUs, 12.0 GiB NUMA-node memory, 1 NUMA", id="unknown"),
+    ],
+)
+def test_table_total_memory_says_whose(host_bytes: int | None, expected: str) -> None:
+    """The total line names the NUMA nodes' memory and adds the host MemTotal only when it differs."""
+    cpus = tuple(Cpu(i, i, 0, 0, 0, 0, (i,)) for i in range(6))
+    node = NumaNode(0, tuple(range(6)), 12 * GiB)
+    out = render_table(Inventory(cpus=cpus, numa_nodes=(node,), memory_total_bytes=host_bytes))
+    assert expected in out.splitlines()[0]
+    assert "  memory    12.0 GiB" in out
 
 
 def test_table_unknown_numa_section(capsys: pytest.CaptureFixture[str]) -> None:

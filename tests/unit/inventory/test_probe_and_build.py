@@ -130,6 +130,14 @@ def test_build_cpus_defaults_and_numa() -> None:
     ]
 
 
+def test_build_keeps_host_memtotal_beside_the_nodes() -> None:
+    """/proc/meminfo MemTotal is kept as the host total even when the nodes report less."""
+    facts = HostFacts(nodes=(NodeFacts(0, frozenset(), 1024),), mem_total_kib=4096)
+    inv = build_inventory(facts)
+    assert (inv.numa_nodes[0].memory_bytes, inv.memory_total_bytes) == (1024 * 1024, 4096 * 1024)
+    assert build_inventory(HostFacts()).memory_total_bytes is None
+
+
 @pytest.mark.parametrize(
     ("raw", "expected"),
     [
