@@ -132,6 +132,9 @@ class PreparedIndex:
     def __init__(self, source: Callable[[], Sequence[JournalEntry]]) -> None:
         self._source = source
         self._lock = threading.Lock()
+        #: one refresh at a time: otherwise a refresh that read the journal earlier could store
+        #: its older copy over a later one's, and the index would stay behind until the next change
+        self._refresh_lock = threading.Lock()
         self._stale = True
         self._by_device: dict[str, tuple[str, ...]] = {}
         self._pinning: dict[str, ClaimPinning | None] = {}
@@ -148,22 +151,23 @@ class PreparedIndex:
 
     def refresh(self) -> None:
         """Re-read the journal (through the claims driver, under its lock)."""
-        self._stale = False
-        entries = self._source()
-        by_device: dict[str, list[str]] = {}
-        pinning: dict[str, ClaimPinning | None] = {}
-        claimed: set[int] = set()
-        for entry in entries:
-            pinning[entry.uid] = entry.pinning
-            for dev in entry.devices:
-                by_device.setdefault(dev.device_name, []).extend(dev.cdi_device_ids)
-            if entry.pinning is not None:
-                for assignment in entry.pinning.assignments:
-                    claimed |= assignment.cpus
-        with self._lock:
-            self._by_device = {name: tuple(ids) for name, ids in by_device.items()}
-            self._pinning = pinning
-            self._claimed = frozenset(claimed)
+        with self._refresh_lock:
+            self._stale = False
+            entries = self._source()
+            by_device: dict[str, list[str]] = {}
+            pinning: dict[str, ClaimPinning | None] = {}
+            claimed: set[int] = set()
+            for entry in entries:
+                pinning[entry.uid] = entry.pinning
+                for dev in entry.devices:
+                    by_device.setdefault(dev.device_name, []).extend(dev.cdi_device_ids)
+                if entry.pinning is not None:
+                    for assignment in entry.pinning.assignments:
+                        claimed |= assignment.cpus
+            with self._lock:
+                self._by_device = {name: tuple(ids) for name, ids in by_device.items()}
+                self._pinning = pinning
+                self._claimed = frozenset(claimed)
 
     def cdi_ids(self, device_name: str) -> tuple[str, ...]:
         """CDI IDs of every prepared use of a device (cached; the health stream calls this)."""

@@ -155,3 +155,33 @@ def test_async_status_writer_keeps_order_and_survives_failures() -> None:
     status.close()
     assert writer.calls == [("report", "a"), ("inventory", "0"), ("clear", "a")]
     assert built == [1]
+
+
+def test_index_refreshes_never_let_an_older_read_win() -> None:
+    """Two overlapping refreshes: the one that read the journal last is what the index keeps."""
+    entries = [_entry("a", "gpu-1")]
+    first_read = threading.Event()
+    release_first = threading.Event()
+    calls: list[int] = []
+
+    def source() -> list[JournalEntry]:
+        calls.append(1)
+        snapshot = list(entries)
+        if len(calls) == 1:  # the first refresh read the old journal and is then held up
+            first_read.set()
+            release_first.wait(5)
+        return snapshot
+
+    index = PreparedIndex(source)
+    slow = threading.Thread(target=index.refresh)
+    slow.start()
+    assert first_read.wait(5)
+    entries.append(_entry("b", "gpu-2"))  # a prepare landed after the first read
+    fast = threading.Thread(target=index.refresh)
+    fast.start()
+    fast.join(0.5)
+    release_first.set()
+    slow.join(5)
+    fast.join(5)
+    assert index.count() == 2
+    assert index.cdi_ids("gpu-2") == ("numadra.dev/claim=b-gpu-2",)
