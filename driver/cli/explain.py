@@ -16,8 +16,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from driver import DEFAULT_DRIVER_NAME
 from driver.errors import ConfigError, JournalError
 
@@ -73,6 +71,8 @@ def register(sub: Any) -> None:
 
 
 def _documents(path: Path) -> list[Any]:
+    import yaml  # here, not at the top: every numadra command (the OCI hook too) imports this module
+
     try:
         text = path.read_text()
     except OSError as exc:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from driver import __version__
@@ -22,3 +25,16 @@ def test_unknown_subcommand_is_usage_error(capsys: pytest.CaptureFixture[str]) -
     err = capsys.readouterr().err
     assert err.startswith("numadra: ")
     assert len(err.strip().splitlines()) == 1
+
+
+def test_parser_loads_no_heavy_library() -> None:
+    """Every command (the OCI hook run per container too) builds the parser: it must stay light."""
+    code = (
+        "import sys\n"
+        "from driver.cli import build_parser\n"
+        "build_parser()\n"
+        "heavy = ('yaml', 'grpc', 'google', 'prometheus_client', 'kubernetes')\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
