@@ -310,8 +310,6 @@ class App:
         self._wake = threading.Event()
         self._rescan_requested = False
         self._fatal = ""
-        #: publisher write counts already passed on to the metrics (the publisher's are cumulative)
-        self._counted_writes: Counter[str] = Counter()
         self._recovery: Counter[str] = Counter()
         self.claims: ClaimsDriver | None = None
         self.plugin: MeteredPlugin | None = None
@@ -627,9 +625,8 @@ class App:
         cfg = self.config
         assert self.plugin is not None and self.kubelet is not None and self.publisher is not None
         self.metrics = Metrics(cfg.driver_name, cfg.node_name)
-        for action, count in self._recovery.items():
-            for _ in range(count):
-                self.metrics.count_journal_recovery(action)
+        for action, entries in self._recovery.items():
+            self.metrics.count_journal_recovery(action, entries)
         self.plugin.metrics = self.metrics
         self._update_metrics()
         if not cfg.metrics_address:
@@ -707,11 +704,7 @@ class App:
         if self.taints is not None:
             metrics.set_taint_transitions(self.taints.transitions)
         if self.publisher is not None:
-            writes = Counter(self.publisher.stats.writes)
-            for op, total in writes.items():
-                for _ in range(total - self._counted_writes[op]):
-                    metrics.count_publish(op)
-            self._counted_writes = writes
+            metrics.set_publish_writes(self.publisher.stats.writes)
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         if signum == signal.SIGHUP:

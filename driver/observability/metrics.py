@@ -58,6 +58,18 @@ def _check(value: str, allowed: tuple[str, ...], what: str) -> str:
     return value
 
 
+def _catch_up(
+    counter: Counter, label: str, counted: dict[str, int], totals: Mapping[str, int], what: str
+) -> None:
+    """Increment ``counter`` by how much each running total grew since the last call."""
+    for value, total in totals.items():
+        _check(value, tuple(counted), what)
+        delta = total - counted[value]
+        if delta > 0:
+            counter.labels(**{label: value}).inc(delta)
+            counted[value] = total
+
+
 class Metrics:
     """All numadra metrics of one driver process, in their own registry."""
 
@@ -102,7 +114,9 @@ class Metrics:
             ["action"],
             registry=r,
         )
+        #: the running totals already turned into increments, per counter and label value
         self._counted_taints: dict[str, int] = dict.fromkeys(TAINT_ACTIONS, 0)
+        self._counted_writes: dict[str, int] = dict.fromkeys(PUBLISH_OPERATIONS, 0)
         info = Gauge(
             "numadra_build_info",
             "Constant 1, labelled with version, driver and node",
@@ -155,10 +169,18 @@ class Metrics:
         if error:
             self._publish_errors.labels(operation=operation).inc()
 
-    def count_journal_recovery(self, action: str) -> None:
-        """Start-up reconciliation handled one journal entry with ``action``."""
+    def count_journal_recovery(self, action: str, entries: int = 1) -> None:
+        """Start-up reconciliation handled ``entries`` journal entries with ``action``."""
         _check(action, JOURNAL_ACTIONS, "journal action")
-        self._journal_recoveries.labels(action=action).inc()
+        self._journal_recoveries.labels(action=action).inc(entries)
+
+    def set_publish_writes(self, totals: Mapping[str, int]) -> None:
+        """Catch up with the publisher's cumulative successful writes ``{"create": n, ...}``.
+
+        Failed writes are counted as they happen (:meth:`count_publish` with ``error``); calling
+        this again with the same totals adds nothing.
+        """
+        _catch_up(self._publish_ops, "operation", self._counted_writes, totals, "publish operation")
 
     def set_taint_transitions(self, totals: Mapping[str, int]) -> None:
         """Catch up with the cumulative taint transitions ``{"added": n, "removed": m}``.
@@ -166,12 +188,7 @@ class Metrics:
         The health side keeps plain running totals (no prometheus import there); this turns their
         growth into counter increments, so calling it again with the same totals adds nothing.
         """
-        for action, total in totals.items():
-            _check(action, TAINT_ACTIONS, "taint action")
-            delta = total - self._counted_taints[action]
-            if delta > 0:
-                self._taint_transitions.labels(action=action).inc(delta)
-                self._counted_taints[action] = total
+        _catch_up(self._taint_transitions, "action", self._counted_taints, totals, "taint action")
 
     def sample(self, name: str, labels: Mapping[str, str] | None = None) -> float | None:
         """The current value of one sample (tests and ``numadra state``); None when absent."""

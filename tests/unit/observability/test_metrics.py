@@ -92,3 +92,27 @@ def test_taint_transitions_follow_running_totals() -> None:
     assert m.sample("numadra_taint_transitions_total", {"action": "removed"}) == 1
     with pytest.raises(ValueError, match="unknown"):
         m.set_taint_transitions({"flipped": 1})
+
+
+def test_publish_writes_follow_running_totals_beside_counted_failures() -> None:
+    """The publisher's cumulative writes become increments once; a failed write counts in both series."""
+    m = Metrics()
+    m.set_publish_writes({"create": 2})
+    m.count_publish("update", error=True)
+    m.set_publish_writes({"create": 2, "update": 1})
+    m.set_publish_writes({"create": 3, "update": 1})
+    assert m.sample("numadra_publish_operations_total", {"operation": "create"}) == 3
+    assert m.sample("numadra_publish_operations_total", {"operation": "update"}) == 2
+    assert m.sample("numadra_publish_errors_total", {"operation": "update"}) == 1
+    assert m.sample("numadra_publish_errors_total", {"operation": "create"}) == 0
+    with pytest.raises(ValueError, match="unknown publish operation"):
+        m.set_publish_writes({"apply": 1})
+
+
+def test_journal_recoveries_count_several_entries_at_once() -> None:
+    """Start-up hands over how many entries each action took; the counter adds them all."""
+    m = Metrics()
+    m.count_journal_recovery("recreated", 3)
+    m.count_journal_recovery("ok")
+    assert m.sample("numadra_journal_recoveries_total", {"action": "recreated"}) == 3
+    assert m.sample("numadra_journal_recoveries_total", {"action": "ok"}) == 1
