@@ -38,7 +38,7 @@ from driver.explain.model import (
     RequestStatus,
     Verdict,
 )
-from driver.explain.quantity import format_quantity, parse_quantity
+from driver.kube.quantity import format_quantity, parse_quantity
 from driver.pinning.types import format_cpulist
 from driver.state.journal import JournalEntry
 

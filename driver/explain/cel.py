@@ -22,7 +22,7 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Any
 
-from driver.explain.quantity import format_quantity, parse_quantity
+from driver.kube.quantity import format_quantity, parse_quantity
 
 __all__ = ["CelDevice", "Outcome", "evaluate"]
 

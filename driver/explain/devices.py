@@ -19,7 +19,7 @@ import yaml
 
 from driver.errors import ConfigError
 from driver.explain.cel import CelDevice
-from driver.explain.quantity import parse_quantity
+from driver.kube.quantity import parse_quantity
 
 if TYPE_CHECKING:
     from driver.inventory.model import Inventory

@@ -27,6 +27,7 @@ from typing import Any
 from driver import DEFAULT_DRIVER_NAME
 from driver.errors import SliceError
 from driver.inventory.model import Gpu, Inventory, Nic, NumaNode
+from driver.kube.quantity import format_quantity
 from driver.slices._limits import (
     INT64_MAX,
     INT64_MIN,
@@ -39,7 +40,6 @@ from driver.slices._limits import (
     is_dns_subdomain,
     sanitize_subdomain,
 )
-from driver.slices._quantity import format_bytes, format_count
 
 __all__ = [
     "API_VERSION",
@@ -159,7 +159,7 @@ def _gpu_device(gpu: Gpu) -> Device:
     _pci_attributes(attrs, gpu.pci.bus_id, gpu.pci.pcie_root, gpu.pci.numa_node)
     device: Device = {"name": gpu.name, "attributes": attrs}
     if gpu.memory_bytes:
-        device["capacity"] = {"memory": {"value": format_bytes(gpu.memory_bytes)}}
+        device["capacity"] = {"memory": {"value": format_quantity(gpu.memory_bytes)}}
     return device
 
 
@@ -189,17 +189,19 @@ def _cpu_device(
     capacity: dict[str, Any] = {}
     available = len([c for c in node.cpus if c not in reserved])
     if available > 0:
-        capacity["cpus"] = _capacity(format_count(available), "1", "1", "1", available >= 2)
+        capacity["cpus"] = _capacity(str(available), "1", "1", "1", available >= 2)
     capacity["memory"] = _capacity(
-        format_bytes(node.memory_bytes),
+        format_quantity(node.memory_bytes),
         "0",
         "0",
-        format_bytes(_MEMORY_STEP),
+        format_quantity(_MEMORY_STEP),
         node.memory_bytes >= _MEMORY_STEP,
     )
     for page_kib, key, _ in _HUGEPAGE_CAPACITIES:
         total = node.hugepages_bytes(page_kib)
-        capacity[key] = _capacity(format_bytes(total), "0", "0", format_bytes(page_kib * 1024), total > 0)
+        capacity[key] = _capacity(
+            format_quantity(total), "0", "0", format_quantity(page_kib * 1024), total > 0
+        )
     device: Device = {
         "name": node.name,
         "allowMultipleAllocations": True,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from driver.kube.quantity import QUANTITY
 from driver.slices._limits import (
     C_IDENTIFIER,
     INT64_MAX,
@@ -24,7 +25,6 @@ from driver.slices._limits import (
     MAX_POOL_NAME,
     MAX_STRING_BYTES,
     MAX_TAINTS,
-    QUANTITY,
     is_dns_label,
     is_dns_subdomain,
 )

@@ -7,7 +7,7 @@ from fractions import Fraction
 import pytest
 
 from driver.explain.cel import CelDevice, evaluate
-from driver.explain.quantity import format_quantity, parse_quantity
+from driver.kube.quantity import format_quantity, parse_quantity
 
 NIC = CelDevice(
     driver="numadra.dev",

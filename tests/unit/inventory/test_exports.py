@@ -14,7 +14,7 @@ MODULES = [
     "driver.inventory.probe",
     "driver.inventory.table",
     "driver.inventory.watch",
-    "driver.slices._quantity",
+    "driver.kube.quantity",
     "driver.slices.builder",
     "driver.slices.validation",
     "driver.testing.hostspec",

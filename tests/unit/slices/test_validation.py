@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from driver.inventory.model import Inventory
+from driver.kube.quantity import format_quantity
 from driver.slices._limits import clip_utf8, sanitize_subdomain
-from driver.slices._quantity import format_bytes
 from driver.slices.builder import build_slices
 from driver.slices.validation import validate_slices
 from tests.unit.inventory.trees import inventory
@@ -138,9 +138,9 @@ def test_valid_limits_pass() -> None:
         pytest.param(1024**7, "1024Ei", id="beyond-Ei"),
     ],
 )
-def test_format_bytes_canonical(value: int, expected: str) -> None:
+def test_format_quantity_canonical(value: int, expected: str) -> None:
     """Byte quantities use the largest exact binary suffix, as the apiserver canonicalizes them."""
-    assert format_bytes(value) == expected
+    assert format_quantity(value) == expected
 
 
 @pytest.mark.parametrize(
