@@ -12,8 +12,8 @@ as the kubelet reads it:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import NoReturn
+from collections.abc import Callable, Mapping, Sequence
+from typing import NoReturn, TypeVar
 
 import grpc
 
@@ -26,6 +26,7 @@ from driver.plugin import ClaimRef, DriverPlugin, PrepareResult
 __all__ = ["ClaimCalls", "DraV1Servicer", "DraV1beta1Servicer", "DriverCallError"]
 
 _log = get_logger("kubelet.dra")
+_Result = TypeVar("_Result")
 
 
 class DriverCallError(Exception):
@@ -41,19 +42,10 @@ class ClaimCalls:
 
     def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, PrepareResult]:
         """Per-UID results for every claim; raises :class:`DriverCallError` if the driver raised."""
-        check = translate.check_claims(claims)
-        for uid, reason in check.rejected.items():
-            _log.warning(
-                "claim rejected", claim_uid=translate.shorten(uid, 128), call="prepare", error=reason
-            )
+        check = _checked(claims, "prepare")
         results: Mapping[str, PrepareResult] = {}
         if check.valid:
-            try:
-                with self._lock.hold():
-                    results = self._plugin.prepare_claims(check.valid)
-            except Exception as exc:
-                _log.exception("driver prepare_claims failed", claim_uids=[c.uid for c in check.valid])
-                raise DriverCallError(f"{type(exc).__name__}: {exc}") from exc
+            results = self._call_driver(self._plugin.prepare_claims, check.valid, "prepare_claims")
         complete = translate.complete_results(check.valid, results, check.rejected)
         for claim in check.valid:
             result = complete[claim.uid]
@@ -72,30 +64,37 @@ class ClaimCalls:
 
     def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, str]:
         """Per-UID error text ("" = done) for every claim; raises :class:`DriverCallError`."""
-        check = translate.check_claims(claims)
-        for uid, reason in check.rejected.items():
-            _log.warning(
-                "claim rejected", claim_uid=translate.shorten(uid, 128), call="unprepare", error=reason
-            )
+        check = _checked(claims, "unprepare")
         errors: Mapping[str, str] = {}
         if check.valid:
-            try:
-                with self._lock.hold():
-                    errors = self._plugin.unprepare_claims(check.valid)
-            except Exception as exc:
-                _log.exception("driver unprepare_claims failed", claim_uids=[c.uid for c in check.valid])
-                raise DriverCallError(f"{type(exc).__name__}: {exc}") from exc
-        out = dict(check.rejected)
+            errors = self._call_driver(self._plugin.unprepare_claims, check.valid, "unprepare_claims")
+        complete = translate.complete_errors(check.valid, errors, check.rejected)
         for claim in check.valid:
-            error = errors.get(claim.uid)
-            if error is None:
-                error = "driver returned no result for this claim"
-            out[claim.uid] = error
+            error = complete[claim.uid]
             if error:
                 _log.warning("claim unprepare failed", claim_uid=claim.uid, claim=_name(claim), error=error)
             else:
                 _log.info("claim unprepared", claim_uid=claim.uid, claim=_name(claim))
-        return out
+        return complete
+
+    def _call_driver(
+        self, call: Callable[[Sequence[ClaimRef]], _Result], claims: Sequence[ClaimRef], name: str
+    ) -> _Result:
+        """One driver call under the serialize lock; whatever it raises fails the whole RPC."""
+        try:
+            with self._lock.hold():
+                return call(claims)
+        except Exception as exc:
+            _log.exception(f"driver {name} failed", claim_uids=[c.uid for c in claims])
+            raise DriverCallError(f"{type(exc).__name__}: {exc}") from exc
+
+
+def _checked(claims: Sequence[ClaimRef], call: str) -> translate.ClaimCheck:
+    """The protocol-level check of a request, with a log line per rejected claim."""
+    check = translate.check_claims(claims)
+    for uid, reason in check.rejected.items():
+        _log.warning("claim rejected", claim_uid=translate.shorten(uid, 128), call=call, error=reason)
+    return check
 
 
 def _name(claim: ClaimRef) -> str:

@@ -9,9 +9,9 @@ goes through. The response builders guarantee one map entry per requested claim 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
 from driver._proto import dra_v1_pb2, dra_v1beta1_pb2, health_v1_pb2, health_v1alpha1_pb2
 from driver.plugin import ClaimRef, DeviceHealth, HealthState, PreparedDevice, PrepareResult
@@ -23,6 +23,7 @@ __all__ = [
     "base_request_name",
     "check_claims",
     "claims_from_proto",
+    "complete_errors",
     "complete_results",
     "health_message",
     "health_response_v1",
@@ -55,6 +56,9 @@ _HEALTH_VALUES: dict[HealthState, int] = {
     HealthState.HEALTHY: health_v1_pb2.HEALTHY,
     HealthState.UNHEALTHY: health_v1_pb2.UNHEALTHY,
 }
+
+
+_NO_RESULT = "driver returned no result for this claim"
 
 
 class _ProtoClaim(Protocol):
@@ -155,9 +159,20 @@ def complete_results(
     for claim in claims:
         result = results.get(claim.uid)
         if result is None:
-            out[claim.uid] = PrepareResult(error="driver returned no result for this claim")
+            out[claim.uid] = PrepareResult(error=_NO_RESULT)
         else:
             out[claim.uid] = _normalize(result)
+    return out
+
+
+def complete_errors(
+    claims: Sequence[ClaimRef], errors: Mapping[str, str], rejected: Mapping[str, str]
+) -> dict[str, str]:
+    """The unprepare twin of :func:`complete_results`: one error text ("" = done) per requested UID."""
+    out = dict(rejected)
+    for claim in claims:
+        error = errors.get(claim.uid)
+        out[claim.uid] = _NO_RESULT if error is None else error
     return out
 
 
@@ -213,27 +228,37 @@ def prepare_response_v1beta1(
     return response
 
 
+class _ErrorEntry(Protocol):
+    error: str
+
+
+class _UnprepareResponse(Protocol):
+    @property
+    def claims(self) -> Mapping[str, _ErrorEntry]: ...
+
+
+_Unprepare = TypeVar("_Unprepare", bound=_UnprepareResponse)
+
+
+def _fill_unprepare(response: _Unprepare, errors: Mapping[str, str]) -> _Unprepare:
+    for uid, error in errors.items():
+        response.claims[uid].error = error  # reading a map key adds the entry
+    return response
+
+
 def unprepare_response_v1(errors: Mapping[str, str]) -> dra_v1_pb2.NodeUnprepareResourcesResponse:
     """v1 response: an entry per UID, empty on success."""
-    response = dra_v1_pb2.NodeUnprepareResourcesResponse()
-    for uid, error in errors.items():
-        response.claims[uid].error = error
-    return response
+    return _fill_unprepare(dra_v1_pb2.NodeUnprepareResourcesResponse(), errors)
 
 
 def unprepare_response_v1beta1(errors: Mapping[str, str]) -> dra_v1beta1_pb2.NodeUnprepareResourcesResponse:
     """v1beta1 response: an entry per UID, empty on success."""
-    response = dra_v1beta1_pb2.NodeUnprepareResourcesResponse()
-    for uid, error in errors.items():
-        response.claims[uid].error = error
-    return response
+    return _fill_unprepare(dra_v1beta1_pb2.NodeUnprepareResourcesResponse(), errors)
 
 
 def health_message(text: str) -> str:
     """At most 1024 characters: longer text becomes its first 1021 characters plus ``...``."""
-    if len(text) <= MAX_HEALTH_MESSAGE_CHARS:
-        return text
-    return text[: MAX_HEALTH_MESSAGE_CHARS - 3] + "..."
+    return shorten(text, MAX_HEALTH_MESSAGE_CHARS)
 
 
 def health_status_value(state: HealthState) -> int:
@@ -252,20 +277,42 @@ def resource_id(driver_name: str, health: DeviceHealth) -> str:
     return f"{driver_name}/{health.pool_name}/{health.device_name}"
 
 
-def health_response_v1(
-    devices: Sequence[DeviceHealth], now: int, timeout_seconds: int = 0
-) -> health_v1_pb2.NodeWatchResourcesResponse:
-    """A full v1 health report stamped ``now`` (unix seconds); timeout 0 = the kubelet default."""
-    response = health_v1_pb2.NodeWatchResourcesResponse()
+class _Addable(Protocol):
+    def add(self, **fields: Any) -> object: ...
+
+
+class _HealthResponse(Protocol):
+    @property
+    def devices(self) -> _Addable: ...
+
+
+_Health = TypeVar("_Health", bound=_HealthResponse)
+
+
+def _fill_health(
+    response: _Health,
+    identifier: Callable[..., object],
+    devices: Sequence[DeviceHealth],
+    now: int,
+    timeout_seconds: int,
+) -> _Health:
     for device in devices:
         response.devices.add(
-            device=health_v1_pb2.DeviceIdentifier(pool_name=device.pool_name, device_name=device.device_name),
+            device=identifier(pool_name=device.pool_name, device_name=device.device_name),
             health=health_status_value(device.state),
             last_updated_time=now,
             health_check_timeout_seconds=timeout_seconds,
             message=health_message(device.reason),
         )
     return response
+
+
+def health_response_v1(
+    devices: Sequence[DeviceHealth], now: int, timeout_seconds: int = 0
+) -> health_v1_pb2.NodeWatchResourcesResponse:
+    """A full v1 health report stamped ``now`` (unix seconds); timeout 0 = the kubelet default."""
+    response = health_v1_pb2.NodeWatchResourcesResponse()
+    return _fill_health(response, health_v1_pb2.DeviceIdentifier, devices, now, timeout_seconds)
 
 
 def health_response_v1alpha1(
@@ -273,14 +320,4 @@ def health_response_v1alpha1(
 ) -> health_v1alpha1_pb2.NodeWatchResourcesResponse:
     """The same report for the v1alpha1 service (field for field identical to v1)."""
     response = health_v1alpha1_pb2.NodeWatchResourcesResponse()
-    for device in devices:
-        response.devices.add(
-            device=health_v1alpha1_pb2.DeviceIdentifier(
-                pool_name=device.pool_name, device_name=device.device_name
-            ),
-            health=health_status_value(device.state),
-            last_updated_time=now,
-            health_check_timeout_seconds=timeout_seconds,
-            message=health_message(device.reason),
-        )
-    return response
+    return _fill_health(response, health_v1alpha1_pb2.DeviceIdentifier, devices, now, timeout_seconds)

@@ -113,6 +113,13 @@ def test_complete_results_error_drops_devices() -> None:
     assert out["a"] == PrepareResult(error="boom")
 
 
+def test_complete_errors_fills_forgotten_and_drops_unasked() -> None:
+    """Unprepare twin: every asked UID gets an error text ("" = done); unasked UIDs are dropped."""
+    errors = {"a": "", "c": "busy", "extra": ""}
+    out = translate.complete_errors([ref(uid="a"), ref(uid="b"), ref(uid="c")], errors, {"bad": "nope"})
+    assert out == {"bad": "nope", "a": "", "b": "driver returned no result for this claim", "c": "busy"}
+
+
 def _results() -> dict[str, PrepareResult]:
     shared = PreparedDevice(
         ("gpu",), "pool-a", "gpu-0", ("numadra.dev/gpu=uid-gpu-0", "extra=1"), share_id="sh-1"
