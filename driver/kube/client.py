@@ -142,7 +142,8 @@ class SliceWatch:
         event = json.loads(line)
         kind, obj = str(event.get("type", "")), event.get("object") or {}
         if kind == "ERROR":  # a Status object, e.g. 410 Gone: resourceVersion too old
-            _raise_for(self._verb, "resourceslices", "", int(obj.get("code", 500)), line)
+            status = json.dumps(obj).encode()  # _raise_for quotes the Status' message
+            _raise_for(self._verb, "resourceslices", "", int(obj.get("code", 500)), status)
         return kind, obj
 
 

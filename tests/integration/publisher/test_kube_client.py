@@ -110,6 +110,7 @@ def test_watch_from_compacted_version_raises_gone(api: FakeApiServer, client: Ku
     with pytest.raises(KubeError) as info:
         list(client.watch_resource_slices(resource_version=str(int(rv) - 1)))
     assert info.value.status == 410 and error_kind(info.value) == "gone"
+    assert "too old resource version" in str(info.value)  # the Status message, not a bare code
 
 
 def test_apply_claim_status_sends_ssa(api: FakeApiServer, client: KubeClient) -> None:
