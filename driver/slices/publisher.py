@@ -26,7 +26,7 @@ import json
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -105,29 +105,20 @@ def _generation(obj: Mapping[str, Any]) -> int:
     return int(((obj.get("spec") or {}).get("pool") or {}).get("generation", 0))
 
 
+def _taints(obj: Mapping[str, Any]) -> Iterator[tuple[tuple[str, str, str, str], dict[str, Any]]]:
+    """(device name, key, value, effect) and the taint dict, for every taint of a slice."""
+    for device in (obj.get("spec") or {}).get("devices") or []:
+        for taint in device.get("taints") or []:
+            identity = (device.get("name", ""), taint.get("key", ""), taint.get("value", ""))
+            yield (*identity, taint.get("effect", "")), taint
+
+
 def _carry_time_added(desired: Obj, stored: Mapping[str, Any]) -> None:
     """Keep each taint's ``timeAdded`` (NoExecute tolerations count from it) across updates."""
-    known: dict[tuple[str, str, str, str], str] = {}
-    for device in (stored.get("spec") or {}).get("devices") or []:
-        for taint in device.get("taints") or []:
-            if taint.get("timeAdded"):
-                key = (
-                    device.get("name", ""),
-                    taint.get("key", ""),
-                    taint.get("value", ""),
-                    taint.get("effect", ""),
-                )
-                known[key] = taint["timeAdded"]
-    for device in desired["spec"].get("devices") or []:
-        for taint in device.get("taints") or []:
-            key = (
-                device.get("name", ""),
-                taint.get("key", ""),
-                taint.get("value", ""),
-                taint.get("effect", ""),
-            )
-            if key in known and not taint.get("timeAdded"):
-                taint["timeAdded"] = known[key]
+    known = {key: taint["timeAdded"] for key, taint in _taints(stored) if taint.get("timeAdded")}
+    for key, taint in _taints(desired):
+        if key in known and not taint.get("timeAdded"):
+            taint["timeAdded"] = known[key]
 
 
 def plan_sync(
@@ -159,30 +150,27 @@ def plan_sync(
     wanted_gens = [int(w["spec"]["pool"].get("generation", 1)) for w in wanted]
     base = max([1, *stored_gens, *wanted_gens])
 
-    def same(want: Obj, have: Mapping[str, Any], *, with_generation: bool) -> bool:
-        if with_generation and want["spec"]["pool"].get("generation") != _generation(have):
-            return False
+    def same_content(name: str, want: Obj, have: Mapping[str, Any]) -> bool:
         mine, theirs = _content(want, with_generation=False), _content(have, with_generation=False)
-        return mine == theirs or accepted.get(str(want["metadata"]["name"])) == (mine, theirs)
+        return mine == theirs or accepted.get(name) == (mine, theirs)
 
-    new = [w for w in wanted if w["metadata"]["name"] not in by_name]
-    changed = [
-        w
+    creates = [w for w in wanted if w["metadata"]["name"] not in by_name]
+    changed = {
+        name
         for w in wanted
-        if w["metadata"]["name"] in by_name
-        and not same(w, by_name[w["metadata"]["name"]], with_generation=False)
-    ]
-    generation = base + 1 if stored and (new or obsolete or len(changed) > 1) else base
+        if (name := str(w["metadata"]["name"])) in by_name and not same_content(name, w, by_name[name])
+    }
+    generation = base + 1 if stored and (creates or obsolete or len(changed) > 1) else base
     updates: list[Obj] = []
     for want in wanted:
         want["spec"]["pool"]["generation"] = generation
-        have = by_name.get(want["metadata"]["name"])
-        if have is None or same(want, have, with_generation=True):
+        name = str(want["metadata"]["name"])
+        have = by_name.get(name)
+        if have is None or (name not in changed and _generation(have) == generation):
             continue
         _carry_time_added(want, have)
         want["metadata"]["resourceVersion"] = have["metadata"]["resourceVersion"]
         updates.append(want)
-    creates = [w for w in wanted if w["metadata"]["name"] not in by_name]
     return SlicePlan(
         tuple(copy.deepcopy(dict(o)) for o in obsolete), tuple(updates), tuple(creates), generation
     )
