@@ -31,7 +31,7 @@ from typing import Any, Protocol, runtime_checkable
 from cdi import atomic_write_bytes, remove_file, spec_bytes
 from cdi.spec import CdiSpecError
 from driver.claims.attributes import PublishedAttributes
-from driver.claims.metadata import METADATA_DIR, metadata_files
+from driver.claims.metadata import claim_metadata_dir, metadata_files, metadata_spec_glob
 from driver.claims.names import check_claim_name, check_claim_uid, check_namespace
 from driver.claims.render import CpuHook, claim_spec, claim_spec_file_name
 from driver.claims.selection import ClaimView, cpu_requests, select_devices
@@ -344,7 +344,7 @@ class ClaimsDriver:
                 specs.append(StoredFile(str(meta.spec_file), spec_bytes(meta.spec).decode()))
                 metas.append(StoredFile(str(meta.host_path), meta.content))
             if files:
-                dirs = (str(self.plugin_dir / METADATA_DIR / f"{view.namespace}_{view.name}"),)
+                dirs = (str(claim_metadata_dir(self.plugin_dir, view.namespace, view.name)),)
         return JournalEntry(
             namespace=view.namespace,
             name=view.name,
@@ -512,7 +512,7 @@ class ClaimsDriver:
         remove_file(self.cdi_dir / claim_spec_file_name(self.driver_name, ref.uid))
         if entry is None:  # a crash between writing files and the journal: look for leftovers
             with contextlib.suppress(OSError):
-                for path in self.cdi_dir.glob(f"{self.driver_name}_metadata_{ref.uid}_*.json"):
+                for path in self.cdi_dir.glob(metadata_spec_glob(self.driver_name, ref.uid)):
                     remove_file(path)
 
     def _report(self, done: Sequence[_Planned]) -> None:

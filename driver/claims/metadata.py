@@ -34,9 +34,11 @@ __all__ = [
     "CONTAINER_DIR",
     "METADATA_DIR",
     "MetadataFile",
+    "claim_metadata_dir",
     "container_path",
     "metadata_cdi_kind",
     "metadata_files",
+    "metadata_spec_glob",
     "parse_generation",
 ]
 
@@ -62,6 +64,21 @@ class MetadataFile:
 def metadata_cdi_kind(driver_name: str) -> str:
     """The CDI kind of metadata specs."""
     return f"{driver_name}/metadata"
+
+
+def claim_metadata_dir(plugin_dir: Path, namespace: str, name: str) -> Path:
+    """``<plugin-dir>/dra-device-metadata/<ns>_<claim>``: the claim's tree, one subdirectory per request."""
+    return plugin_dir / METADATA_DIR / f"{namespace}_{name}"
+
+
+def metadata_spec_glob(driver_name: str, claim_uid: str) -> str:
+    """The glob matching every metadata spec file of a claim (``<driver>_metadata_<uid>_*.json``).
+
+    Unprepare uses it when the journal has no entry (a crash between writing files and the
+    journal), so it must name files exactly as :func:`metadata_files` does.
+    """
+    stem = transient_spec_file_name(metadata_cdi_kind(driver_name), claim_uid).removesuffix(".json")
+    return f"{stem}_*.json"
 
 
 def container_path(view: ClaimView, request: str, driver_name: str) -> str:
@@ -139,7 +156,7 @@ def metadata_files(
     for dev in view.devices:
         by_request.setdefault(dev.base_request, []).append(dev)
     kind = metadata_cdi_kind(driver_name)
-    claim_dir = plugin_dir / METADATA_DIR / f"{view.namespace}_{view.name}"
+    claim_dir = claim_metadata_dir(plugin_dir, view.namespace, view.name)
     out: list[MetadataFile] = []
     for request, devs in by_request.items():
         host_path = claim_dir / request / "metadata.json"

@@ -305,6 +305,22 @@ def test_unprepare_unknown_claim_succeeds(world: World) -> None:
     assert world.driver().unprepare_claims(refs) == {"u-unknown": "", "": ""}
 
 
+def test_unprepare_without_journal_entry_removes_that_claims_spec_files(world: World) -> None:
+    """A crash before the journal save leaves spec files: unprepare finds them by UID, no others."""
+    other_uid = UID.replace("0001", "0002")
+    other = world.getter.add(claim(other_uid, "other", "ml", results=[result("gpu", GPU1)]))
+    ref = world.getter.add(_full_claim())
+    drv = world.driver()
+    assert all(r.ok for r in drv.prepare_claims([ref, other]).values())
+    journal = world.plugin_dir / "state" / "journal.json"
+    doc = json.loads(journal.read_text())
+    assert sorted(doc["body"]["claims"]) == [UID, other_uid]
+    journal.unlink()  # as if the crash struck before the journal was written
+    assert world.driver().unprepare_claims([ref]) == {UID: ""}
+    kept = [f"{DRIVER}_claim_{other_uid}.json", f"{DRIVER}_metadata_{other_uid}_gpu.json"]
+    assert world.cdi_files() == kept
+
+
 def test_unprepare_works_after_claim_deleted(world: World) -> None:
     """Unprepare needs no API call: it works after the claim is gone from the apiserver."""
     ref = world.getter.add(_full_claim())
