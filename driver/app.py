@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from driver import DEFAULT_DRIVER_NAME
 from driver.errors import DriverError, KubeError, RecoverableError, SliceError
 from driver.inventory.model import Inventory
+from driver.kubelet.paths import DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRAR_DIR, default_plugin_dir
 from driver.log import LogFormat, get_logger
 from driver.pinning.backend import PinningKind
 from driver.plugin import ClaimRef, DriverPlugin, PreparedDevice, PrepareResult
@@ -72,9 +73,6 @@ __all__ = [
     "RunConfig",
 ]
 
-DEFAULT_REGISTRAR_DIR = Path("/var/lib/kubelet/plugins_registry")
-#: the plugin dir defaults to ``<this>/<driver name>``
-DEFAULT_PLUGINS_DIR = Path("/var/lib/kubelet/plugins")
 DEFAULT_CDI_DIR = Path("/var/run/cdi")
 #: same value as ``driver.pinning.nri.DEFAULT_NRI_SOCKET`` (not imported: it pulls in the NRI stubs)
 DEFAULT_NRI_SOCKET = Path("/var/run/nri/nri.sock")
@@ -95,7 +93,7 @@ class RunConfig:
     host_root: Path = Path("/")
     kubeconfig: str | None = None  # None: in-cluster service account
     registrar_dir: Path = DEFAULT_REGISTRAR_DIR
-    plugin_dir: Path | None = None  # None: DEFAULT_PLUGINS_DIR / driver_name
+    plugin_dir: Path | None = None  # None: default_plugin_dir(driver_name)
     cdi_dir: Path = DEFAULT_CDI_DIR
     pod_uid: str | None = None
     pinning: PinningKind = PinningKind.OFF
@@ -116,7 +114,7 @@ class RunConfig:
     @property
     def effective_plugin_dir(self) -> Path:
         """``--plugin-dir``, or ``/var/lib/kubelet/plugins/<driver>``."""
-        return self.plugin_dir if self.plugin_dir is not None else DEFAULT_PLUGINS_DIR / self.driver_name
+        return self.plugin_dir if self.plugin_dir is not None else default_plugin_dir(self.driver_name)
 
 
 class PreparedIndex:

@@ -13,12 +13,30 @@ from driver import DEFAULT_DRIVER_NAME
 from driver.errors import ConfigError
 from driver.pinning.types import parse_cpulist
 
-__all__ = ["default_node_name", "register"]
+__all__ = ["check_driver_name", "check_node_name", "default_node_name", "register"]
 
 
 def default_node_name() -> str:
     """``NODE_NAME`` from the environment, else the host name lower-cased (as the kubelet does)."""
     return os.environ.get("NODE_NAME") or socket.gethostname().lower()
+
+
+def check_node_name(name: str, where: str = "--node-name") -> str:
+    """``name`` if the apiserver takes it as a node (and pool) name; else ConfigError naming ``where``."""
+    from driver.slices._limits import is_dns_subdomain
+
+    if not is_dns_subdomain(name):
+        raise ConfigError(f"{where} {name!r} is not a valid node name (DNS subdomain)")
+    return name
+
+
+def check_driver_name(name: str, where: str = "--driver-name") -> str:
+    """``name`` if it is a valid DRA driver name; else ConfigError naming ``where``."""
+    from driver.slices._limits import MAX_DRIVER_NAME, is_dns_subdomain
+
+    if not is_dns_subdomain(name, MAX_DRIVER_NAME):
+        raise ConfigError(f"{where} {name!r} is not a DNS subdomain of at most {MAX_DRIVER_NAME} characters")
+    return name
 
 
 def register(sub: Any) -> None:
@@ -59,16 +77,10 @@ def register(sub: Any) -> None:
 def _run(args: argparse.Namespace) -> int:
     from driver.inventory.discovery import discover
     from driver.inventory.table import render_table
-    from driver.slices._limits import MAX_DRIVER_NAME, is_dns_subdomain
     from driver.slices.builder import build_slices
 
-    node_name = args.node_name or default_node_name()
-    if not is_dns_subdomain(node_name):
-        raise ConfigError(f"--node-name {node_name!r} is not a valid node name (DNS subdomain)")
-    if not is_dns_subdomain(args.driver_name, MAX_DRIVER_NAME):
-        raise ConfigError(
-            f"--driver-name {args.driver_name!r} is not a DNS subdomain of at most 63 characters"
-        )
+    node_name = check_node_name(args.node_name or default_node_name())
+    check_driver_name(args.driver_name)
     try:
         reserved = parse_cpulist(args.reserved_cpus)
     except ValueError as exc:

@@ -171,12 +171,10 @@ def _run(args: argparse.Namespace) -> int:
 
 def _journal_entries(plugin_dir: Path | None, driver_name: str) -> list[Any]:
     """Prepared claims; a missing journal is none, an unreadable one a warning (explain still works)."""
-    from driver.state.journal import Journal, journal_path
+    from driver.cli.state import load_journal
 
-    path = journal_path(plugin_dir or Path("/var/lib/kubelet/plugins") / driver_name)
-    journal = Journal(path)
     try:
-        journal.load()
+        journal = load_journal(plugin_dir, driver_name)
     except JournalError as exc:
         sys.stderr.write(f"numadra: warning: prepared claims not taken into account: {exc}\n")
         return []

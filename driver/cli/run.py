@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from driver import DEFAULT_DRIVER_NAME
 from driver.errors import ConfigError
+from driver.kubelet.paths import DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRAR_DIR
 
 if TYPE_CHECKING:
     from driver.app import HotplugSource, RunConfig
@@ -66,8 +67,8 @@ FLAGS: tuple[Flag, ...] = (
     _flag("--driver-name", DEFAULT_DRIVER_NAME, "DRA driver name"),
     _flag("--host-root", "/", "where the host's /sys, /proc and /dev are mounted"),
     _flag("--kubeconfig", "", "kubeconfig file (also $KUBECONFIG); default: in-cluster service account"),
-    _flag("--registrar-dir", "/var/lib/kubelet/plugins_registry", "kubelet plugin registration directory"),
-    _flag("--plugin-dir", "", "sockets, journal and metadata (default /var/lib/kubelet/plugins/<driver>)"),
+    _flag("--registrar-dir", str(DEFAULT_REGISTRAR_DIR), "kubelet plugin registration directory"),
+    _flag("--plugin-dir", "", f"sockets, journal and metadata (default {DEFAULT_PLUGINS_DIR}/<driver>)"),
     _flag("--cdi-dir", "/var/run/cdi", "where the per-claim CDI specs are written"),
     _flag("--pod-uid", "", "this pod's UID: unique socket names for rolling updates", env="POD_UID"),
     _flag("--pinning", "off", "CPU/memory pinning backend", choices=("nri", "hook", "cgroupfs", "off")),
@@ -152,7 +153,12 @@ def _raw(args: argparse.Namespace, env: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
-def _where(f: Flag) -> str:
+_BY_DEST: dict[str, Flag] = {f.dest: f for f in FLAGS}
+
+
+def _where(dest: str) -> str:
+    """How an error names an option: its flag and its environment variable."""
+    f = _BY_DEST[dest]
     return f"{f.flag} (env {f.env})"
 
 
@@ -160,19 +166,18 @@ def _check(raw: Mapping[str, str]) -> None:
     for f in FLAGS:
         value = raw[f.dest]
         if f.choices and value not in f.choices:
-            raise ConfigError(f"{_where(f)} must be one of {'|'.join(f.choices)}, got {value!r}")
+            raise ConfigError(f"{_where(f.dest)} must be one of {'|'.join(f.choices)}, got {value!r}")
         if f.boolean and value.lower() not in _TRUE | _FALSE:
-            raise ConfigError(f"{_where(f)} must be true or false, got {value!r}")
+            raise ConfigError(f"{_where(f.dest)} must be true or false, got {value!r}")
 
 
 def _seconds(raw: Mapping[str, str], dest: str, *, zero_ok: bool) -> float:
-    f = next(x for x in FLAGS if x.dest == dest)
     try:
         value = float(raw[dest])
     except ValueError:
-        raise ConfigError(f"{_where(f)} must be a number of seconds, got {raw[dest]!r}") from None
+        raise ConfigError(f"{_where(dest)} must be a number of seconds, got {raw[dest]!r}") from None
     if not value >= 0 or value == float("inf") or (value == 0 and not zero_ok):
-        raise ConfigError(f"{_where(f)} must be {'>= 0' if zero_ok else '> 0'} seconds, got {raw[dest]!r}")
+        raise ConfigError(f"{_where(dest)} must be {'>= 0' if zero_ok else '> 0'} seconds, got {raw[dest]!r}")
     return value
 
 
@@ -192,40 +197,29 @@ def _check_cluster_access(kubeconfig: str | None, env: Mapping[str, str]) -> Non
 def config_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> RunConfig:
     """Flags + environment -> a checked :class:`~driver.app.RunConfig`; ConfigError names the bad one."""
     from driver.app import RunConfig
-    from driver.cli.discover import default_node_name
+    from driver.cli.discover import check_driver_name, check_node_name, default_node_name
     from driver.observability.server import parse_address
     from driver.pinning.backend import PinningKind
     from driver.pinning.types import parse_cpulist
-    from driver.slices._limits import MAX_DRIVER_NAME, is_dns_subdomain
 
-    raw = _raw(args, os.environ if env is None else env)
+    env = os.environ if env is None else env
+    raw = _raw(args, env)
     _check(raw)
-    node = raw["node_name"] or default_node_name()
-    if not is_dns_subdomain(node):
-        raise ConfigError(f"--node-name (env NODE_NAME) {node!r} is not a valid node name (DNS subdomain)")
-    driver = raw["driver_name"]
-    if not is_dns_subdomain(driver, MAX_DRIVER_NAME):
-        raise ConfigError(
-            f"--driver-name (env NUMADRA_DRIVER_NAME) {driver!r} is not a DNS subdomain of at most "
-            f"{MAX_DRIVER_NAME} characters"
-        )
+    node = check_node_name(raw["node_name"] or default_node_name(), _where("node_name"))
+    driver = check_driver_name(raw["driver_name"], _where("driver_name"))
     try:
         reserved = parse_cpulist(raw["reserved_cpus"])
     except ValueError as exc:
-        raise ConfigError(
-            f"--reserved-cpus (env NUMADRA_RESERVED_CPUS) {raw['reserved_cpus']!r}: {exc}"
-        ) from exc
+        raise ConfigError(f"{_where('reserved_cpus')} {raw['reserved_cpus']!r}: {exc}") from exc
     if raw["metrics_address"]:
         parse_address(raw["metrics_address"])  # ConfigError names the address
     if not raw["hook_path"].startswith("/"):
-        raise ConfigError(
-            f"--hook-path (env NUMADRA_HOOK_PATH) must be an absolute path, got {raw['hook_path']!r}"
-        )
+        raise ConfigError(f"{_where('hook_path')} must be an absolute path, got {raw['hook_path']!r}")
     kubeconfig = raw["kubeconfig"] or None
-    _check_cluster_access(kubeconfig, os.environ if env is None else env)
+    _check_cluster_access(kubeconfig, env)
     host_root = Path(raw["host_root"])
     if not host_root.is_dir():
-        raise ConfigError(f"--host-root (env NUMADRA_HOST_ROOT) {host_root} is not a directory")
+        raise ConfigError(f"{_where('host_root')} {host_root} is not a directory")
     return RunConfig(
         node_name=node,
         driver_name=driver,

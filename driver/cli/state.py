@@ -10,11 +10,14 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from driver import DEFAULT_DRIVER_NAME
 
-__all__ = ["register"]
+if TYPE_CHECKING:
+    from driver.state.journal import Journal
+
+__all__ = ["load_journal", "register"]
 
 
 def register(sub: Any) -> None:
@@ -37,13 +40,24 @@ def register(sub: Any) -> None:
     p.set_defaults(handler=_run)
 
 
-def _run(args: argparse.Namespace) -> int:
-    from driver.pinning.types import format_cpulist
+def load_journal(plugin_dir: Path | None, driver_name: str) -> Journal:
+    """The journal of ``--plugin-dir`` (default: the driver's kubelet plugin dir), loaded.
+
+    Raises :class:`~driver.errors.JournalError`, which says what is wrong and how to recover.
+    """
+    from driver.kubelet.paths import default_plugin_dir
     from driver.state.journal import Journal, journal_path
 
-    path = journal_path(args.plugin_dir or Path("/var/lib/kubelet/plugins") / args.driver_name)
-    journal = Journal(path)
-    journal.load()  # JournalError (exit 1) says what is wrong and how to recover
+    journal = Journal(journal_path(plugin_dir or default_plugin_dir(driver_name)))
+    journal.load()
+    return journal
+
+
+def _run(args: argparse.Namespace) -> int:
+    from driver.pinning.types import format_cpulist
+
+    journal = load_journal(args.plugin_dir, args.driver_name)  # JournalError: exit 1
+    path = journal.path
     entries = list(journal.entries())
     if args.output == "json":
         claims = [e.to_json() for e in entries]

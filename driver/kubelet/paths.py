@@ -17,15 +17,22 @@ from pathlib import Path
 from driver.errors import ConfigError
 
 __all__ = [
+    "DEFAULT_PLUGINS_DIR",
+    "DEFAULT_REGISTRAR_DIR",
     "DRA_SOCKET_NAME",
     "MAX_SOCKET_PATH_BYTES",
     "SERIALIZE_LOCK_NAME",
     "SocketPaths",
+    "default_plugin_dir",
     "dra_socket_path",
     "registration_socket_path",
     "socket_paths",
 ]
 
+#: where the kubelet watches for registration sockets
+DEFAULT_REGISTRAR_DIR = Path("/var/lib/kubelet/plugins_registry")
+#: the kubelet's per-plugin directories; ours is ``<this>/<driver name>``
+DEFAULT_PLUGINS_DIR = Path("/var/lib/kubelet/plugins")
 #: sun_path is 108 bytes including the terminating NUL
 MAX_SOCKET_PATH_BYTES = 107
 DRA_SOCKET_NAME = "dra.sock"
@@ -39,6 +46,11 @@ class SocketPaths:
     registration: Path
     dra: Path
     lock: Path
+
+
+def default_plugin_dir(driver_name: str) -> Path:
+    """``/var/lib/kubelet/plugins/<driver>``: sockets, journal and metadata when ``--plugin-dir`` is unset."""
+    return DEFAULT_PLUGINS_DIR / driver_name
 
 
 def _fits(path: Path) -> bool:

@@ -38,3 +38,26 @@ def test_parser_loads_no_heavy_library() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        pytest.param(
+            ["--node-name", "Bad_Node"], "--node-name 'Bad_Node' is not a valid node name", id="node"
+        ),
+        pytest.param(
+            ["--driver-name", "d" * 64],
+            "is not a DNS subdomain of at most 63 characters",
+            id="driver-too-long",
+        ),
+    ],
+)
+def test_discover_rejects_bad_names_with_exit_2(
+    argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """discover checks node and driver names like run does: one line naming the flag, exit 2."""
+    assert main(["discover", *argv]) == 2
+    err = capsys.readouterr().err
+    assert needle in err
+    assert len(err.strip().splitlines()) == 1
