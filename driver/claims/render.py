@@ -25,7 +25,8 @@ from collections.abc import Callable, Iterable
 
 from cdi import ContainerEdits, Device, DeviceNode, Hook, Spec, qualified_name, transient_spec_file_name
 from driver.claims.selection import AllocatedDevice, ClaimView
-from driver.inventory.model import DeviceKind, Gpu, InventoryDevice, Nic, NumaNode
+from driver.inventory.model import DeviceKind, Gpu, Nic
+from driver.pinning.planner import device_numa_node
 from driver.pinning.types import (
     ENV_CLAIM_UID,
     ENV_CPU_MODE,
@@ -45,7 +46,6 @@ __all__ = [
     "claim_cdi_kind",
     "claim_spec",
     "claim_spec_file_name",
-    "device_numa_node",
 ]
 
 #: makes the CDI hook that enforces one request's pinning (``driver.pinning.hook.cdi_hook``)
@@ -68,13 +68,6 @@ def cdi_device_name(claim_uid: str, dev: AllocatedDevice) -> str:
     """``<claimUID>-<device>[-<shareID>]``: unique per claim and share, never reused."""
     name = f"{claim_uid}-{dev.device_name}"
     return f"{name}-{dev.share_id}" if dev.share_id else name
-
-
-def device_numa_node(device: InventoryDevice) -> int | None:
-    """The NUMA node of a device (None when the kernel does not say)."""
-    if isinstance(device, NumaNode):
-        return device.id
-    return device.pci.numa_node
 
 
 def _joined(values: Iterable[str]) -> str:

@@ -22,14 +22,21 @@ import threading
 from collections.abc import Callable, Collection, Iterable, Sequence
 
 from driver.errors import ClaimError, CpuExhaustedError, PinningError
-from driver.inventory.model import Gpu, Inventory, Nic, NumaNode
+from driver.inventory.model import Inventory, InventoryDevice, NumaNode
 from driver.log import get_logger
 from driver.pinning.allocator import allocate_cpus
 from driver.pinning.types import ClaimPinning, CpuAssignment, CpuMode, CpuRequest, format_cpulist
 
-__all__ = ["CpuPlanner", "mems_for_devices"]
+__all__ = ["CpuPlanner", "device_numa_node", "mems_for_devices"]
 
 _log = get_logger("pinning.planner")
+
+
+def device_numa_node(device: InventoryDevice) -> int | None:
+    """The NUMA node of a device: a cpu device's own node, else the PCI function's (None: unknown)."""
+    if isinstance(device, NumaNode):
+        return device.id
+    return device.pci.numa_node
 
 
 def mems_for_devices(inventory: Inventory, device_names: Iterable[str]) -> frozenset[int]:
@@ -38,14 +45,9 @@ def mems_for_devices(inventory: Inventory, device_names: Iterable[str]) -> froze
     GPUs and NICs whose firmware reports no node (``numa_node`` None) and names this inventory
     does not know contribute nothing; an empty result means "leave mems alone".
     """
-    nodes: set[int] = set()
-    for name in device_names:
-        dev = inventory.find(name)
-        if isinstance(dev, NumaNode):
-            nodes.add(dev.id)
-        elif isinstance(dev, Gpu | Nic) and dev.pci.numa_node is not None:
-            nodes.add(dev.pci.numa_node)
-    return frozenset(nodes)
+    devices = (inventory.find(name) for name in device_names)
+    nodes = (device_numa_node(dev) for dev in devices if dev is not None)
+    return frozenset(n for n in nodes if n is not None)
 
 
 class CpuPlanner:
