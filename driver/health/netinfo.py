@@ -1,4 +1,8 @@
-"""Addresses of a host network interface in CIDR form, for a claim's ``networkData``.
+"""Where a NIC's netdev is now, and its addresses in CIDR form, for health and ``networkData``.
+
+Interface names change after discovery (udev renames, a move into a pod's namespace) while the PCI
+function does not, so :func:`netdev_dir` finds the netdev under the function, for the health
+signals and the claim status alike.
 
 The real source asks the kernel through ``ip -j addr show dev IF`` (iproute2 speaks netlink and
 knows every address with its prefix); without ``ip`` it falls back to ``/proc/net/if_inet6`` for
@@ -15,14 +19,43 @@ import os
 import socket
 import struct
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
-__all__ = ["IpSource", "host_ip_source", "ips_from_ip_json"]
+from driver.inventory._sysfs import list_dir
+
+__all__ = ["IpSource", "host_ip_source", "ips_from_ip_json", "netdev_dir"]
+
+# ruff: noqa: PTH112, PTH118 - os.path on purpose: asked for every NIC on every poll (see _sysfs)
 
 IpSource = Callable[[str], Sequence[str]]  # interface name -> ["192.0.2.5/24", "2001:db8::5/64"]
 
 _SIOCGIFADDR = 0x8915
 _SIOCGIFNETMASK = 0x891B
+
+
+def netdev_dir(pci_dir: str, interface: str) -> str | None:
+    """The netdev directory of a PCI network function as seen now, or None when it is not visible.
+
+    Looks under the function itself, then under its virtio children (cloud VMs): the discovered
+    name first, else whatever name the netdev has now. Directories are listed only when needed,
+    since the health monitor asks for every NIC on every poll.
+    """
+    for parent in _netdev_parents(pci_dir):
+        net = os.path.join(parent, "net")
+        named = os.path.join(net, interface)
+        if os.path.isdir(named):
+            return named
+        for name in list_dir(net):
+            if os.path.isdir(os.path.join(net, name)):
+                return os.path.join(net, name)
+    return None
+
+
+def _netdev_parents(pci_dir: str) -> Iterator[str]:
+    yield pci_dir
+    for child in list_dir(pci_dir):
+        if child.startswith("virtio"):
+            yield os.path.join(pci_dir, child)
 
 
 def ips_from_ip_json(text: str) -> list[str]:

@@ -19,6 +19,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from driver.health.netinfo import netdev_dir
 from driver.inventory._sysfs import list_dir, read_text
 from driver.inventory.model import Gpu, InventoryDevice, Nic, NumaNode
 from driver.plugin import HealthState
@@ -93,19 +94,8 @@ class SignalReader:
                 return Reading(HealthState.UNHEALTHY, "GpuLost")
         return HEALTHY
 
-    def _netdev(self, nic: Nic, pci_dir: str) -> str | None:
-        """The netdev directory of the function as seen now (names may change; the PCI path does not)."""
-        candidates = [os.path.join(pci_dir, "net", nic.interface_name)]
-        candidates += [os.path.join(pci_dir, "net", name) for name in list_dir(os.path.join(pci_dir, "net"))]
-        candidates += [
-            os.path.join(pci_dir, child, "net", nic.interface_name)
-            for child in list_dir(pci_dir)
-            if child.startswith("virtio")
-        ]
-        return next((c for c in candidates if os.path.isdir(c)), None)
-
     def _nic(self, nic: Nic, pci_dir: str) -> Reading:
-        netdev = self._netdev(nic, pci_dir)
+        netdev = netdev_dir(pci_dir, nic.interface_name)
         if netdev is None:
             return Reading(HealthState.UNKNOWN, "NetdevNotVisible")
         flags = read_text(os.path.join(netdev, "flags"))

@@ -20,8 +20,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from driver.errors import KubeError
-from driver.health.netinfo import IpSource, host_ip_source
-from driver.inventory._sysfs import list_dir, read_text
+from driver.health.netinfo import IpSource, host_ip_source, netdev_dir
+from driver.inventory._sysfs import read_text
 from driver.inventory.model import Gpu, Inventory, Nic, NumaNode
 from driver.kube.types import JsonObject
 from driver.log import get_logger
@@ -36,7 +36,7 @@ MAX_INTERFACE_NAME_BYTES = 256
 MAX_HARDWARE_ADDRESS_BYTES = 128
 _log = get_logger("health.status")
 
-# ruff: noqa: PTH118 - os.path like the sysfs readers
+# ruff: noqa: PTH118, PTH119 - os.path like the sysfs readers
 
 
 class StatusApi(Protocol):
@@ -160,11 +160,10 @@ class ClaimStatusWriter:
 
     def _network_data(self, nic: Nic) -> dict[str, Any]:
         interface, mac = nic.interface_name, nic.mac_address
-        net_dir = os.path.join(self._host_root, "sys/bus/pci/devices", nic.pci.bus_id, "net")
-        names = list_dir(net_dir)
-        if names and interface not in names:
-            interface = names[0]  # renamed since discovery
-        mac = read_text(os.path.join(net_dir, interface, "address")) or mac
+        netdev = netdev_dir(os.path.join(self._host_root, "sys/bus/pci/devices", nic.pci.bus_id), interface)
+        if netdev is not None:  # else not visible here (moved into a pod): as discovered
+            interface = os.path.basename(netdev)
+            mac = read_text(os.path.join(netdev, "address")) or mac
         ips = list(dict.fromkeys(self._ips(interface)))
         if len(ips) > MAX_IPS:
             _log.warning("interface has more addresses than the API allows", device=nic.name, ips=len(ips))

@@ -7,13 +7,15 @@ from typing import Any
 
 import pytest
 
+from driver.health.signals import Reading, SignalReader
 from driver.health.status import ClaimStatusWriter
 from driver.inventory.discovery import discover
 from driver.inventory.model import DeviceKind, Inventory, pci_device_name
 from driver.kube.client import KubeClient
-from driver.plugin import PreparedDevice
+from driver.plugin import HealthState, PreparedDevice
 from driver.testing.fakeapiserver import FakeApiServer
 from driver.testing.hosttree import write_host_tree
+from driver.testing.topologies import cloud_vm
 
 from .conftest import DRIVER, NODE
 from .hosts import GPU_BDF, NIC_BDF, NIC_IF, health_topology
@@ -118,3 +120,35 @@ def test_ip_limit_is_respected(api: FakeApiServer, client: KubeClient, inventory
 def test_deleted_claim_is_not_an_error(client: KubeClient, inventory: Inventory) -> None:
     """Clearing the status of a claim that is already gone succeeds quietly."""
     _writer(client, inventory).clear("team", "gone")
+
+
+def test_virtio_nic_network_data_is_read_from_its_live_netdev(tmp_path: Path) -> None:
+    """A virtio NIC's netdev (under its virtio child) is found: renamed interface and new MAC are reported."""
+    root = write_host_tree(tmp_path / "host", cloud_vm)
+    inventory = discover(root, use_nvml=False)
+    (nic,) = inventory.nics
+    net = root / "sys/bus/pci/devices" / nic.pci.bus_id / "virtio2/net"
+    (net / "eth0").rename(net / "ens4")
+    (net / "ens4/address").write_text("42:01:0a:80:00:99\n")
+    writer = ClaimStatusWriter(
+        _NoApi(),
+        driver_name=DRIVER,
+        inventory=inventory,
+        host_root=str(root),
+        ip_source=lambda i: IPS.get(i, []),
+    )
+    claim = {
+        "status": {
+            "allocation": {"devices": {"results": [{"driver": DRIVER, "pool": NODE, "device": nic.name}]}}
+        }
+    }
+    (entry,) = writer.entries(claim, _prepared(nic.name))
+    assert entry["networkData"] == {"interfaceName": "ens4", "hardwareAddress": "42:01:0a:80:00:99"}
+    assert SignalReader(str(root), use_nvml=False).read(nic) == Reading(HealthState.HEALTHY)
+
+
+class _NoApi:
+    """entries() makes no call; any call would fail the test."""
+
+    def apply_claim_status(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        raise AssertionError("no apiserver call expected")
