@@ -66,13 +66,13 @@ class DeviceView:
 
     def attribute(self, qualified: str) -> Any:
         """Value of a fully qualified attribute (``resource.kubernetes.io/numaNode``), or None."""
-        domain, _, ident = qualified.rpartition("/")
-        return self.attributes.get(domain or self.driver, {}).get(ident)
+        domain, ident = _split(qualified, self.driver)
+        return self.attributes.get(domain, {}).get(ident)
 
     def capacity_of(self, name: str) -> Fraction | None:
         """Total of a capacity (``cpus`` or ``numadra.dev/cpus``), or None when the device has none."""
-        domain, _, ident = name.rpartition("/")
-        return self.capacity.get(domain or self.driver, {}).get(ident)
+        domain, ident = _split(name, self.driver)
+        return self.capacity.get(domain, {}).get(ident)
 
     def cel(self) -> CelDevice:
         """The ``device`` variable of a CEL selector."""
@@ -80,6 +80,7 @@ class DeviceView:
 
 
 def _split(key: str, driver: str) -> tuple[str, str]:
+    """(domain, name) of an attribute or capacity name; no domain means the driver's own."""
     domain, _, ident = key.rpartition("/")
     return domain or driver, ident
 
