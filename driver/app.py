@@ -24,7 +24,6 @@ the claims logic is closed; it is idempotent and also undoes a half-finished :me
 
 from __future__ import annotations
 
-import queue
 import signal
 import threading
 import time
@@ -42,21 +41,21 @@ from driver.inventory.model import Inventory
 from driver.kubelet.paths import DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRAR_DIR, default_plugin_dir
 from driver.log import LogFormat, get_logger
 from driver.pinning.backend import PinningKind
-from driver.plugin import ClaimRef, DriverPlugin, PreparedDevice, PrepareResult
 
 if TYPE_CHECKING:
     from driver.claims import ClaimsDriver
     from driver.health.monitor import HealthMonitor
     from driver.health.status import ClaimStatusWriter
+    from driver.health.statusqueue import AsyncStatusWriter
     from driver.health.taints import HealthTaints, TaintEffect
     from driver.kube.client import KubeClient
-    from driver.kube.types import JsonObject
     from driver.kubelet.server import KubeletPluginServer
     from driver.observability import Metrics, MetricsServer
+    from driver.observability.metered import MeteredPlugin
     from driver.pinning.nri import NriPlugin
     from driver.pinning.planner import CpuPlanner
-    from driver.pinning.types import ClaimPinning
     from driver.slices.publisher import SlicePublisher
+    from driver.state.index import PreparedIndex
     from driver.state.journal import JournalEntry
 
 __all__ = [
@@ -66,10 +65,7 @@ __all__ = [
     "DEFAULT_PLUGINS_DIR",
     "DEFAULT_REGISTRAR_DIR",
     "App",
-    "AsyncStatusWriter",
     "HotplugSource",
-    "MeteredPlugin",
-    "PreparedIndex",
     "RunConfig",
 ]
 
@@ -115,184 +111,6 @@ class RunConfig:
     def effective_plugin_dir(self) -> Path:
         """``--plugin-dir``, or ``/var/lib/kubelet/plugins/<driver>``."""
         return self.plugin_dir if self.plugin_dir is not None else default_plugin_dir(self.driver_name)
-
-
-class PreparedIndex:
-    """What other components need to know about prepared claims, read from the journal.
-
-    The health stream names the CDI IDs of prepared devices, the NRI plugin checks a container's
-    marker against its claim's pinning, and the node shared pool excludes claimed CPUs. Reading the
-    journal on each of those calls would contend with prepares, so this keeps a copy that is
-    marked stale after every prepare/unprepare and refreshed off the RPC path; a pinning lookup
-    that misses refreshes at once, because a container may be created right after its prepare.
-    """
-
-    def __init__(self, source: Callable[[], Sequence[JournalEntry]]) -> None:
-        self._source = source
-        self._lock = threading.Lock()
-        #: one refresh at a time: otherwise a refresh that read the journal earlier could store
-        #: its older copy over a later one's, and the index would stay behind until the next change
-        self._refresh_lock = threading.Lock()
-        self._stale = True
-        self._by_device: dict[str, tuple[str, ...]] = {}
-        self._pinning: dict[str, ClaimPinning | None] = {}
-        self._claimed: frozenset[int] = frozenset()
-
-    @property
-    def stale(self) -> bool:
-        """True when a prepare or unprepare happened since the last refresh."""
-        return self._stale
-
-    def invalidate(self) -> None:
-        """Note that the journal changed."""
-        self._stale = True
-
-    def refresh(self) -> None:
-        """Re-read the journal (through the claims driver, under its lock)."""
-        with self._refresh_lock:
-            self._stale = False
-            entries = self._source()
-            by_device: dict[str, list[str]] = {}
-            pinning: dict[str, ClaimPinning | None] = {}
-            claimed: set[int] = set()
-            for entry in entries:
-                pinning[entry.uid] = entry.pinning
-                for dev in entry.devices:
-                    by_device.setdefault(dev.device_name, []).extend(dev.cdi_device_ids)
-                if entry.pinning is not None:
-                    for assignment in entry.pinning.assignments:
-                        claimed |= assignment.cpus
-            with self._lock:
-                self._by_device = {name: tuple(ids) for name, ids in by_device.items()}
-                self._pinning = pinning
-                self._claimed = frozenset(claimed)
-
-    def cdi_ids(self, device_name: str) -> tuple[str, ...]:
-        """CDI IDs of every prepared use of a device (cached; the health stream calls this)."""
-        with self._lock:
-            return self._by_device.get(device_name, ())
-
-    def pinning(self, claim_uid: str) -> ClaimPinning | None:
-        """The pinning of a prepared claim; refreshes once when unknown or stale."""
-        with self._lock:
-            known = claim_uid in self._pinning
-            found = self._pinning.get(claim_uid)
-        if known and not self._stale:
-            return found
-        self.refresh()
-        with self._lock:
-            return self._pinning.get(claim_uid)
-
-    def claimed_cpus(self) -> frozenset[int]:
-        """CPUs held by prepared claims (as of the last refresh)."""
-        with self._lock:
-            return self._claimed
-
-    def count(self) -> int:
-        """Prepared claims (as of the last refresh)."""
-        with self._lock:
-            return len(self._pinning)
-
-
-class MeteredPlugin:
-    """The :class:`~driver.plugin.DriverPlugin` the kubelet server calls: the claims driver plus
-    metrics and a change notice.
-
-    Each claim of a call is observed with the call's duration (the claims of one call are done
-    together, concurrently). ``metrics`` is attached after registration, since prometheus is not
-    imported before the plugin registers.
-    """
-
-    def __init__(self, inner: DriverPlugin, on_change: Callable[[], None]) -> None:
-        self._inner = inner
-        self._on_change = on_change
-        self.metrics: Metrics | None = None
-
-    def prepare_claims(self, claims: Sequence[ClaimRef]) -> Mapping[str, PrepareResult]:
-        """Prepare through the claims driver; count every claim's result."""
-        start = time.perf_counter()
-        try:
-            results = self._inner.prepare_claims(claims)
-        except BaseException:
-            self._observe("prepare", {ref.uid: False for ref in claims}, time.perf_counter() - start)
-            raise
-        finally:
-            self._on_change()
-        self._observe("prepare", {uid: r.ok for uid, r in results.items()}, time.perf_counter() - start)
-        return results
-
-    def unprepare_claims(self, claims: Sequence[ClaimRef]) -> Mapping[str, str]:
-        """Unprepare through the claims driver; count every claim's result."""
-        start = time.perf_counter()
-        try:
-            results = self._inner.unprepare_claims(claims)
-        except BaseException:
-            self._observe("unprepare", {ref.uid: False for ref in claims}, time.perf_counter() - start)
-            raise
-        finally:
-            self._on_change()
-        self._observe(
-            "unprepare", {uid: not err for uid, err in results.items()}, time.perf_counter() - start
-        )
-        return results
-
-    def handle_error(self, err: BaseException, msg: str) -> None:
-        """Background failures go to the claims driver's policy (log, or stop when fatal)."""
-        self._inner.handle_error(err, msg)
-
-    def _observe(self, op: str, outcome: Mapping[str, bool], seconds: float) -> None:
-        metrics = self.metrics
-        if metrics is None:
-            return
-        observe = metrics.observe_prepare if op == "prepare" else metrics.observe_unprepare
-        for ok in outcome.values():
-            observe("success" if ok else "error", seconds)
-
-
-class AsyncStatusWriter:
-    """Writes claim ``status.devices`` from one background thread, in call order.
-
-    The status write is one more apiserver round trip per claim that the kubelet need not wait
-    for (it is informational, and best effort anyway); one FIFO worker keeps a claim's "report"
-    before its "clear". The real writer is built by ``factory`` on the worker at its first use,
-    so its imports stay off the registration path.
-    """
-
-    def __init__(self, factory: Callable[[], ClaimStatusWriter]) -> None:
-        self._factory = factory
-        self._inner: ClaimStatusWriter | None = None
-        self._queue: queue.SimpleQueue[Callable[[ClaimStatusWriter], object] | None] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, name="claim-status", daemon=True)
-        self._thread.start()
-
-    def report_prepared(self, claim: JsonObject, devices: Sequence[PreparedDevice]) -> None:
-        """Queue the Ready entries of a prepared claim."""
-        self._queue.put(lambda writer: writer.report_prepared(claim, devices))
-
-    def clear(self, namespace: str, name: str) -> None:
-        """Queue the removal of our entries of an unprepared claim."""
-        self._queue.put(lambda writer: writer.clear(namespace, name))
-
-    def set_inventory(self, inventory: Inventory) -> None:
-        """Follow a changed inventory (in queue order)."""
-        self._queue.put(lambda writer: writer.set_inventory(inventory))
-
-    def close(self, timeout: float = 2.0) -> None:
-        """Finish queued writes (up to ``timeout``), then stop the worker."""
-        self._queue.put(None)
-        self._thread.join(timeout)
-
-    def _run(self) -> None:
-        while True:
-            call = self._queue.get()
-            if call is None:
-                return
-            try:
-                if self._inner is None:
-                    self._inner = self._factory()
-                call(self._inner)
-            except Exception as exc:  # status is informational: log and go on
-                _log.warning("claim status write failed", error=str(exc))
 
 
 class App:
@@ -429,10 +247,13 @@ class App:
         """Steps 1-4: inventory, journal, claims driver, kubelet server (the registration path)."""
         from driver.claims import ClaimsDriver
         from driver.health.monitor import HealthMonitor
+        from driver.health.statusqueue import AsyncStatusWriter
         from driver.inventory.discovery import discover
         from driver.kube.client import shared_client
         from driver.kubelet.server import KubeletPluginServer
+        from driver.observability.metered import MeteredPlugin
         from driver.pinning.planner import CpuPlanner
+        from driver.state.index import PreparedIndex
         from driver.state.journal import Journal, journal_path
 
         cfg = self.config

@@ -198,7 +198,7 @@ def config_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = N
     """Flags + environment -> a checked :class:`~driver.app.RunConfig`; ConfigError names the bad one."""
     from driver.app import RunConfig
     from driver.cli.discover import check_driver_name, check_node_name, default_node_name
-    from driver.observability.server import parse_address
+    from driver.observability.address import parse_address
     from driver.pinning.backend import PinningKind
     from driver.pinning.types import parse_cpulist
 

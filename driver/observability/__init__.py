@@ -1,13 +1,38 @@
 """Operating numadra: Prometheus metrics and the HTTP health endpoints the DaemonSet probes.
 
 :class:`Metrics` is the small facade the other components call (``observe_prepare``, ...);
-:class:`MetricsServer` serves ``/metrics``, ``/healthz`` and ``/readyz`` on ``--metrics-address``.
-Both are self-contained: ``numadra run`` creates one of each and hands the facade around.
+:class:`MetricsServer` serves ``/metrics``, ``/healthz`` and ``/readyz`` on ``--metrics-address``;
+:class:`MeteredPlugin` feeds the facade from the kubelet's prepare/unprepare calls. ``numadra run``
+creates one of each and hands the facade around.
+
+The names are loaded on first use: :mod:`driver.observability.metered` is imported on the plugin
+registration path, which must not pay for prometheus.
 """
 
 from __future__ import annotations
 
-from driver.observability.metrics import Metrics, Result
-from driver.observability.server import MetricsServer, parse_address
+import importlib
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["Metrics", "MetricsServer", "Result", "parse_address"]
+if TYPE_CHECKING:
+    from driver.observability.address import parse_address
+    from driver.observability.metered import MeteredPlugin
+    from driver.observability.metrics import Metrics, Result
+    from driver.observability.server import MetricsServer
+
+__all__ = ["MeteredPlugin", "Metrics", "MetricsServer", "Result", "parse_address"]
+
+_HOME = {
+    "MeteredPlugin": "driver.observability.metered",
+    "Metrics": "driver.observability.metrics",
+    "Result": "driver.observability.metrics",
+    "MetricsServer": "driver.observability.server",
+    "parse_address": "driver.observability.address",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(home), name)

@@ -23,23 +23,12 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from driver.errors import ConfigError
 from driver.log import get_logger
+from driver.observability.address import parse_address
 from driver.observability.metrics import Metrics
 
 __all__ = ["MetricsServer", "parse_address"]
 
 _log = get_logger("metrics")
-
-
-def parse_address(address: str) -> tuple[str, int]:
-    """Split ``host:port`` (``:8080`` = all interfaces, ``[::1]:8080`` for IPv6) into its parts."""
-    host, sep, port_text = address.rpartition(":")
-    if not sep or not port_text.isdigit() or int(port_text) > 65535:
-        raise ConfigError(f"metrics address {address!r}: expected host:port, e.g. :8080 or 127.0.0.1:8080")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    elif ":" in host:
-        raise ConfigError(f"metrics address {address!r}: put an IPv6 host in brackets, e.g. [::1]:8080")
-    return host or "0.0.0.0", int(port_text)  # noqa: S104 -- ":port" means every interface, on purpose
 
 
 class _Server(ThreadingHTTPServer):

@@ -1,20 +1,13 @@
-"""The small parts of the composition root: prepared-claims index, metered plugin, async status writer."""
+"""The prepared-claims index: cached lookups, refresh on miss or staleness, serialized refreshes."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
-from typing import Any
 
-import pytest
-
-from driver.app import AsyncStatusWriter, MeteredPlugin, PreparedIndex
-from driver.inventory.model import Inventory
-from driver.observability import Metrics
 from driver.pinning.types import ClaimPinning, CpuAssignment, CpuMode
-from driver.plugin import ClaimRef, PreparedDevice
+from driver.plugin import PreparedDevice
+from driver.state.index import PreparedIndex
 from driver.state.journal import JournalEntry
-from driver.testing.fakeplugin import FakePlugin
 
 
 def _entry(uid: str, device: str, cpus: frozenset[int] = frozenset()) -> JournalEntry:
@@ -79,82 +72,6 @@ def test_pinning_lookup_refreshes_when_stale() -> None:
     journal.entries.clear()
     index.invalidate()
     assert index.pinning("gone") is None
-
-
-@pytest.mark.parametrize(
-    ("names", "successes", "errors"),
-    [
-        pytest.param(("ok-1", "ok-2"), 2, 0, id="all-ok"),
-        pytest.param(("ok-1", "fail-2"), 1, 1, id="one-bad"),
-    ],
-)
-def test_metered_plugin_counts_each_claim(names: tuple[str, ...], successes: int, errors: int) -> None:
-    """Every claim of a call is one observation with the call's result; the change hook fires."""
-    changes: list[int] = []
-    plugin = MeteredPlugin(FakePlugin(), lambda: changes.append(1))
-    metrics = Metrics()
-    plugin.metrics = metrics
-    refs = [ClaimRef("ns", name, f"uid-{name}") for name in names]
-    results = plugin.prepare_claims(refs)
-    assert set(results) == {r.uid for r in refs}
-    assert metrics.sample("numadra_prepare_total", {"result": "success"}) == successes
-    assert metrics.sample("numadra_prepare_total", {"result": "error"}) == errors
-    plugin.unprepare_claims(refs)
-    assert metrics.sample("numadra_unprepare_total", {"result": "success"}) == successes
-    assert metrics.sample("numadra_unprepare_total", {"result": "error"}) == errors
-    assert len(changes) == 2
-
-
-def test_metered_plugin_counts_errors_when_the_call_raises() -> None:
-    """An infrastructure failure (raise) counts every claim as an error and still notes the change."""
-    changes: list[int] = []
-    plugin = MeteredPlugin(FakePlugin(), lambda: changes.append(1))
-    plugin.metrics = Metrics()
-    with pytest.raises(RuntimeError):
-        plugin.prepare_claims([ClaimRef("ns", "raise-1", "u1"), ClaimRef("ns", "ok", "u2")])
-    assert plugin.metrics.sample("numadra_prepare_total", {"result": "error"}) == 2
-    assert changes == [1]
-
-
-class _RecordingWriter:
-    def __init__(self, fail_on: str = "") -> None:
-        self.calls: list[tuple[str, str]] = []
-        self.fail_on = fail_on
-        self.done = threading.Event()
-
-    def report_prepared(self, claim: Mapping[str, Any], devices: Sequence[PreparedDevice]) -> None:
-        name = claim["metadata"]["name"]
-        if name == self.fail_on:
-            raise RuntimeError("apiserver said no")
-        self.calls.append(("report", name))
-
-    def clear(self, namespace: str, name: str) -> None:
-        self.calls.append(("clear", name))
-        self.done.set()
-
-    def set_inventory(self, inventory: Inventory) -> None:
-        self.calls.append(("inventory", str(len(inventory.gpus))))
-
-
-def test_async_status_writer_keeps_order_and_survives_failures() -> None:
-    """Writes happen off the caller's thread in call order; one failing write does not stop the rest."""
-    writer = _RecordingWriter(fail_on="bad")
-    built: list[int] = []
-
-    def factory() -> Any:
-        built.append(1)
-        return writer
-
-    status = AsyncStatusWriter(factory)
-    assert built == []  # nothing queued: the real writer is not built yet
-    status.report_prepared({"metadata": {"name": "bad"}}, ())
-    status.report_prepared({"metadata": {"name": "a"}}, ())
-    status.set_inventory(Inventory())
-    status.clear("ns", "a")
-    assert writer.done.wait(5)
-    status.close()
-    assert writer.calls == [("report", "a"), ("inventory", "0"), ("clear", "a")]
-    assert built == [1]
 
 
 def test_index_refreshes_never_let_an_older_read_win() -> None:

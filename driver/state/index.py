@@ -1,0 +1,96 @@
+"""A cached read model of the journal: what other components ask about prepared claims.
+
+The health stream names the CDI IDs of prepared devices, the NRI plugin checks a container's
+marker against its claim's pinning, the node shared pool excludes claimed CPUs, and the metrics
+count prepared claims. All of that is derived from the journal's entries; this module keeps the
+derived copy so that none of those callers reads the journal on its own path.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from driver.pinning.types import ClaimPinning
+    from driver.state.journal import JournalEntry
+
+__all__ = ["PreparedIndex"]
+
+
+class PreparedIndex:
+    """What other components need to know about prepared claims, read from the journal.
+
+    The health stream names the CDI IDs of prepared devices, the NRI plugin checks a container's
+    marker against its claim's pinning, and the node shared pool excludes claimed CPUs. Reading the
+    journal on each of those calls would contend with prepares, so this keeps a copy that is
+    marked stale after every prepare/unprepare and refreshed off the RPC path; a pinning lookup
+    that misses refreshes at once, because a container may be created right after its prepare.
+    """
+
+    def __init__(self, source: Callable[[], Sequence[JournalEntry]]) -> None:
+        self._source = source
+        self._lock = threading.Lock()
+        #: one refresh at a time: otherwise a refresh that read the journal earlier could store
+        #: its older copy over a later one's, and the index would stay behind until the next change
+        self._refresh_lock = threading.Lock()
+        self._stale = True
+        self._by_device: dict[str, tuple[str, ...]] = {}
+        self._pinning: dict[str, ClaimPinning | None] = {}
+        self._claimed: frozenset[int] = frozenset()
+
+    @property
+    def stale(self) -> bool:
+        """True when a prepare or unprepare happened since the last refresh."""
+        return self._stale
+
+    def invalidate(self) -> None:
+        """Note that the journal changed."""
+        self._stale = True
+
+    def refresh(self) -> None:
+        """Re-read the journal (through the claims driver, under its lock)."""
+        with self._refresh_lock:
+            self._stale = False
+            entries = self._source()
+            by_device: dict[str, list[str]] = {}
+            pinning: dict[str, ClaimPinning | None] = {}
+            claimed: set[int] = set()
+            for entry in entries:
+                pinning[entry.uid] = entry.pinning
+                for dev in entry.devices:
+                    by_device.setdefault(dev.device_name, []).extend(dev.cdi_device_ids)
+                if entry.pinning is not None:
+                    for assignment in entry.pinning.assignments:
+                        claimed |= assignment.cpus
+            with self._lock:
+                self._by_device = {name: tuple(ids) for name, ids in by_device.items()}
+                self._pinning = pinning
+                self._claimed = frozenset(claimed)
+
+    def cdi_ids(self, device_name: str) -> tuple[str, ...]:
+        """CDI IDs of every prepared use of a device (cached; the health stream calls this)."""
+        with self._lock:
+            return self._by_device.get(device_name, ())
+
+    def pinning(self, claim_uid: str) -> ClaimPinning | None:
+        """The pinning of a prepared claim; refreshes once when unknown or stale."""
+        with self._lock:
+            known = claim_uid in self._pinning
+            found = self._pinning.get(claim_uid)
+        if known and not self._stale:
+            return found
+        self.refresh()
+        with self._lock:
+            return self._pinning.get(claim_uid)
+
+    def claimed_cpus(self) -> frozenset[int]:
+        """CPUs held by prepared claims (as of the last refresh)."""
+        with self._lock:
+            return self._claimed
+
+    def count(self) -> int:
+        """Prepared claims (as of the last refresh)."""
+        with self._lock:
+            return len(self._pinning)

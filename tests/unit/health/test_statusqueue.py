@@ -1,0 +1,52 @@
+"""The async claim status writer: one worker, call order kept, failures logged and skipped."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from driver.health.statusqueue import AsyncStatusWriter
+from driver.inventory.model import Inventory
+from driver.plugin import PreparedDevice
+
+
+class _RecordingWriter:
+    def __init__(self, fail_on: str = "") -> None:
+        self.calls: list[tuple[str, str]] = []
+        self.fail_on = fail_on
+        self.done = threading.Event()
+
+    def report_prepared(self, claim: Mapping[str, Any], devices: Sequence[PreparedDevice]) -> None:
+        name = claim["metadata"]["name"]
+        if name == self.fail_on:
+            raise RuntimeError("apiserver said no")
+        self.calls.append(("report", name))
+
+    def clear(self, namespace: str, name: str) -> None:
+        self.calls.append(("clear", name))
+        self.done.set()
+
+    def set_inventory(self, inventory: Inventory) -> None:
+        self.calls.append(("inventory", str(len(inventory.gpus))))
+
+
+def test_async_status_writer_keeps_order_and_survives_failures() -> None:
+    """Writes happen off the caller's thread in call order; one failing write does not stop the rest."""
+    writer = _RecordingWriter(fail_on="bad")
+    built: list[int] = []
+
+    def factory() -> Any:
+        built.append(1)
+        return writer
+
+    status = AsyncStatusWriter(factory)
+    assert built == []  # nothing queued: the real writer is not built yet
+    status.report_prepared({"metadata": {"name": "bad"}}, ())
+    status.report_prepared({"metadata": {"name": "a"}}, ())
+    status.set_inventory(Inventory())
+    status.clear("ns", "a")
+    assert writer.done.wait(5)
+    status.close()
+    assert writer.calls == [("report", "a"), ("inventory", "0"), ("clear", "a")]
+    assert built == [1]

@@ -1,0 +1,46 @@
+"""The metered plugin: one observation per claim of a call, and a change notice after each call."""
+
+from __future__ import annotations
+
+import pytest
+
+from driver.observability import Metrics
+from driver.observability.metered import MeteredPlugin
+from driver.plugin import ClaimRef
+from driver.testing.fakeplugin import FakePlugin
+
+
+@pytest.mark.parametrize(
+    ("names", "successes", "errors"),
+    [
+        pytest.param(("ok-1", "ok-2"), 2, 0, id="all-ok"),
+        pytest.param(("ok-1", "fail-2"), 1, 1, id="one-bad"),
+    ],
+)
+def test_metered_plugin_counts_each_claim(names: tuple[str, ...], successes: int, errors: int) -> None:
+    """Every claim of a call is one observation with the call's result; the change hook fires."""
+    changes: list[int] = []
+    plugin = MeteredPlugin(FakePlugin(), lambda: changes.append(1))
+    metrics = Metrics()
+    plugin.metrics = metrics
+    refs = [ClaimRef("ns", name, f"uid-{name}") for name in names]
+    results = plugin.prepare_claims(refs)
+    assert set(results) == {r.uid for r in refs}
+    assert metrics.sample("numadra_prepare_total", {"result": "success"}) == successes
+    assert metrics.sample("numadra_prepare_total", {"result": "error"}) == errors
+    plugin.unprepare_claims(refs)
+    assert metrics.sample("numadra_unprepare_total", {"result": "success"}) == successes
+    assert metrics.sample("numadra_unprepare_total", {"result": "error"}) == errors
+    assert len(changes) == 2
+
+
+def test_metered_plugin_counts_errors_when_the_call_raises() -> None:
+    """An infrastructure failure (raise) counts every claim as an error and still notes the change."""
+    changes: list[int] = []
+    plugin = MeteredPlugin(FakePlugin(), lambda: changes.append(1))
+    metrics = Metrics()
+    plugin.metrics = metrics
+    with pytest.raises(RuntimeError):
+        plugin.prepare_claims([ClaimRef("ns", "raise-1", "u1"), ClaimRef("ns", "ok", "u2")])
+    assert metrics.sample("numadra_prepare_total", {"result": "error"}) == 2
+    assert changes == [1]
