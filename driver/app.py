@@ -446,7 +446,7 @@ class App:
         self.metrics = Metrics(cfg.driver_name, cfg.node_name)
         for action, entries in self._recovery.items():
             self.metrics.count_journal_recovery(action, entries)
-        self.plugin.metrics = self.metrics
+        self.plugin.attach_metrics(self.metrics)
         self._update_metrics()
         if not cfg.metrics_address:
             self._log.info("metrics endpoint off (no --metrics-address)")

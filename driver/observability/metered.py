@@ -7,31 +7,54 @@ is attached only afterwards (prometheus is imported off the registration path).
 
 from __future__ import annotations
 
+import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from driver.plugin import ClaimRef, DriverPlugin, PrepareResult
 
 if TYPE_CHECKING:
     from driver.observability.metrics import Metrics
 
-__all__ = ["MeteredPlugin"]
+__all__ = ["MAX_PENDING_OBSERVATIONS", "MeteredPlugin"]
+
+#: observations kept until the metrics are attached (a second or so after registration)
+MAX_PENDING_OBSERVATIONS = 4096
+
+_Op = Literal["prepare", "unprepare"]
 
 
 class MeteredPlugin:
     """The claims driver plus metrics and a change notice.
 
     Each claim of a call is observed with the call's duration (the claims of one call are done
-    together, concurrently). ``metrics`` is attached after registration, since prometheus is not
-    imported before the plugin registers. ``on_change`` runs after every call, also a failed one:
-    the journal may have changed either way.
+    together, concurrently). The metrics are attached after registration, since prometheus is not
+    imported before the plugin registers; the kubelet may prepare in between, so observations made
+    before :meth:`attach_metrics` are kept and handed over then. ``on_change`` runs after every
+    call, also a failed one: the journal may have changed either way.
     """
 
     def __init__(self, inner: DriverPlugin, on_change: Callable[[], None]) -> None:
         self._inner = inner
         self._on_change = on_change
-        self.metrics: Metrics | None = None
+        self._metrics: Metrics | None = None
+        self._lock = threading.Lock()
+        self._pending: deque[tuple[_Op, bool, float]] = deque(maxlen=MAX_PENDING_OBSERVATIONS)
+
+    @property
+    def metrics(self) -> Metrics | None:
+        """The attached metrics facade (None before :meth:`attach_metrics`)."""
+        return self._metrics
+
+    def attach_metrics(self, metrics: Metrics) -> None:
+        """Report to ``metrics`` from now on, starting with what was observed before."""
+        with self._lock:
+            self._metrics = metrics
+            pending, self._pending = list(self._pending), deque(maxlen=MAX_PENDING_OBSERVATIONS)
+        for op, ok, seconds in pending:
+            _observe(metrics, op, ok, seconds)
 
     def prepare_claims(self, claims: Sequence[ClaimRef]) -> Mapping[str, PrepareResult]:
         """Prepare through the claims driver; count every claim's result."""
@@ -65,10 +88,16 @@ class MeteredPlugin:
         """Background failures go to the claims driver's policy (log, or stop when fatal)."""
         self._inner.handle_error(err, msg)
 
-    def _observe(self, op: str, outcome: Mapping[str, bool], seconds: float) -> None:
-        metrics = self.metrics
-        if metrics is None:
-            return
-        observe = metrics.observe_prepare if op == "prepare" else metrics.observe_unprepare
+    def _observe(self, op: _Op, outcome: Mapping[str, bool], seconds: float) -> None:
+        with self._lock:
+            metrics = self._metrics
+            if metrics is None:
+                self._pending.extend((op, ok, seconds) for ok in outcome.values())
+                return
         for ok in outcome.values():
-            observe("success" if ok else "error", seconds)
+            _observe(metrics, op, ok, seconds)
+
+
+def _observe(metrics: Metrics, op: _Op, ok: bool, seconds: float) -> None:
+    observe = metrics.observe_prepare if op == "prepare" else metrics.observe_unprepare
+    observe("success" if ok else "error", seconds)

@@ -22,7 +22,7 @@ def test_metered_plugin_counts_each_claim(names: tuple[str, ...], successes: int
     changes: list[int] = []
     plugin = MeteredPlugin(FakePlugin(), lambda: changes.append(1))
     metrics = Metrics()
-    plugin.metrics = metrics
+    plugin.attach_metrics(metrics)
     refs = [ClaimRef("ns", name, f"uid-{name}") for name in names]
     results = plugin.prepare_claims(refs)
     assert set(results) == {r.uid for r in refs}
@@ -39,8 +39,22 @@ def test_metered_plugin_counts_errors_when_the_call_raises() -> None:
     changes: list[int] = []
     plugin = MeteredPlugin(FakePlugin(), lambda: changes.append(1))
     metrics = Metrics()
-    plugin.metrics = metrics
+    plugin.attach_metrics(metrics)
     with pytest.raises(RuntimeError):
         plugin.prepare_claims([ClaimRef("ns", "raise-1", "u1"), ClaimRef("ns", "ok", "u2")])
     assert metrics.sample("numadra_prepare_total", {"result": "error"}) == 2
     assert changes == [1]
+
+
+def test_metered_plugin_hands_over_calls_made_before_the_metrics_existed() -> None:
+    """The kubelet may prepare before prometheus is loaded: those claims are counted on attach."""
+    plugin = MeteredPlugin(FakePlugin(), lambda: None)
+    plugin.prepare_claims([ClaimRef("ns", "ok-1", "u1"), ClaimRef("ns", "fail-2", "u2")])
+    plugin.unprepare_claims([ClaimRef("ns", "ok-1", "u1")])
+    metrics = Metrics()
+    plugin.attach_metrics(metrics)
+    plugin.prepare_claims([ClaimRef("ns", "ok-3", "u3")])
+    assert metrics.sample("numadra_prepare_total", {"result": "success"}) == 2
+    assert metrics.sample("numadra_prepare_total", {"result": "error"}) == 1
+    assert metrics.sample("numadra_unprepare_total", {"result": "success"}) == 1
+    assert metrics.sample("numadra_prepare_duration_seconds_count", {"result": "success"}) == 2
