@@ -106,23 +106,27 @@ def _device_json(dev: AllocatedDevice, driver_name: str, attributes: Mapping[str
 
 
 def _stream(view: ClaimView, full_request: str, devices: list[dict[str, Any]], generation: int) -> str:
-    lines = []
-    for api_version in API_VERSIONS:
-        obj: dict[str, Any] = {
-            "kind": "DeviceMetadata",
-            "apiVersion": api_version,
-            "metadata": {
-                "name": view.name,
-                "namespace": view.namespace,
-                "uid": view.uid,
-                "generation": generation,
-            },
-        }
-        if view.pod_claim_name:
-            obj["podClaimName"] = view.pod_claim_name
-        obj["requests"] = [{"name": full_request, "devices": devices}]
-        lines.append(json.dumps(obj, separators=(",", ":")) + "\n")
-    return "".join(lines)
+    """One compact JSON line per API version: ``kind``, ``apiVersion``, then the shared fields.
+
+    The objects differ only in ``apiVersion``, so the fields after it are encoded once and each
+    line is its own header followed by that text.
+    """
+    shared: dict[str, Any] = {
+        "metadata": {
+            "name": view.name,
+            "namespace": view.namespace,
+            "uid": view.uid,
+            "generation": generation,
+        },
+    }
+    if view.pod_claim_name:
+        shared["podClaimName"] = view.pod_claim_name
+    shared["requests"] = [{"name": full_request, "devices": devices}]
+    rest = json.dumps(shared, separators=(",", ":"))[1:]  # the fields and the closing brace
+    return "".join(
+        f'{{"kind":"DeviceMetadata","apiVersion":{json.dumps(api_version)},{rest}\n'
+        for api_version in API_VERSIONS
+    )
 
 
 def parse_generation(content: str) -> int:
