@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 
 __all__ = ["AsyncStatusWriter"]
 
+_Write = tuple["Callable[[ClaimStatusWriter], object]", dict[str, str]]
+
 _log = get_logger("health.status")
 
 
@@ -36,21 +38,24 @@ class AsyncStatusWriter:
     def __init__(self, factory: Callable[[], ClaimStatusWriter]) -> None:
         self._factory = factory
         self._inner: ClaimStatusWriter | None = None
-        self._queue: queue.SimpleQueue[Callable[[ClaimStatusWriter], object] | None] = queue.SimpleQueue()
+        #: each write with the log keys that name its claim (a failure is logged on the worker)
+        self._queue: queue.SimpleQueue[_Write | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="claim-status", daemon=True)
         self._thread.start()
 
     def report_prepared(self, claim: JsonObject, devices: Sequence[PreparedDevice]) -> None:
         """Queue the Ready entries of a prepared claim."""
-        self._queue.put(lambda writer: writer.report_prepared(claim, devices))
+        meta = claim.get("metadata") or {}
+        keys = {"claim_uid": str(meta.get("uid", "")), "claim": f"{meta.get('namespace')}/{meta.get('name')}"}
+        self._queue.put((lambda writer: writer.report_prepared(claim, devices), keys))
 
     def clear(self, namespace: str, name: str) -> None:
         """Queue the removal of our entries of an unprepared claim."""
-        self._queue.put(lambda writer: writer.clear(namespace, name))
+        self._queue.put((lambda writer: writer.clear(namespace, name), {"claim": f"{namespace}/{name}"}))
 
     def set_inventory(self, inventory: Inventory) -> None:
         """Follow a changed inventory (in queue order)."""
-        self._queue.put(lambda writer: writer.set_inventory(inventory))
+        self._queue.put((lambda writer: writer.set_inventory(inventory), {}))
 
     def close(self, timeout: float = 2.0) -> None:
         """Finish queued writes (up to ``timeout``), then stop the worker."""
@@ -59,12 +64,13 @@ class AsyncStatusWriter:
 
     def _run(self) -> None:
         while True:
-            call = self._queue.get()
-            if call is None:
+            write = self._queue.get()
+            if write is None:
                 return
+            call, keys = write
             try:
                 if self._inner is None:
                     self._inner = self._factory()
                 call(self._inner)
             except Exception as exc:  # status is informational: log and go on
-                _log.warning("claim status write failed", error=str(exc))
+                _log.warning("claim status write failed", error=str(exc), **keys)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
+
+from structlog.testing import capture_logs
 
 from driver.health.statusqueue import AsyncStatusWriter
 from driver.inventory.model import Inventory
@@ -50,3 +52,19 @@ def test_async_status_writer_keeps_order_and_survives_failures() -> None:
     status.close()
     assert writer.calls == [("report", "a"), ("inventory", "0"), ("clear", "a")]
     assert built == [1]
+
+
+def test_async_status_writer_names_the_claim_of_a_failed_write() -> None:
+    """A failed write is logged with the claim's UID and name (the log rule for claim lines)."""
+    writer = _RecordingWriter(fail_on="bad")
+    status = AsyncStatusWriter(lambda: cast(Any, writer))
+    with capture_logs() as logs:
+        status.report_prepared({"metadata": {"name": "bad", "namespace": "ns", "uid": "uid-bad"}}, ())
+        status.clear("ns", "a")
+        assert writer.done.wait(5)
+        status.close()
+    failed = [e for e in logs if e["event"] == "claim status write failed"]
+    assert len(failed) == 1
+    assert failed[0]["claim_uid"] == "uid-bad"
+    assert failed[0]["claim"] == "ns/bad"
+    assert failed[0]["error"] == "apiserver said no"
