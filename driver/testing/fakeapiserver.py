@@ -1,9 +1,9 @@
 """A FAKE kube-apiserver for tests and benchmarks: real HTTP on 127.0.0.1, objects in memory.
 
 It serves only what the driver uses, with the apiserver's observable behaviour where the driver
-depends on it: ResourceSlices (GET, LIST and WATCH with field/label selectors, POST with
-generateName, PUT with resourceVersion conflicts, DELETE with preconditions, DELETE collection as
-the kubelet's wipe), ResourceClaims (GET, server-side apply of ``status.devices`` merged by key and
+depends on it: ResourceSlices (GET, LIST and WATCH with field/label selectors, POST, PUT with
+resourceVersion conflicts, DELETE with preconditions, DELETE collection as the kubelet's wipe),
+ResourceClaims (GET, server-side apply of ``status.devices`` merged by key and
 owned per field manager, with the API limits) and Nodes (GET). It records every request so tests
 can count writes, injects faults, and can be stopped and started on the same port to play an
 unreachable apiserver. The real control plane is the e2e tier's job.
@@ -20,7 +20,6 @@ import contextlib
 import copy
 import json
 import re
-import secrets
 import select
 import socket
 import sys
@@ -255,24 +254,22 @@ class FakeApiServer:
 
     # -- store (callers hold self._cond) ---------------------------------------------------------
     def _save(self, key: tuple[str, str, str], obj: Obj, event: str) -> Obj:
-        store = self._store
-        store.rv += 1
         meta = obj.setdefault("metadata", {})
         meta.setdefault("uid", str(uuid.uuid4()))
         meta.setdefault("creationTimestamp", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
-        meta["resourceVersion"] = str(store.rv)
-        store.objects[key] = obj
-        if key[0] == "resourceslices":
-            store.events.append((store.rv, event, copy.deepcopy(obj)))
-            self._cond.notify_all()
-        return obj
+        self._store.objects[key] = obj
+        return self._changed(key[0], obj, event)
 
     def _delete(self, key: tuple[str, str, str]) -> Obj:
-        obj = self._store.objects.pop(key)
-        self._store.rv += 1
-        obj["metadata"]["resourceVersion"] = str(self._store.rv)
-        if key[0] == "resourceslices":
-            self._store.events.append((self._store.rv, "DELETED", copy.deepcopy(obj)))
+        return self._changed(key[0], self._store.objects.pop(key), "DELETED")
+
+    def _changed(self, resource: str, obj: Obj, event: str) -> Obj:
+        """Give a written object the next resourceVersion; slices also get a watch event."""
+        store = self._store
+        store.rv += 1
+        obj["metadata"]["resourceVersion"] = str(store.rv)
+        if resource == "resourceslices":
+            store.events.append((store.rv, event, copy.deepcopy(obj)))
             self._cond.notify_all()
         return obj
 
@@ -368,8 +365,6 @@ class FakeApiServer:
 
     def _create_slice(self, obj: Obj) -> tuple[int, Obj]:
         meta = obj.setdefault("metadata", {})
-        if not meta.get("name") and meta.get("generateName"):
-            meta["name"] = meta["generateName"] + secrets.token_hex(3)[:5]
         key = ("resourceslices", "", str(meta.get("name", "")))
         if key in self._store.objects:
             raise _HttpError(409, "AlreadyExists", f'resourceslices "{key[2]}" already exists')
