@@ -1,8 +1,8 @@
 """Pure checks of ResourceSlice dicts against the resource.k8s.io/v1 limits: a list of problems.
 
 The builder is meant never to produce a problem; this validator is the independent second opinion
-that tests (and the publisher, before writing) run over its output, in the spirit of the Go
-helper's ``validatePool``. It checks what the apiserver would reject, not style.
+that tests run over its output (the publisher does not: the apiserver is the judge at run time), in
+the spirit of the Go helper's ``validatePool``. It checks what the apiserver would reject, not style.
 """
 
 from __future__ import annotations
