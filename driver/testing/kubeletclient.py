@@ -86,6 +86,17 @@ def _target(path: Path | str) -> str:
     return f"unix://{Path(path).absolute()}"
 
 
+#: the message and stub modules of each DRA version (the messages are the same field for field)
+_DRA_MODULES: dict[str, tuple[Any, Any]] = {
+    "v1": (dra_v1_pb2, dra_v1_pb2_grpc),
+    "v1beta1": (dra_v1beta1_pb2, dra_v1beta1_pb2_grpc),
+}
+_HEALTH_MODULES: dict[str, tuple[Any, Any]] = {
+    "v1": (health_v1_pb2, health_v1_pb2_grpc),
+    "v1alpha1": (health_v1alpha1_pb2, health_v1alpha1_pb2_grpc),
+}
+
+
 def _claims(claims: Iterable[ClaimRef], module: Any) -> list[Any]:
     return [module.Claim(namespace=c.namespace, uid=c.uid, name=c.name) for c in claims]
 
@@ -165,13 +176,9 @@ class KubeletClient:
         timeout: float = 45.0,
     ) -> Any:
         """``NodePrepareResources``; returns the version's response message."""
-        if version == "v1":
-            stub: Any = dra_v1_pb2_grpc.DRAPluginStub(self.channel(endpoint))
-            request: Any = dra_v1_pb2.NodePrepareResourcesRequest(claims=_claims(claims, dra_v1_pb2))
-        else:
-            stub = dra_v1beta1_pb2_grpc.DRAPluginStub(self.channel(endpoint))
-            request = dra_v1beta1_pb2.NodePrepareResourcesRequest(claims=_claims(claims, dra_v1beta1_pb2))
-        return stub.NodePrepareResources(request, timeout=timeout)
+        messages, stubs = _DRA_MODULES[version]
+        request = messages.NodePrepareResourcesRequest(claims=_claims(claims, messages))
+        return stubs.DRAPluginStub(self.channel(endpoint)).NodePrepareResources(request, timeout=timeout)
 
     def unprepare(
         self,
@@ -181,23 +188,15 @@ class KubeletClient:
         timeout: float = 45.0,
     ) -> Any:
         """``NodeUnprepareResources``; returns the version's response message."""
-        if version == "v1":
-            stub: Any = dra_v1_pb2_grpc.DRAPluginStub(self.channel(endpoint))
-            request: Any = dra_v1_pb2.NodeUnprepareResourcesRequest(claims=_claims(claims, dra_v1_pb2))
-        else:
-            stub = dra_v1beta1_pb2_grpc.DRAPluginStub(self.channel(endpoint))
-            request = dra_v1beta1_pb2.NodeUnprepareResourcesRequest(claims=_claims(claims, dra_v1beta1_pb2))
-        return stub.NodeUnprepareResources(request, timeout=timeout)
+        messages, stubs = _DRA_MODULES[version]
+        request = messages.NodeUnprepareResourcesRequest(claims=_claims(claims, messages))
+        return stubs.DRAPluginStub(self.channel(endpoint)).NodeUnprepareResources(request, timeout=timeout)
 
     # health ------------------------------------------------------------------------------------
 
     def watch_health(self, endpoint: Path | str, version: HealthVersion = "v1") -> HealthStream:
         """Open ``NodeWatchResources``; iterate the result for reports, cancel it to hang up."""
-        if version == "v1":
-            stub: Any = health_v1_pb2_grpc.DRAResourceHealthStub(self.channel(endpoint))
-            request: Any = health_v1_pb2.NodeWatchResourcesRequest()
-        else:
-            stub = health_v1alpha1_pb2_grpc.DRAResourceHealthStub(self.channel(endpoint))
-            request = health_v1alpha1_pb2.NodeWatchResourcesRequest()
-        stream: HealthStream = stub.NodeWatchResources(request)
+        messages, stubs = _HEALTH_MODULES[version]
+        stub = stubs.DRAResourceHealthStub(self.channel(endpoint))
+        stream: HealthStream = stub.NodeWatchResources(messages.NodeWatchResourcesRequest())
         return stream
