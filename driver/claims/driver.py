@@ -31,7 +31,7 @@ from typing import Any, Protocol, runtime_checkable
 from cdi import atomic_write_bytes, remove_file, spec_bytes
 from cdi.spec import CdiSpecError
 from driver.claims.attributes import PublishedAttributes
-from driver.claims.metadata import claim_metadata_dir, metadata_files, metadata_spec_glob
+from driver.claims.metadata import METADATA_DIR, claim_metadata_dir, metadata_files, metadata_spec_glob
 from driver.claims.names import check_claim_name, check_claim_uid, check_namespace
 from driver.claims.render import CpuHook, claim_spec, claim_spec_file_name
 from driver.claims.selection import ClaimView, cpu_requests, select_devices
@@ -228,7 +228,11 @@ class ClaimsDriver:
 
     def _remove_stale_temp_files(self) -> None:
         """Temp files of writes a crash interrupted (``.<name>.<pid>.<tid>.<n>.tmp``)."""
-        patterns = ((self.cdi_dir, f".{self.driver_name}_*.tmp"), (self._journal.path.parent, ".*.tmp"))
+        patterns = (
+            (self.cdi_dir, f".{self.driver_name}_*.tmp"),
+            (self._journal.path.parent, ".*.tmp"),
+            (self.plugin_dir / METADATA_DIR, "*/*/.*.tmp"),  # <ns>_<claim>/<request>/
+        )
         for directory, pattern in patterns:
             with contextlib.suppress(OSError):
                 for path in directory.glob(pattern):
@@ -479,11 +483,13 @@ class ClaimsDriver:
     def _remove_dirs(entry: JournalEntry) -> None:
         """Remove the claim's metadata directories (request dirs, then the claim dir).
 
-        Plain rmdir of the known directories: an unknown file inside one is not ours to delete,
-        so a non-empty directory falls back to a full removal only for the claim's own tree.
+        Plain rmdir of the known directories; a non-empty one (say, the temp file of a write a
+        crash interrupted) falls back to a full removal only for the claim's own tree. A request
+        dir lives inside the claim dir, so whatever keeps it from going is left to that step,
+        which reports a failure it cannot get past.
         """
         for stored in entry.metadata_files:
-            with contextlib.suppress(FileNotFoundError):
+            with contextlib.suppress(OSError):
                 Path(stored.path).parent.rmdir()
         for directory in entry.directories:
             try:

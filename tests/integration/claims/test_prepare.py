@@ -468,15 +468,30 @@ def test_hook_pinning_adds_create_runtime_hook_to_cpu_devices(world: World) -> N
 
 
 def test_reconcile_removes_temp_files_of_interrupted_writes(world: World) -> None:
-    """Temp files a crash left behind in the CDI and state dirs are removed at start."""
+    """Temp files a crash left behind in the CDI, state and metadata dirs are removed at start."""
     ref = world.getter.add(_full_claim())
     world.driver().prepare_claims([ref])
     stale_cdi = world.cdi_dir / f".{DRIVER}_claim_{UID}.json.123.456.7.tmp"
     stale_state = world.plugin_dir / "state" / ".journal.json.123.456.8.tmp"
+    stale_meta = world.plugin_dir / "dra-device-metadata" / "ml_train" / "nic" / ".metadata.json.1.2.3.tmp"
     foreign = world.cdi_dir / ".other-vendor.json.1.tmp"
-    for path in (stale_cdi, stale_state, foreign):
+    for path in (stale_cdi, stale_state, stale_meta, foreign):
         path.write_text("{")
     assert world.driver().reconcile() == 0
     assert not stale_cdi.exists()
     assert not stale_state.exists()
+    assert not stale_meta.exists()
+    assert stale_meta.with_name("metadata.json").exists()
     assert foreign.exists()  # not ours
+
+
+def test_unprepare_removes_metadata_dir_holding_a_stray_file(world: World) -> None:
+    """A file left in a request's metadata dir (a crashed write's temp) does not block unprepare."""
+    ref = world.getter.add(_full_claim())
+    drv = world.driver()
+    drv.prepare_claims([ref])
+    claim_dir = world.plugin_dir / "dra-device-metadata" / "ml_train"
+    (claim_dir / "nic" / ".metadata.json.123.456.7.tmp").write_text("{")
+    assert drv.unprepare_claims([ref]) == {UID: ""}
+    assert not claim_dir.exists()
+    assert world.cdi_files() == []
