@@ -95,6 +95,7 @@ class RunConfig:
     pinning: PinningKind = PinningKind.OFF
     metrics_address: str = ""  # "" disables the HTTP endpoint
     log_format: LogFormat = "console"
+    log_level: str = "info"  # debug | info | warning | error
     reserved_cpus: frozenset[int] = frozenset()
     node_allocatable: bool = False
     taint_unhealthy: TaintEffect = "NoSchedule"

@@ -232,6 +232,7 @@ def config_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = N
         pinning=PinningKind(raw["pinning"]),
         metrics_address=raw["metrics_address"],
         log_format=cast("LogFormat", raw["log_format"]),
+        log_level=raw["log_level"],
         reserved_cpus=reserved,
         node_allocatable=raw["node_allocatable"].lower() in _TRUE,
         taint_unhealthy=cast("TaintEffect", raw["taint_unhealthy"]),
@@ -250,6 +251,5 @@ def _run(args: argparse.Namespace) -> int:
     from driver.log import configure_logging
 
     config = config_from_args(args)
-    level = _raw(args, os.environ)["log_level"]
-    configure_logging(config.log_format, getattr(logging, level.upper()))
+    configure_logging(config.log_format, getattr(logging, config.log_level.upper()))
     return App(config).run()

@@ -62,6 +62,7 @@ def test_plugin_dir_default_follows_the_driver_name() -> None:
         pytest.param({"POD_UID": "abc-123"}, "pod_uid", "abc-123", id="POD_UID"),
         pytest.param({"NUMADRA_PINNING": "nri"}, "pinning", PinningKind.NRI, id="pinning"),
         pytest.param({"NUMADRA_LOG_FORMAT": "json"}, "log_format", "json", id="log-format"),
+        pytest.param({"NUMADRA_LOG_LEVEL": "debug"}, "log_level", "debug", id="log-level"),
         pytest.param({"NUMADRA_CDI_DIR": "/x/cdi"}, "cdi_dir", Path("/x/cdi"), id="cdi-dir"),
         pytest.param(
             {"NUMADRA_RESERVED_CPUS": "0-1,4"}, "reserved_cpus", frozenset({0, 1, 4}), id="reserved"
