@@ -194,7 +194,7 @@ class ClaimsDriver:
                 self._journal.save()
         if self._status is not None:
             for ref in cleared:
-                self._best_effort("clear", partial(self._status.clear, ref.namespace, ref.name))
+                self._best_effort(ref.uid, "clear", partial(self._status.clear, ref.namespace, ref.name))
         return results
 
     def handle_error(self, err: BaseException, msg: str) -> None:
@@ -416,7 +416,12 @@ class ClaimsDriver:
                 results[item.ref.uid] = PrepareResult(
                     error=f"{_describe(item.ref)}: cannot write the journal {self._journal.path}: {exc}"
                 )
-            _log.error("cannot write journal", path=str(self._journal.path), error=str(exc))
+            _log.error(
+                "cannot write journal",
+                path=str(self._journal.path),
+                error=str(exc),
+                claim_uids=[item.ref.uid for item in planned],
+            )
             return []
         return planned
 
@@ -437,11 +442,11 @@ class ClaimsDriver:
         """
         outcomes = [self._write_entry(item.entry) for item in planned]
         done: list[_Planned] = []
-        failed = False
+        failed: list[str] = []
         for item, exc in zip(planned, outcomes, strict=True):
             uid = item.ref.uid
             if exc is not None:
-                failed = True
+                failed.append(uid)
                 self._journal.remove(uid)
                 self._remove_entry_files(item.entry)
                 results[uid] = PrepareResult(
@@ -456,7 +461,9 @@ class ClaimsDriver:
             try:
                 self._journal.save()
             except OSError as exc:  # the entries stay journaled; unprepare or a repeat cleans up
-                _log.error("cannot write journal", path=str(self._journal.path), error=str(exc))
+                _log.error(
+                    "cannot write journal", path=str(self._journal.path), error=str(exc), claim_uids=failed
+                )
         return done
 
     def _write(self, stored: StoredFile) -> None:
@@ -527,11 +534,13 @@ class ClaimsDriver:
         status = self._status
         for item in done:
             self._best_effort(
-                "report_prepared", partial(status.report_prepared, item.claim, item.entry.devices)
+                item.ref.uid,
+                "report_prepared",
+                partial(status.report_prepared, item.claim, item.entry.devices),
             )
 
-    def _best_effort(self, what: str, call: Callable[[], object]) -> None:
+    def _best_effort(self, claim_uid: str, what: str, call: Callable[[], object]) -> None:
         try:
             call()
         except Exception as exc:
-            _log.warning("status writer failed", call=what, error=str(exc))
+            _log.warning("status writer failed", claim_uid=claim_uid, call=what, error=str(exc))

@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from structlog.testing import capture_logs
+
 from driver.pinning.types import parse_cpulist
 from driver.plugin import ClaimRef, DriverPlugin
 from tests.integration.claims._world import (
@@ -365,9 +367,12 @@ def test_status_writer_is_called_and_its_failures_ignored(world: World) -> None:
 
     ref = world.getter.add(_full_claim())
     drv = world.driver(status=RecordingStatus())
-    assert drv.prepare_claims([ref])[UID].ok
-    assert drv.unprepare_claims([ref]) == {UID: ""}
+    with capture_logs() as logs:
+        assert drv.prepare_claims([ref])[UID].ok
+        assert drv.unprepare_claims([ref]) == {UID: ""}
     assert calls == [("report", UID), ("clear", "ml/train")]
+    failures = [(e["call"], e["claim_uid"]) for e in logs if e["event"] == "status writer failed"]
+    assert failures == [("report_prepared", UID), ("clear", UID)]
 
 
 def test_claim_gets_run_concurrently(world: World) -> None:
