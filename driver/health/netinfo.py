@@ -21,7 +21,7 @@ import struct
 import subprocess
 from collections.abc import Callable, Iterator, Sequence
 
-from driver.inventory._sysfs import list_dir
+from driver.inventory._sysfs import is_live_host, list_dir
 
 __all__ = ["IpSource", "host_ip_source", "ips_from_ip_json", "netdev_dir"]
 
@@ -111,7 +111,7 @@ def _proc_and_ioctl(interface: str) -> list[str]:
 
 def host_ip_source(host_root: str = "/") -> IpSource:
     """The real source for this host's network namespace; empty answers for a fixture host root."""
-    if os.path.realpath(host_root) != "/":
+    if not is_live_host(host_root):
         return lambda _interface: []
 
     def source(interface: str) -> Sequence[str]:

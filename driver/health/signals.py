@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from driver.health.netinfo import netdev_dir
-from driver.inventory._sysfs import list_dir, read_text
+from driver.inventory._sysfs import is_live_host, list_dir, read_text
 from driver.inventory.model import Gpu, InventoryDevice, Nic, NumaNode
 from driver.plugin import HealthState
 
@@ -50,7 +50,7 @@ class SignalReader:
         self.host_root = host_root
         self._aer_fatal: dict[str, int] = {}
         self._nvml: Any = None
-        if use_nvml if use_nvml is not None else host_root == "/":
+        if use_nvml if use_nvml is not None else is_live_host(host_root):
             self._nvml = _load_nvml()
 
     def _path(self, *parts: str) -> str:

@@ -83,3 +83,12 @@ def link_target(path: str) -> str | None:
         return os.readlink(path)
     except OSError:
         return None
+
+
+def is_live_host(host_root: str | os.PathLike[str]) -> bool:
+    """True when ``host_root`` is this machine's own root, not a fixture tree or a mounted host.
+
+    Sources that describe only the machine we run on (NVML, the kernel's addresses) are asked
+    only then; every caller decides it the same way, symlinks and "/." spellings included.
+    """
+    return os.path.realpath(os.fspath(host_root)) == "/"

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from driver.errors import InventoryError
+from driver.inventory._sysfs import is_live_host
 from driver.inventory.build import build_inventory
 from driver.inventory.discovery import discover
 from driver.inventory.facts import CpuFacts, HostFacts, NetFacts, NodeFacts, NvidiaFacts, PciFacts, RdmaFacts
@@ -155,3 +157,18 @@ def test_nvml_absent_leaves_inventory_unchanged() -> None:
     """Without pynvml, enrichment returns the inventory as it was."""
     inv = inventory("dgx")
     assert enrich_with_nvml(inv) is inv
+
+
+@pytest.mark.parametrize(
+    ("make_root", "live"),
+    [
+        pytest.param(lambda tmp: "/", True, id="root"),
+        pytest.param(lambda tmp: "/.", True, id="root-dot"),
+        pytest.param(lambda tmp: Path("/"), True, id="root-path"),
+        pytest.param(lambda tmp: tmp, False, id="fixture-tree"),
+        pytest.param(lambda tmp: (tmp / "host").symlink_to("/") or tmp / "host", True, id="link-to-root"),
+    ],
+)
+def test_is_live_host(make_root: Any, live: bool, tmp_path: Path) -> None:
+    """Only this machine's own root counts as the live host, however it is spelled."""
+    assert is_live_host(make_root(tmp_path)) is live
