@@ -103,15 +103,6 @@ class NriPlugin:
             "StopContainer": (nri.StopContainerRequest, self.handlers.stop_container),
             "RemoveContainer": (nri.RemoveContainerRequest, self.handlers.remove_container),
         }
-        self._responses: dict[str, type[Message]] = {
-            "Configure": nri.ConfigureResponse,
-            "Synchronize": nri.SynchronizeResponse,
-            "Shutdown": nri.Empty,
-            "CreateContainer": nri.CreateContainerResponse,
-            "UpdateContainer": nri.UpdateContainerResponse,
-            "StopContainer": nri.StopContainerResponse,
-            "RemoveContainer": nri.RemoveContainerResponse,
-        }
         self._dispatch = ThreadPoolExecutor(max_workers=8, thread_name_prefix="nri-dispatch")
         self._work = ThreadPoolExecutor(max_workers=8, thread_name_prefix="nri-handler")
         self._state_lock = threading.Lock()
@@ -336,7 +327,7 @@ class NriPlugin:
                 method=method,
                 budget_s=budget,
             )
-            return ttrpc.Response(payload=self._responses[method]().SerializeToString())
+            return ttrpc.Response(payload=b"")  # an empty message of any response type
         except PinningError as exc:
             _log.error("NRI request refused", method=method, error=str(exc))
             return _status(_FAILED_PRECONDITION, str(exc))
