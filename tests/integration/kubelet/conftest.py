@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ import pytest
 from driver.kubelet.server import KubeletPluginServer
 from driver.testing.fakeplugin import FAKE_DRIVER, FakePlugin
 from driver.testing.kubeletclient import KubeletClient
+from driver.testing.poll import wait_for
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -83,14 +83,6 @@ def client() -> Iterator[KubeletClient]:
         yield c
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float = 10.0, step: float = 0.01) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(step)
-
-
 @dataclass
 class PluginProcess:
     proc: subprocess.Popen[bytes]
@@ -131,7 +123,12 @@ def spawn(dirs: Dirs) -> Iterator[Callable[..., PluginProcess]]:
         )
         started.append(plugin)
         if wait:
-            wait_for(lambda: plugin.registration_socket.exists() or proc.poll() is not None, timeout=30)
+            wait_for(
+                lambda: plugin.registration_socket.exists() or proc.poll() is not None,
+                30,
+                "the plugin's registration socket (or its exit)",
+                interval=0.01,
+            )
             assert proc.poll() is None, plugin.logs()
         return plugin
 
