@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from driver.inventory.model import DeviceKind
-from driver.pinning.types import CpuMode
+from driver.pinning.types import ENV_PREFIX, CpuMode
 
 __all__ = [
     "API_VERSION",
@@ -49,7 +49,7 @@ _KINDS: dict[str, tuple[DeviceKind | None, frozenset[str]]] = {
     "DeviceConfig": (None, frozenset({"env"})),
 }
 _ENV_NAME = re.compile(r"^[A-Z][A-Z0-9_]{0,63}$")
-_RESERVED_PREFIX = "NUMADRA_"
+_RESERVED_PREFIX = ENV_PREFIX  # the pinning markers: a user value would forge them
 _MAX_ENV = 32
 _MAX_VALUE = 1024
 

@@ -27,7 +27,15 @@ from driver.errors import PinningError
 from driver.log import get_logger
 from driver.pinning.backend import PinningKind, PinTarget
 from driver.pinning.cgroupfs import CgroupfsBackend
-from driver.pinning.types import ENV_CPUS, ENV_MEMS, CpuAssignment, CpuMode, format_cpulist, parse_cpulist
+from driver.pinning.types import (
+    ENV_CPUS,
+    ENV_MEMS,
+    CpuAssignment,
+    CpuMode,
+    env_markers,
+    format_cpulist,
+    parse_cpulist,
+)
 
 __all__ = [
     "DEFAULT_HOOK_PATH",
@@ -98,12 +106,7 @@ def assignment_from_bundle(bundle: Path) -> tuple[str | None, str | None]:
     env = process.get("env") if isinstance(process, dict) else None
     if not isinstance(env, list):
         env = []
-    values: dict[str, str] = {}
-    for item in env:
-        if isinstance(item, str):
-            key, sep, value = item.partition("=")
-            if sep:
-                values[key] = value
+    values = env_markers(item for item in env if isinstance(item, str))
     return values.get(ENV_CPUS), values.get(ENV_MEMS)
 
 

@@ -6,6 +6,7 @@ NRI plugin, the CDI hook and the workload itself all see the same assignment.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -14,16 +15,20 @@ __all__ = [
     "ENV_CPUS",
     "ENV_CPU_MODE",
     "ENV_MEMS",
+    "ENV_PREFIX",
     "ENV_REQUEST",
     "ClaimPinning",
     "CpuAssignment",
     "CpuMode",
     "CpuRequest",
+    "env_markers",
     "format_cpulist",
     "marker_env",
     "parse_cpulist",
 ]
 
+#: the prefix of every marker variable (reserved: user config may not set such variables)
+ENV_PREFIX = "NUMADRA_"
 #: cpulist ("0-3,8") of the CPUs the container may run on
 ENV_CPUS = "NUMADRA_CPUS"
 #: nodelist ("0") of the NUMA nodes the container may allocate memory on
@@ -90,6 +95,20 @@ def marker_env(assignment: CpuAssignment, claim_uid: str) -> dict[str, str]:
         ENV_CLAIM_UID: claim_uid,
         ENV_REQUEST: assignment.request,
     }
+
+
+def env_markers(env: Iterable[str]) -> dict[str, str]:
+    """The marker variables (``NUMADRA_*``) of a container env of ``"KEY=value"`` strings, by name.
+
+    The NRI plugin reads the env the runtime reports, the CDI hook the bundle's ``config.json``;
+    one reader keeps them agreeing on what a marker is (a later duplicate wins, as in execve).
+    """
+    out: dict[str, str] = {}
+    for item in env:
+        key, sep, value = item.partition("=")
+        if sep and key.startswith(ENV_PREFIX):
+            out[key] = value
+    return out
 
 
 def parse_cpulist(text: str) -> frozenset[int]:

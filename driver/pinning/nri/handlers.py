@@ -37,6 +37,7 @@ from driver.pinning.types import (
     ClaimPinning,
     CpuAssignment,
     CpuMode,
+    env_markers,
     format_cpulist,
     parse_cpulist,
 )
@@ -90,11 +91,7 @@ class TrackedContainer:
 
 def marker_from_env(env: Iterable[str]) -> Marker | None:
     """The marker in a container env ("KEY=value" strings), None when it has none."""
-    values: dict[str, str] = {}
-    for item in env:
-        key, sep, value = item.partition("=")
-        if sep and key.startswith("NUMADRA_"):
-            values[key] = value
+    values = env_markers(env)
     if ENV_CPUS not in values and ENV_MEMS not in values:
         return None
     try:
