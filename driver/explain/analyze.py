@@ -39,6 +39,7 @@ from driver.explain.model import (
     Verdict,
 )
 from driver.kube.quantity import format_quantity, parse_quantity
+from driver.kube.types import allocation_results
 from driver.pinning.types import format_cpulist
 from driver.state.journal import JournalEntry
 
@@ -418,7 +419,7 @@ def _parent_status(subs: Sequence[RequestExplanation]) -> RequestStatus:
 
 # ----------------------------------------------------------------------------- the claim
 def _allocated(claim: Mapping[str, Any], driver_name: str) -> tuple[AllocatedDevice, ...]:
-    results = ((claim.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results") or ()
+    results = allocation_results(claim)
     return tuple(
         AllocatedDevice(str(r.get("request", "")), str(r.get("pool", "")), str(r.get("device", "")))
         for r in results

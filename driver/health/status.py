@@ -23,7 +23,7 @@ from driver.errors import KubeError
 from driver.health.netinfo import IpSource, host_ip_source, netdev_dir
 from driver.inventory._sysfs import read_text
 from driver.inventory.model import Gpu, Inventory, Nic, NumaNode
-from driver.kube.types import JsonObject
+from driver.kube.types import JsonObject, allocation_results
 from driver.log import get_logger
 from driver.plugin import PreparedDevice
 
@@ -107,8 +107,7 @@ class ClaimStatusWriter:
 
     def entries(self, claim: JsonObject, prepared: Sequence[PreparedDevice]) -> list[dict[str, Any]]:
         """The status entries for a claim (pure apart from reading the host's network state)."""
-        status = claim.get("status") or {}
-        results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
+        results = allocation_results(claim)
         wanted = {(p.pool_name, p.device_name): p for p in prepared}
         generation = (claim.get("metadata") or {}).get("generation")
         out: list[dict[str, Any]] = []

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["ClaimGetter", "JsonObject"]
+__all__ = ["ClaimGetter", "JsonObject", "allocation_results"]
 
 JsonObject = Mapping[str, Any]
 
@@ -25,3 +25,15 @@ class ClaimGetter(Protocol):
     def get_resource_claim(self, namespace: str, name: str) -> JsonObject:
         """GET /apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}."""
         ...
+
+
+def allocation_results(claim: JsonObject) -> list[JsonObject]:
+    """``status.allocation.devices.results`` of a claim; [] when unallocated, null or malformed.
+
+    Claims come from the apiserver and from files a user hands to ``explain``, so a missing or
+    null level and entries that are not objects are read as "no results", never as a crash.
+    """
+    level: Any = claim
+    for key in ("status", "allocation", "devices", "results"):
+        level = level.get(key) if isinstance(level, Mapping) else None
+    return [r for r in level if isinstance(r, Mapping)] if isinstance(level, list) else []

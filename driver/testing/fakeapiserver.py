@@ -27,7 +27,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -35,6 +35,8 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import yaml
+
+from driver.kube.types import allocation_results
 
 __all__ = ["FakeApiServer", "Fault", "RecordedRequest"]
 
@@ -121,7 +123,7 @@ def _matches(obj: Obj, fields: list[tuple[str, str | None]], labels: list[tuple[
     )
 
 
-def _device_key(entry: Obj) -> str:
+def _device_key(entry: Mapping[str, Any]) -> str:
     return "/".join(str(entry.get(k, "")) for k in ("driver", "pool", "device", "shareID"))
 
 
@@ -416,10 +418,7 @@ class FakeApiServer:
         claim = self._store.objects.get(key)
         if claim is None:
             raise _HttpError(404, "NotFound", f'resourceclaims.resource.k8s.io "{key[2]}" not found')
-        results = ((claim.get("status") or {}).get("allocation") or {}).get("devices", {}).get(
-            "results"
-        ) or []
-        allocated = {_device_key(r) for r in results}
+        allocated = {_device_key(r) for r in allocation_results(claim)}
         applied = list((body.get("status") or {}).get("devices") or [])
         for i, entry in enumerate(applied):
             where = f"status.devices[{i}]"
