@@ -98,10 +98,7 @@ def detect_layout(mountinfo: str) -> CgroupLayout:
 
 def detect_cpuset_hierarchy(mountinfo_path: Path = Path("/proc/self/mountinfo")) -> CpusetHierarchy:
     """Find the hierarchy that owns cpuset: a v1 ``cpuset`` mount wins, else a cgroup2 with cpuset."""
-    try:
-        text = mountinfo_path.read_text()
-    except OSError as exc:
-        raise PinningError(f"read {mountinfo_path}: {exc.strerror}") from exc
+    text = _read(mountinfo_path)
     mounts = parse_mountinfo(text)
     for m in mounts:
         if m.fstype == "cgroup" and "cpuset" in m.super_options:
@@ -148,8 +145,9 @@ def _write(path: Path, value: str) -> None:
 
 
 def _read(path: Path) -> str:
+    """Read a /proc or cgroup file; a failure names the path."""
     try:
-        return path.read_text().strip()
+        return path.read_text()
     except OSError as exc:
         raise PinningError(f"read {path}: {exc.strerror}") from exc
 
@@ -175,12 +173,7 @@ class CgroupfsBackend:
 
     def cgroup_of(self, pid: int) -> str:
         """The cpuset cgroup of a process, as /proc/<pid>/cgroup names it."""
-        path = self._proc / str(pid) / "cgroup"
-        try:
-            text = path.read_text()
-        except OSError as exc:
-            raise PinningError(f"read {path}: {exc.strerror}") from exc
-        return parse_proc_cgroup(text, self.hierarchy.version)
+        return parse_proc_cgroup(_read(self._proc / str(pid) / "cgroup"), self.hierarchy.version)
 
     def resolve(self, target: PinTarget) -> Path:
         """Directory of the target's cgroup (from ``cgroup``, else from ``pid``)."""
@@ -226,8 +219,8 @@ class CgroupfsBackend:
             _write(directory / "cpuset.mems", "")
             return
         parent = directory.parent
-        _write(directory / "cpuset.mems", _read(parent / "cpuset.mems"))
-        _write(directory / "cpuset.cpus", _read(parent / "cpuset.cpus"))
+        _write(directory / "cpuset.mems", _read(parent / "cpuset.mems").strip())
+        _write(directory / "cpuset.cpus", _read(parent / "cpuset.cpus").strip())
 
     def _enable_v2(self, directory: Path) -> None:
         """Make sure every ancestor from the root down lists ``cpuset`` in subtree_control."""
