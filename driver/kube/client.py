@@ -64,6 +64,11 @@ def error_kind(err: KubeError) -> str:
     return "server" if status >= 500 else "client"
 
 
+def _target(resource: str, name: str) -> str:
+    """What a call was about, for messages: "resourceslices/s1", or "resourceslices" for a LIST."""
+    return f"{resource}/{name}" if name else resource
+
+
 def _raise_for(verb: str, resource: str, name: str, status: int, body: bytes) -> None:
     """Raise the KubeError for a non-2xx answer, quoting the apiserver's own Status message."""
     message = ""
@@ -73,9 +78,8 @@ def _raise_for(verb: str, resource: str, name: str, status: int, body: bytes) ->
             message = str(decoded.get("message", ""))
     except ValueError:
         message = body[:200].decode("utf-8", "replace")
-    target = f"{resource}/{name}" if name else resource
     raise KubeError(
-        f"{verb} {target}: HTTP {status}{': ' + message if message else ''}",
+        f"{verb} {_target(resource, name)}: HTTP {status}{': ' + message if message else ''}",
         verb=verb,
         resource=resource,
         name=name,
@@ -86,13 +90,12 @@ def _raise_for(verb: str, resource: str, name: str, status: int, body: bytes) ->
 
 def _transport_error(verb: str, resource: str, name: str, exc: BaseException) -> KubeError:
     """A KubeError for a call that got no HTTP answer (refused, reset, timed out)."""
-    target = f"{resource}/{name}" if name else resource
     cause = exc
     reason = getattr(exc, "reason", None)  # urllib3 MaxRetryError wraps the real cause
     if isinstance(reason, BaseException):
         cause = reason
     err = KubeError(
-        f"{verb} {target}: apiserver unreachable: {type(cause).__name__}: {cause}",
+        f"{verb} {_target(resource, name)}: apiserver unreachable: {type(cause).__name__}: {cause}",
         verb=verb,
         resource=resource,
         name=name,
@@ -253,7 +256,7 @@ class KubeClient:
             obj = json.loads(data) if data else {}
         except ValueError as exc:
             raise KubeError(
-                f"{verb} {resource}/{name}: undecodable answer",
+                f"{verb} {_target(resource, name)}: undecodable answer",
                 verb=verb,
                 resource=resource,
                 name=name,
@@ -261,7 +264,10 @@ class KubeClient:
             ) from exc
         if not isinstance(obj, dict):
             raise KubeError(
-                f"{verb} {resource}/{name}: answer is not an object", verb=verb, resource=resource, name=name
+                f"{verb} {_target(resource, name)}: answer is not an object",
+                verb=verb,
+                resource=resource,
+                name=name,
             )
         return obj
 

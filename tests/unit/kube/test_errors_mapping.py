@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from driver.errors import KubeError
-from driver.kube.client import error_kind, slice_field_selector
+from driver.kube.client import KubeClient, error_kind, slice_field_selector
 
 
 @pytest.mark.parametrize(
@@ -39,3 +41,28 @@ def test_kube_error_keeps_plain_construction() -> None:
 def test_slice_field_selector_names_node_and_driver() -> None:
     """The selector is the same one the kubelet uses to wipe a node's slices."""
     assert slice_field_selector("n1", "numadra.dev") == "spec.nodeName=n1,spec.driver=numadra.dev"
+
+
+class _FakeAnswerClient(KubeClient):
+    """A client whose apiserver (a fake at the transport boundary) answers 200 with ``body``."""
+
+    def __init__(self, body: bytes) -> None:
+        super().__init__()
+        self._body = body
+
+    def _send(self, *args: Any, **kwargs: Any) -> bytes:
+        return self._body
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        pytest.param(b"<html>", "list resourceslices: undecodable answer", id="undecodable"),
+        pytest.param(b"[1]", "list resourceslices: answer is not an object", id="not-an-object"),
+    ],
+)
+def test_bad_answer_to_a_list_names_the_collection(body: bytes, message: str) -> None:
+    """A LIST (no object name) is named "resourceslices", not "resourceslices/"."""
+    with pytest.raises(KubeError) as info:
+        _FakeAnswerClient(body).list_resource_slices()
+    assert str(info.value) == message
