@@ -55,6 +55,14 @@ def test_unchanged_pool_is_an_empty_plan() -> None:
     assert plan_sync(desired, _stored(desired, generation=7), owner=OWNER).empty
 
 
+def test_empty_pool_stored_without_devices_is_unchanged() -> None:
+    """The apiserver omits an empty ``devices`` list; that is the empty pool we sent, not a change."""
+    desired = [_slice(0, [])]
+    stored = _stored(desired)
+    del stored[0]["spec"]["devices"]
+    assert plan_sync(desired, stored, owner=OWNER).empty
+
+
 @pytest.mark.parametrize(
     ("new_devices", "updates", "generation"),
     [
