@@ -62,8 +62,7 @@ class PreparedIndex:
                 for dev in entry.devices:
                     by_device.setdefault(dev.device_name, []).extend(dev.cdi_device_ids)
                 if entry.pinning is not None:
-                    for assignment in entry.pinning.assignments:
-                        claimed |= assignment.cpus
+                    claimed |= entry.pinning.cpus
             with self._lock:
                 self._by_device = {name: tuple(ids) for name, ids in by_device.items()}
                 self._pinning = pinning
