@@ -217,7 +217,7 @@ class App:
         from driver.inventory.discovery import discover
 
         with self._inventory_lock:
-            fresh = discover(self.config.host_root, use_nvml=self._use_nvml)
+            fresh = discover(self.config.host_root)  # NVML only when the root is this host's
             if fresh == self._inventory:
                 return False
             self._inventory = fresh
@@ -237,10 +237,6 @@ class App:
 
     # -- start steps ----------------------------------------------------------------------------
 
-    @property
-    def _use_nvml(self) -> bool:
-        return self.config.host_root.resolve() == Path("/")
-
     def _on_stop(self, name: str, stop: Callable[[], None]) -> None:
         self._stops.append((name, stop))
 
@@ -258,7 +254,7 @@ class App:
         from driver.state.journal import Journal, journal_path
 
         cfg = self.config
-        self._inventory = discover(cfg.host_root, use_nvml=self._use_nvml)
+        self._inventory = discover(cfg.host_root)  # NVML only when the root is this host's
         inventory = self._inventory
         self._log.info(
             "inventory discovered",
