@@ -27,7 +27,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from driver.errors import KubeError, SliceError, recoverable
@@ -224,6 +224,7 @@ class SlicePublisher:
         self._build = build or self._default_build
         self._on_error = on_error
         self._backoff = backoff or Backoff()
+        self._watch_backoff = replace(self._backoff)  # same settings, its own failure count
         self._resync_interval = resync_interval
         self._watch_timeout = watch_timeout
         self._selector = slice_field_selector(node_name, driver_name)
@@ -425,7 +426,7 @@ class SlicePublisher:
 
     # -- watch --------------------------------------------------------------------------------------
     def _watch_loop(self) -> None:
-        backoff = Backoff(initial=self._backoff.initial, cap=self._backoff.cap)
+        backoff = self._watch_backoff
         while True:
             with self._cond:
                 while not self._stopping and not self._list_rv:

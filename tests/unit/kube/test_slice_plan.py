@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from driver.kube.backoff import Backoff
-from driver.slices.publisher import _content, plan_sync
+from driver.slices.publisher import SliceApi, SlicePublisher, _content, plan_sync
 
 OWNER = {"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": "u-1", "controller": True}
 
@@ -132,3 +132,14 @@ def test_backoff_grows_caps_and_resets() -> None:
         assert base * 0.9 <= got <= min(5.0, base * 1.1)
     backoff.reset()
     assert backoff.failures == 0 and backoff.next_delay() <= 1.1
+
+
+def test_watch_retries_back_off_like_the_sync_loop() -> None:
+    """The watch loop's backoff has every setting of the publisher's (factor and jitter too)."""
+    backoff = Backoff(initial=0.1, factor=3.0, cap=9.0, jitter=0.0)
+    publisher = SlicePublisher(
+        cast(SliceApi, None), node_name="n1", driver_name="numadra.dev", backoff=backoff
+    )
+    watch_backoff = publisher._watch_backoff
+    assert [round(watch_backoff.next_delay(), 6) for _ in range(3)] == [0.1, 0.3, 0.9]
+    assert backoff.failures == 0  # its own failure count
