@@ -107,6 +107,23 @@ def test_registers_within_a_second_publishes_and_reports_ready(node: RunNode, re
         stream.cancel()
 
 
+def test_readyz_waits_for_registration_and_metrics_count_devices(node: RunNode) -> None:
+    """/healthz at once; /readyz 503 naming "registered" until the kubelet registers us; device gauges."""
+    process = node.spawn()
+    url = process.metrics_url()
+    assert http_get(f"{url}/healthz")[0] == 200
+    status, body = http_get(f"{url}/readyz")
+    assert status == 503
+    assert "not ready: registered" in body
+    _registered(node, process)
+    wait_for(lambda: http_get(f"{url}/readyz")[0] == 200, 10, "/readyz to say ready")
+    assert node.slices(), "ready before any slice was published"
+    status, metrics = http_get(f"{url}/metrics")
+    assert status == 200
+    assert 'numadra_devices{health="Healthy",type="gpu"} 2.0' in metrics
+    assert 'numadra_devices{health="Healthy",type="cpu"} 1.0' in metrics
+
+
 def test_prepare_unprepare_over_v1_and_v1beta1(node: RunNode) -> None:
     """A GPU + CPU claim from the apiserver gets CDI IDs, a spec file, status; unprepare removes them."""
     process = node.spawn()
