@@ -299,7 +299,7 @@ def _explain_request(
         notes = ("adminAccess: devices in use by other claims stay eligible",)
     if request.mode == "All":
         notes += ("allocationMode All: every matching device must be allocatable",)
-    return replace(base, checks=checks, status=_status(checks, max(request.count, 1)), notes=notes)
+    return replace(base, checks=checks, status=_status(checks, _need(base)), notes=notes)
 
 
 # ----------------------------------------------------------------------------- constraints
