@@ -71,8 +71,8 @@ class StatusWriter(Protocol):
         """Publish the prepared devices of a claim."""
         ...
 
-    def clear(self, namespace: str, name: str) -> None:
-        """Remove what :meth:`report_prepared` published."""
+    def clear(self, namespace: str, name: str, uid: str = "") -> None:
+        """Remove what :meth:`report_prepared` published (``uid`` names the claim in logs)."""
         ...
 
 
@@ -194,7 +194,8 @@ class ClaimsDriver:
                 self._journal.save()
         if self._status is not None:
             for ref in cleared:
-                self._best_effort(ref.uid, "clear", partial(self._status.clear, ref.namespace, ref.name))
+                clear = partial(self._status.clear, ref.namespace, ref.name, ref.uid)
+                self._best_effort(ref.uid, "clear", clear)
         return results
 
     def handle_error(self, err: BaseException, msg: str) -> None:

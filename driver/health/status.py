@@ -92,9 +92,9 @@ class ClaimStatusWriter:
         )
         return entries
 
-    def clear(self, namespace: str, name: str) -> None:
+    def clear(self, namespace: str, name: str, uid: str = "") -> None:
         """Remove every entry this field manager applied (unprepare); a deleted claim is fine."""
-        self._apply(namespace, name, [], "")
+        self._apply(namespace, name, [], uid)
 
     def _apply(self, namespace: str, name: str, entries: list[dict[str, Any]], uid: str) -> None:
         try:

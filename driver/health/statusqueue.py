@@ -49,9 +49,10 @@ class AsyncStatusWriter:
         keys = {"claim_uid": str(meta.get("uid", "")), "claim": f"{meta.get('namespace')}/{meta.get('name')}"}
         self._queue.put((lambda writer: writer.report_prepared(claim, devices), keys))
 
-    def clear(self, namespace: str, name: str) -> None:
+    def clear(self, namespace: str, name: str, uid: str = "") -> None:
         """Queue the removal of our entries of an unprepared claim."""
-        self._queue.put((lambda writer: writer.clear(namespace, name), {"claim": f"{namespace}/{name}"}))
+        context = {"claim": f"{namespace}/{name}", "claim_uid": uid}
+        self._queue.put((lambda writer: writer.clear(namespace, name, uid), context))
 
     def set_inventory(self, inventory: Inventory) -> None:
         """Follow a changed inventory (in queue order)."""

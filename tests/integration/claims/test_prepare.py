@@ -361,8 +361,8 @@ def test_status_writer_is_called_and_its_failures_ignored(world: World) -> None:
             calls.append(("report", claim_json["metadata"]["uid"]))
             raise RuntimeError("apiserver said no")
 
-        def clear(self, namespace: str, name: str) -> None:
-            calls.append(("clear", f"{namespace}/{name}"))
+        def clear(self, namespace: str, name: str, uid: str = "") -> None:
+            calls.append(("clear", f"{namespace}/{name}/{uid}"))
             raise RuntimeError("apiserver said no")
 
     ref = world.getter.add(_full_claim())
@@ -370,7 +370,7 @@ def test_status_writer_is_called_and_its_failures_ignored(world: World) -> None:
     with capture_logs() as logs:
         assert drv.prepare_claims([ref])[UID].ok
         assert drv.unprepare_claims([ref]) == {UID: ""}
-    assert calls == [("report", UID), ("clear", "ml/train")]
+    assert calls == [("report", UID), ("clear", f"ml/train/{UID}")]
     failures = [(e["call"], e["claim_uid"]) for e in logs if e["event"] == "status writer failed"]
     assert failures == [("report_prepared", UID), ("clear", UID)]
 

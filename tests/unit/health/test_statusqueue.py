@@ -25,7 +25,9 @@ class _RecordingWriter:
             raise RuntimeError("apiserver said no")
         self.calls.append(("report", name))
 
-    def clear(self, namespace: str, name: str) -> None:
+    def clear(self, namespace: str, name: str, uid: str = "") -> None:
+        if name == self.fail_on:
+            raise RuntimeError("apiserver said no")
         self.calls.append(("clear", name))
         self.done.set()
 
@@ -68,3 +70,16 @@ def test_async_status_writer_names_the_claim_of_a_failed_write() -> None:
     assert failed[0]["claim_uid"] == "uid-bad"
     assert failed[0]["claim"] == "ns/bad"
     assert failed[0]["error"] == "apiserver said no"
+
+
+def test_async_status_writer_names_the_claim_of_a_failed_clear() -> None:
+    """A failed clear (unprepare) is logged with the claim's UID too, not only its name."""
+    writer = _RecordingWriter(fail_on="gone")
+    status = AsyncStatusWriter(lambda: cast(Any, writer))
+    with capture_logs() as logs:
+        status.clear("ns", "gone", "uid-gone")
+        status.clear("ns", "a", "uid-a")
+        assert writer.done.wait(5)
+        status.close()
+    failed = [e for e in logs if e["event"] == "claim status write failed"]
+    assert [(e["claim_uid"], e["claim"]) for e in failed] == [("uid-gone", "ns/gone")]
