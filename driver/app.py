@@ -28,7 +28,7 @@ import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -56,7 +56,6 @@ if TYPE_CHECKING:
     from driver.pinning.planner import CpuPlanner
     from driver.slices.publisher import SlicePublisher
     from driver.state.index import PreparedIndex
-    from driver.state.journal import JournalEntry
 
 __all__ = [
     "DEFAULT_CDI_DIR",
@@ -251,7 +250,6 @@ class App:
         from driver.observability.metered import MeteredPlugin
         from driver.pinning.planner import CpuPlanner
         from driver.state.index import PreparedIndex
-        from driver.state.journal import Journal, journal_path
 
         cfg = self.config
         self._inventory = discover(cfg.host_root)  # NVML only when the root is this host's
@@ -264,9 +262,6 @@ class App:
             numa_nodes=len(inventory.numa_nodes),
             cpus=len(inventory.cpus),
         )
-        journal = Journal(journal_path(self.plugin_dir))
-        journal.load()  # JournalError: one line with the recovery, exit 1
-        recovery = self._journal_actions(journal.entries())
 
         cpu_hook = None
         if cfg.pinning is PinningKind.HOOK:
@@ -292,8 +287,8 @@ class App:
             cpu_hook=cpu_hook,
         )
         self._on_stop("claims driver", self.claims.close)
-        recreated = self.claims.reconcile()
-        self._recovery = recovery
+        recreated = self.claims.reconcile()  # JournalError: one line with the recovery, exit 1
+        self._recovery = self.claims.recovery
         if recreated:
             self._log.info("re-created files from the journal", files=recreated)
         index = PreparedIndex(self.claims.prepared_claims)
@@ -328,19 +323,6 @@ class App:
         return ClaimStatusWriter(
             self._kube, driver_name=cfg.driver_name, inventory=self.inventory, host_root=str(cfg.host_root)
         )
-
-    def _journal_actions(self, entries: Iterable[JournalEntry]) -> Counter[str]:
-        """Per journal entry: "ok" when its files are on disk, else "recreated" (by reconcile)."""
-        actions: Counter[str] = Counter()
-        for entry in entries:
-            missing = False
-            for stored in entry.files():
-                try:
-                    missing |= Path(stored.path).read_bytes() != stored.content.encode()
-                except OSError:
-                    missing = True
-            actions["recreated" if missing else "ok"] += 1
-        return actions
 
     def _start_background(self) -> None:
         """Steps 5-9: health, publishing, hot-plug, pinning, metrics."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import threading
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -122,6 +123,8 @@ class ClaimsDriver:
         self._journal = Journal(journal_path(plugin_dir))
         self._attributes = PublishedAttributes(node_name=node_name, driver_name=driver_name)
         self._lock = threading.Lock()
+        #: what the last :meth:`reconcile` did per journaled claim: "ok" or "recreated" -> count
+        self.recovery: Counter[str] = Counter()
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
         self._max_get_workers = max_get_workers
@@ -219,11 +222,16 @@ class ClaimsDriver:
             self._journal.load()
             self._remove_stale_temp_files()
             count = 0
+            recovery: Counter[str] = Counter()
             for entry in self._journal.entries():
+                restored = 0
                 for stored in entry.files():
                     if self._restore(stored):
-                        count += 1
+                        restored += 1
                         _log.info("re-created file", claim_uid=entry.uid, path=stored.path)
+                recovery["recreated" if restored else "ok"] += 1
+                count += restored
+            self.recovery = recovery
             _log.info("reconciled journal", claims=len(self._journal), recreated=count)
             return count
 

@@ -284,9 +284,11 @@ def test_reboot_recovery_recreates_identical_files(world: World) -> None:
     meta.unlink()
     fresh = world.driver()
     assert fresh.reconcile() == len(before) + 1
+    assert fresh.recovery == {"recreated": 2}  # per claim, for the journal-recovery metric
     assert {p.name: p.read_bytes() for p in world.cdi_dir.iterdir()} == before
     assert meta.read_bytes() == meta_before
     assert fresh.reconcile() == 0  # nothing left to do
+    assert fresh.recovery == {"ok": 2}
 
 
 def test_unprepare_removes_everything_and_is_idempotent(world: World) -> None:
