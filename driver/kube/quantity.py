@@ -21,6 +21,11 @@ _DECIMAL = {"n": Fraction(1, 10**9), "u": Fraction(1, 10**6), "m": Fraction(1, 1
 QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?)$")
 #: binary suffixes from the largest down, for the canonical form
 _LARGEST_FIRST = sorted(_BINARY.items(), key=lambda kv: -kv[1])
+_DECIMAL_LARGEST_FIRST = [
+    (suffix, int(factor))
+    for suffix, factor in sorted(_DECIMAL.items(), key=lambda kv: -kv[1])
+    if factor >= 1000
+]
 
 
 def parse_quantity(text: str | int) -> Fraction:
@@ -40,7 +45,7 @@ def parse_quantity(text: str | int) -> Fraction:
 
 
 def format_quantity(value: Fraction | int) -> str:
-    """Whole values with the largest exact binary suffix (68719476736 -> "64Gi", 1536 -> "1536").
+    """Whole values in the apiserver's canonical form: binary suffix when exact ("64Gi"), else decimal.
 
     For whole byte amounts this is the apiserver's canonical form of a binary quantity, so the
     publisher comparing desired and stored slices sees no spurious difference. Fractions (only
@@ -51,6 +56,11 @@ def format_quantity(value: Fraction | int) -> str:
         return f"{float(value):g}"
     n = value.numerator
     for suffix, factor in _LARGEST_FIRST:
+        if n and n % factor == 0:
+            return f"{n // factor}{suffix}"
+    # not binary: the apiserver stores a plain number in decimal canonical form ("1000" -> "1k",
+    # "2000000" -> "2M", "1536" stays), so write it that way (checked against kube-apiserver 1.37)
+    for suffix, factor in _DECIMAL_LARGEST_FIRST:
         if n and n % factor == 0:
             return f"{n // factor}{suffix}"
     return str(n)

@@ -98,3 +98,30 @@ def test_wiped_slices_are_repaired_within_5s(cluster: Cluster, record_property: 
     assert not old_uids & {s["metadata"]["uid"] for s in cluster.slices()}, "the slices were never deleted"
     record_property("slice_repair_s", round(seconds, 2))
     print(f"slices repaired in {seconds:.2f}s")
+
+
+def test_capacity_quantities_are_stored_as_written(cluster: Cluster) -> None:
+    """format_quantity writes the apiserver's canonical form, so a publish never sees a false diff."""
+    from driver.kube.quantity import format_quantity
+
+    values = [0, 999, 1000, 1536, 2_000_000, 2048, 2**30, 1000 * 1024, 24684092 * 1024, 3 * 10**12]
+    devices = [
+        {"name": f"q{i}", "capacity": {"c": {"value": format_quantity(v)}}} for i, v in enumerate(values)
+    ]
+    body = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": "quantity-check"},
+        "spec": {
+            "driver": "quantity-check.numadra.dev",
+            "nodeName": NODE,
+            "pool": {"name": "quantity-check", "generation": 1, "resourceSliceCount": 1},
+            "devices": devices,
+        },
+    }
+    stored = cluster.admin.request(
+        "POST", "/apis/resource.k8s.io/v1/resourceslices", body, query={"dryRun": "All"}
+    )
+    assert [d["capacity"]["c"]["value"] for d in stored["spec"]["devices"]] == [
+        d["capacity"]["c"]["value"] for d in devices
+    ]

@@ -157,12 +157,13 @@ def test_parse_quantity_rejects(text: str) -> None:
 
 
 def test_format_quantity_prefers_binary_suffixes() -> None:
-    """Byte amounts print with the largest exact binary suffix; counts stay plain."""
+    """Byte amounts print with the largest exact binary suffix; small counts stay plain and
+    round thousands take the decimal suffix, exactly as the apiserver stores them."""
     assert [format_quantity(Fraction(n)) for n in (112, 2**30, 3 * 2**20, 1000)] == [
         "112",
         "1Gi",
         "3Mi",
-        "1000",
+        "1k",
     ]
 
 

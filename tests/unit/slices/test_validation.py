@@ -130,8 +130,11 @@ def test_valid_limits_pass() -> None:
     ("value", "expected"),
     [
         pytest.param(0, "0", id="zero"),
-        pytest.param(1000, "1000", id="small"),
+        pytest.param(999, "999", id="small"),
+        pytest.param(1000, "1k", id="decimal-k"),
+        pytest.param(2_000_000, "2M", id="decimal-M"),
         pytest.param(1536, "1536", id="not-multiple"),
+        pytest.param(1500, "1500", id="not-multiple-of-1000"),
         pytest.param(2 * 1024**2, "2Mi", id="2Mi"),
         pytest.param(24684092 * 1024, "24684092Ki", id="meminfo"),
         pytest.param(1024**4, "1Ti", id="1Ti"),
@@ -139,7 +142,7 @@ def test_valid_limits_pass() -> None:
     ],
 )
 def test_format_quantity_canonical(value: int, expected: str) -> None:
-    """Byte quantities use the largest exact binary suffix, as the apiserver canonicalizes them."""
+    """The apiserver's canonical form (checked against kube-apiserver 1.37): exact binary, else decimal."""
     assert format_quantity(value) == expected
 
 
