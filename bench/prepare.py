@@ -35,6 +35,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench._common import nic_cpu_claim, rss_mib  # noqa: E402 (needs REPO on sys.path)
+
 DRIVER = "numadra.dev"
 NODE = "bench-node"
 
@@ -72,55 +74,6 @@ def _serve(root: Path, kubeconfig: str) -> None:
     server.start()
     sys.stdin.read()  # the parent closes stdin to stop us
     server.stop(grace=0)
-
-
-def _claim(uid: str, name: str, vf: str, node: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": "bench", "uid": uid},
-        "spec": {
-            "devices": {
-                "requests": [
-                    {"name": "nic", "exactly": {"deviceClassName": "nic.numadra.dev"}},
-                    {
-                        "name": "cpu",
-                        "exactly": {
-                            "deviceClassName": "cpu.numadra.dev",
-                            "capacity": {"requests": {"cpus": "2", "memory": "1Gi"}},
-                        },
-                    },
-                ]
-            }
-        },
-        "status": {
-            "allocation": {
-                "devices": {
-                    "results": [
-                        {"request": "nic", "driver": DRIVER, "pool": NODE, "device": vf},
-                        {
-                            "request": "cpu",
-                            "driver": DRIVER,
-                            "pool": NODE,
-                            "device": f"cpu-numa{node}",
-                            "shareID": str(uuid.uuid5(uuid.NAMESPACE_OID, uid)),
-                            "consumedCapacity": {"cpus": "2", "memory": "1Gi"},
-                        },
-                    ],
-                    "config": [
-                        {
-                            "source": "FromClaim",
-                            "requests": ["cpu"],
-                            "opaque": {
-                                "driver": DRIVER,
-                                "parameters": {"apiVersion": "numadra.dev/v1alpha1", "kind": "CpuConfig"},
-                            },
-                        }
-                    ],
-                }
-            }
-        },
-    }
 
 
 def _in_process(
@@ -173,13 +126,6 @@ def _in_process(
 def _pct(samples: list[float], q: float) -> float:
     ordered = sorted(samples)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-def _rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 @contextlib.contextmanager
@@ -295,7 +241,14 @@ def main() -> None:
             objects: dict[tuple[str, str], Any] = {}
             for i, (vf, node) in enumerate(vfs):
                 name = f"claim-{i}"
-                obj = _claim(str(uuid.uuid5(uuid.NAMESPACE_DNS, f"bench-{i}")), name, vf, node)
+                obj = nic_cpu_claim(
+                    str(uuid.uuid5(uuid.NAMESPACE_DNS, f"bench-{i}")),
+                    name,
+                    vf,
+                    node,
+                    driver=DRIVER,
+                    node=NODE,
+                )
                 uid = put_claim(obj)
                 obj["metadata"]["uid"] = uid
                 objects[("bench", name)] = obj
@@ -328,7 +281,7 @@ def main() -> None:
                     timed(refs[:1])
                 single = [timed([refs[i % len(refs)]]) for i in range(args.single)]
                 batch = [timed(refs[1:33]) for _ in range(args.batch)]
-                rss = _rss_mib(child.pid)
+                rss = rss_mib(child.pid)
             finally:
                 assert child.stdin is not None
                 child.stdin.close()

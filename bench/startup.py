@@ -34,43 +34,10 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench._common import nic_cpu_claim, rss_mib  # noqa: E402 (needs REPO on sys.path)
+
 DRIVER = "numadra.dev"
 NODE = "bench-run"
-
-
-def _claim(uid: str, name: str, vf: str, numa: int) -> dict[str, Any]:
-    """A claim with one NIC VF and a 2-CPU share of the VF's NUMA node."""
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": "bench", "uid": uid},
-        "spec": {"devices": {"requests": [{"name": "nic"}, {"name": "cpu"}]}},
-        "status": {
-            "allocation": {
-                "devices": {
-                    "results": [
-                        {"request": "nic", "driver": DRIVER, "pool": NODE, "device": vf},
-                        {
-                            "request": "cpu",
-                            "driver": DRIVER,
-                            "pool": NODE,
-                            "device": f"cpu-numa{numa}",
-                            "shareID": str(uuid.uuid5(uuid.NAMESPACE_OID, uid)),
-                            "consumedCapacity": {"cpus": "2", "memory": "1Gi"},
-                        },
-                    ],
-                    "config": [],
-                }
-            }
-        },
-    }
-
-
-def _rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def _argv(root: Path, kubeconfig: str) -> list[str]:
@@ -164,7 +131,7 @@ def measure(base: str = "/tmp", starts: int = 5, prepares: int = 100) -> dict[st
             refs = []
             for i, (vf, numa) in enumerate(vfs):
                 uid = str(uuid.uuid5(uuid.NAMESPACE_DNS, f"startup-{i}"))
-                api.put_object(_claim(uid, f"claim-{i}", vf, numa))
+                api.put_object(nic_cpu_claim(uid, f"claim-{i}", vf, numa, driver=DRIVER, node=NODE))
                 refs.append(ClaimRef("bench", f"claim-{i}", uid))
 
             registered: list[float] = []
@@ -176,7 +143,7 @@ def measure(base: str = "/tmp", starts: int = 5, prepares: int = 100) -> dict[st
                     registered.append(seconds)
                     try:
                         if attempt == 0:
-                            rss_registered = _rss_mib(child.pid)
+                            rss_registered = rss_mib(child.pid)
                             t0 = time.monotonic() - seconds
                             while not api.objects("ResourceSlice"):
                                 time.sleep(0.01)
@@ -189,7 +156,7 @@ def measure(base: str = "/tmp", starts: int = 5, prepares: int = 100) -> dict[st
                                     raise SystemExit(f"prepare failed: {out.claims[ref.uid].error}")
                                 kubelet.unprepare(endpoint, [ref])
                             time.sleep(1.0)  # let background threads (status writes, metrics) settle
-                            rss_steady = _rss_mib(child.pid)
+                            rss_steady = rss_mib(child.pid)
                     finally:
                         _stop(child)
         return {
