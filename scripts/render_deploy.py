@@ -4,6 +4,7 @@
 Variants compared (kustomize target  <->  helm values):
   base      deploy/kustomize/base              <-> defaults
   cgroupfs  deploy/kustomize/overlays/cgroupfs <-> --set pinning.backend=cgroupfs
+  list-claims deploy/kustomize/overlays/list-claims <-> --set rbac.listClaims=true
 
 Helm renders with release "numadra" in namespace "numadra-system", the names the kustomize base
 hard-codes. Before comparing, objects are sorted by (apiVersion, kind, namespace, name) and the
@@ -35,6 +36,7 @@ HELM_ONLY_LABELS = ("helm.sh/chart", "app.kubernetes.io/managed-by", "app.kubern
 VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "base": ("deploy/kustomize/base", ()),
     "cgroupfs": ("deploy/kustomize/overlays/cgroupfs", ("--set", "pinning.backend=cgroupfs")),
+    "list-claims": ("deploy/kustomize/overlays/list-claims", ("--set", "rbac.listClaims=true")),
 }
 
 

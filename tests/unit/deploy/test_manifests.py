@@ -265,3 +265,17 @@ def test_helm_values_default_to_the_kustomize_base() -> None:
     assert spec["priorityClassName"] == values["priorityClassName"]
     assert c["resources"] == values["resources"]
     assert spec["tolerations"] == values["tolerations"]
+    assert values["rbac"]["listClaims"] is False  # the base grants get only
+
+
+def test_list_claims_component_adds_only_list_to_the_claims_rule() -> None:
+    """The opt-in list-claims component turns the base's claim rule (get) into get+list, nothing else."""
+    component = ROOT / "deploy" / "kustomize" / "components" / "list-claims" / "kustomization.yaml"
+    patches = yaml.safe_load(component.read_text())["patches"]
+    assert [p["target"] for p in patches] == [{"kind": "ClusterRole", "name": "numadra-kubeletplugin"}]
+    ops = yaml.safe_load(patches[0]["patch"])
+    assert ops == [{"op": "replace", "path": "/rules/0/verbs", "value": ["get", "list"]}]
+    rule = _one("ClusterRole")["rules"][0]
+    assert (rule["resources"], rule["verbs"]) == (["resourceclaims"], ["get"])
+    overlay = ROOT / "deploy" / "kustomize" / "overlays" / "list-claims" / "kustomization.yaml"
+    assert yaml.safe_load(overlay.read_text())["components"] == ["../../components/list-claims"]
