@@ -36,7 +36,9 @@ class DriverCallError(Exception):
 class ClaimCalls:
     """Version-neutral prepare/unprepare: check references, serialize, call the driver, complete."""
 
-    def __init__(self, plugin: DriverPlugin, lock: SerializeLock) -> None:
+    def __init__(self, plugin: DriverPlugin, lock: SerializeLock | None) -> None:
+        """``lock`` None: the plugin serializes its own state across processes (and does it
+        around less than the whole call, e.g. not around its apiserver reads)."""
         self._plugin = plugin
         self._lock = lock
 
@@ -80,8 +82,10 @@ class ClaimCalls:
     def _call_driver(
         self, call: Callable[[Sequence[ClaimRef]], _Result], claims: Sequence[ClaimRef], name: str
     ) -> _Result:
-        """One driver call under the serialize lock; whatever it raises fails the whole RPC."""
+        """One driver call (under the serialize lock, if we hold it); whatever it raises fails the RPC."""
         try:
+            if self._lock is None:
+                return call(claims)
             with self._lock.hold():
                 return call(claims)
         except Exception as exc:

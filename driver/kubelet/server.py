@@ -80,6 +80,11 @@ class KubeletPluginServer:
 
     ``start()`` returns once both sockets serve; ``wait_registered()`` then waits for the kubelet's
     ``NotifyRegistrationStatus(true)``. ``stop()`` is idempotent and also runs on ``with`` exit.
+
+    Every prepare/unprepare runs under ``flock`` on ``<plugin dir>/serialize.lock``, the Go helper's
+    rule, unless ``serialize_calls=False``: then the plugin takes that lock itself around its state
+    only (``ClaimsDriver(serialize=...)``), so that its apiserver reads of one call overlap with
+    other calls, as the Go helper's GETs happen before it takes the lock.
     """
 
     def __init__(
@@ -94,6 +99,7 @@ class KubeletPluginServer:
         pod_uid: str | None = None,
         health_resend_interval: float = DEFAULT_RESEND_INTERVAL,
         max_workers: int = 16,
+        serialize_calls: bool = True,
     ) -> None:
         if not driver_name:
             raise ConfigError("driver name must not be empty")
@@ -108,6 +114,7 @@ class KubeletPluginServer:
         self._resend_interval = health_resend_interval
         self._max_workers = max_workers
         self._lock = SerializeLock(self.paths.lock)
+        self._serialize_calls = serialize_calls
         self._registration = RegistrationServicer(
             driver_name, str(self.paths.dra), supported_versions(with_health=health is not None)
         )
@@ -189,7 +196,7 @@ class KubeletPluginServer:
         server = grpc.server(
             self._executor(self._max_workers, "dra-grpc"), options=[("grpc.so_reuseport", 0)]
         )
-        calls = ClaimCalls(self._plugin, self._lock)
+        calls = ClaimCalls(self._plugin, self._lock if self._serialize_calls else None)
         dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(DraV1Servicer(calls), server)
         dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(DraV1beta1Servicer(calls), server)
         if self._health is not None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import fcntl
+import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,7 @@ import pytest
 from driver.kubelet.dra import ClaimCalls, DriverCallError
 from driver.kubelet.health import DEFAULT_RESEND_INTERVAL, HealthFanout
 from driver.kubelet.serialize import SerializeLock
-from driver.plugin import ClaimRef, HealthState
+from driver.plugin import ClaimRef, HealthState, PrepareResult
 from driver.testing.fakeplugin import FakePlugin
 
 
@@ -53,6 +55,36 @@ def test_lock_requires_open(tmp_path: Path) -> None:
     calls = ClaimCalls(FakePlugin(), SerializeLock(tmp_path / "l"))
     with pytest.raises(DriverCallError, match="is not open"):
         calls.prepare([ClaimRef("ns", "ok", "u1")])
+
+
+class _LockProbe(FakePlugin):
+    """A plugin that records, during each prepare, whether someone holds the serialize flock."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.path = path
+        self.flock_held: list[bool] = []
+
+    def prepare_claims(self, claims: Sequence[ClaimRef]) -> Mapping[str, PrepareResult]:
+        fd = os.open(self.path, os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            self.flock_held.append(False)
+        except BlockingIOError:
+            self.flock_held.append(True)
+        finally:
+            os.close(fd)  # also drops the probe's own flock
+        return super().prepare_claims(claims)
+
+
+@pytest.mark.parametrize(("serialize", "held"), [(True, True), (False, False)], ids=["held", "plugin-own"])
+def test_calls_hold_the_flock_unless_the_plugin_serializes_itself(
+    lock: SerializeLock, serialize: bool, held: bool
+) -> None:
+    """With a lock, the driver call runs under the flock; without (lock None) the plugin is called bare."""
+    probe = _LockProbe(lock.path)
+    ClaimCalls(probe, lock if serialize else None).prepare([ClaimRef("ns", "ok", "u1")])
+    assert probe.flock_held == [held]
 
 
 @pytest.fixture
