@@ -1,0 +1,334 @@
+"""Version 2 of the claim journal's storage: an append-only, checksummed log (``journal.log``).
+
+Version 1 rewrote one JSON file holding every prepared claim (~6 KB each) on every call, so a call
+cost O(claims on the node). Here a call appends one line holding only what it changed, so it costs
+O(claims in the call) plus one ``fdatasync``. File shape::
+
+    {"kind":"NumadraJournal","version":2}
+    <sha256 hex of payload> {"ops":[{"put":"<uid>","entry":{...}},{"remove":"<uid>"}]}
+    ...
+
+One line is one call, written with one ``write()`` to an ``O_APPEND`` descriptor: a crash (or a
+reader racing the writer) can only leave the *last* line torn, and a torn line drops that whole
+call, which was never acknowledged. Rules on read: an incomplete last line, or a complete last line
+whose checksum does not match, is a torn tail: ignored (the next :meth:`JournalLog.append` cuts it
+away). A bad line followed by more bytes, a header of another kind or version, or a malformed op is
+corruption: :class:`JournalError` with the same recovery as version 1.
+
+When the log outgrows ``max(compact_min, 4 x live state)`` the writer replaces it (temp file, fsync,
+rename, fsync dir) by the header plus one record of the live entries. Readers notice by the changed
+inode and read the new file from its start (``Replay.reset``).
+
+Writers must hold the cross-process lock and :meth:`JournalLog.read` before they append; readers
+need no lock. The object itself is not thread safe.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cdi.io import atomic_write_bytes, fsync_dir
+from driver.errors import JournalError
+from driver.log import get_logger
+
+__all__ = ["LOG_FILE", "LOG_VERSION", "JournalLog", "Op", "Put", "Remove", "Replay"]
+
+LOG_FILE = "journal.log"
+LOG_VERSION = 2
+_HEADER = b'{"kind":"NumadraJournal","version":2}\n'
+_OPS_OPEN = '{"ops":['
+_DECODER = json.JSONDecoder()
+_log = get_logger("state.wal")
+
+
+@dataclass(frozen=True, slots=True)
+class Put:
+    """Add or replace a claim's entry; ``text`` is the canonical JSON it was appended as."""
+
+    uid: str
+    entry: dict[str, Any]
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Remove:
+    """Drop a claim's entry (a no-op when there is none)."""
+
+    uid: str
+
+
+Op = Put | Remove
+
+
+@dataclass(frozen=True, slots=True)
+class Replay:
+    """What changed since the last read or append: apply ``ops`` in order, after clearing if ``reset``."""
+
+    reset: bool
+    ops: list[Op]
+
+
+def _record(puts: Mapping[str, str], removes: Collection[str]) -> bytes:
+    """One line: checksum, space, payload. Entry texts go in as they are (no re-encoding)."""
+    parts = [f'{{"put":{json.dumps(uid)},"entry":{text}}}' for uid, text in puts.items()]
+    parts += [f'{{"remove":{json.dumps(uid)}}}' for uid in removes]
+    payload = f"{_OPS_OPEN}{','.join(parts)}]}}".encode()
+    return hashlib.sha256(payload).hexdigest().encode() + b" " + payload + b"\n"
+
+
+def _decode_ops(payload: str) -> list[Op]:
+    """Parse a payload written by :func:`_record`, keeping each entry's exact text; ValueError if not."""
+    if not payload.startswith(_OPS_OPEN) or not payload.endswith("]}"):
+        raise ValueError('not {"ops":[...]}')
+    ops: list[Op] = []
+    pos, end = len(_OPS_OPEN), len(payload) - 2
+    while pos < end:
+        kind = "put" if payload.startswith('{"put":', pos) else "remove"
+        if not payload.startswith(f'{{"{kind}":', pos):
+            raise ValueError(f"unknown op at {pos}")
+        uid, pos = _DECODER.raw_decode(payload, pos + len(kind) + 4)
+        if not isinstance(uid, str):
+            raise ValueError(f"uid {uid!r} is not a string")
+        if kind == "remove":
+            ops.append(Remove(uid))
+        elif payload.startswith(',"entry":', pos):
+            start = pos + len(',"entry":')
+            entry, pos = _DECODER.raw_decode(payload, start)
+            if not isinstance(entry, dict):
+                raise ValueError(f"entry of {uid!r} is not an object")
+            ops.append(Put(uid, entry, payload[start:pos]))
+        else:
+            raise ValueError(f"put of {uid!r} without entry")
+        if not payload.startswith("}", pos):
+            raise ValueError(f"op not closed at {pos}")
+        pos += 1
+        if pos < end:
+            if not payload.startswith(",", pos) or pos + 1 == end:
+                raise ValueError(f"no op after {pos}")
+            pos += 1
+    return ops
+
+
+class JournalLog:
+    """The journal log file of one state directory, read incrementally.
+
+    Holds a descriptor of the file it read, so a replaced file (compaction by another process,
+    recovery by hand) is told apart from the same file grown, even when an inode number is reused.
+    """
+
+    def __init__(self, path: Path, *, legacy: Path | None = None, compact_min: int = 1 << 20) -> None:
+        self.path = path
+        self.legacy = legacy
+        self.compact_min = compact_min
+        self._fd: int | None = None  # read descriptor of the file our offsets are about
+        self._wfd: int | None = None  # O_APPEND descriptor of the same file, opened on first append
+        self._ident = (0, 0)
+        self._valid = 0  # end of the last good record: everything before it is final
+        self._seen = 0  # file size at our last read/append; > _valid when the tail is torn
+        self._legacy_checked = False
+
+    def _recovery(self, problem: str) -> JournalError:
+        return JournalError(
+            f"journal {self.path} {problem}; recovery: stop numadra, move {self.path} aside "
+            "(mv it to a backup name) and start again: the kubelet re-prepares the claims of "
+            "running pods; check the CDI specs in the CDI dir of claims that are gone"
+        )
+
+    def close(self) -> None:
+        """Close the descriptors; the next read starts from the beginning of the file."""
+        for fd in (self._fd, self._wfd):
+            if fd is not None:
+                os.close(fd)
+        self._fd = self._wfd = None
+        self._valid = self._seen = 0
+
+    # -- reading ----------------------------------------------------------------------------------
+
+    def read(self) -> Replay:
+        """The calls appended since our last read/append (by anyone), or the whole file on reset.
+
+        Raises :class:`JournalError` (with the recovery) on corruption or an unknown version.
+        """
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            self.close()
+            return Replay(reset=True, ops=[])
+        except OSError as exc:
+            raise self._recovery(f"cannot be read ({exc.strerror})") from exc
+        if self._fd is not None and (st.st_dev, st.st_ino) == self._ident and st.st_size >= self._valid:
+            if st.st_size == self._seen == self._valid:
+                return Replay(reset=False, ops=[])
+            return Replay(reset=False, ops=self._scan(st.st_size))
+        self.close()
+        try:
+            self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            st = os.fstat(self._fd)  # the file we opened, whatever the path points to by now
+        except FileNotFoundError:
+            self.close()
+            return Replay(reset=True, ops=[])
+        except OSError as exc:
+            raise self._recovery(f"cannot be read ({exc.strerror})") from exc
+        self._ident = (st.st_dev, st.st_ino)
+        try:
+            return Replay(reset=True, ops=self._scan(st.st_size))
+        except JournalError:
+            self.close()  # the caller got nothing: the next read starts over too
+            raise
+
+    def _scan(self, size: int) -> list[Op]:
+        """Parse bytes ``[_valid, size)``; advance ``_valid`` over good lines, ``_seen`` to the end."""
+        assert self._fd is not None
+        try:
+            data = os.pread(self._fd, size - self._valid, self._valid)
+        except OSError as exc:
+            raise self._recovery(f"cannot be read ({exc.strerror})") from exc
+        ops: list[Op] = []
+        pos = 0
+        while (nl := data.find(b"\n", pos)) >= 0:
+            line, at = data[pos:nl], self._valid + pos
+            if at == 0:
+                self._check_header(line)
+            elif line[64:65] != b" " or hashlib.sha256(line[65:]).hexdigest().encode() != line[:64]:
+                if nl + 1 == len(data):
+                    break  # torn last line: that call was never acknowledged
+                raise self._recovery(f"is corrupt (checksum mismatch in the record at byte {at})")
+            else:
+                try:
+                    ops += _decode_ops(line[65:].decode())
+                except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError included
+                    raise self._recovery(f"is corrupt (malformed record at byte {at}: {exc})") from exc
+            pos = nl + 1
+        self._valid += pos
+        self._seen = self._valid + len(data) - pos
+        return ops
+
+    def _check_header(self, line: bytes) -> None:
+        try:
+            head = json.loads(line)
+        except ValueError as exc:
+            raise self._recovery(f"is corrupt (header is not JSON: {exc})") from exc
+        if not isinstance(head, dict) or head.get("kind") != "NumadraJournal":
+            raise self._recovery("is corrupt (not a NumadraJournal log)")
+        version = head.get("version")
+        if version != LOG_VERSION:
+            raise self._recovery(
+                f"has unknown schema version {version!r} (this numadra reads version {LOG_VERSION})"
+            )
+
+    # -- writing ----------------------------------------------------------------------------------
+
+    def append(self, puts: Mapping[str, str], removes: Collection[str], live: Mapping[str, str]) -> None:
+        """Durably record one call: ``puts`` (uid -> canonical entry JSON) and ``removes``.
+
+        ``live`` is every entry after this call (uid -> canonical JSON), used only to compact.
+        Returns once the record is on disk (``fdatasync``); on an error the file is cut back to
+        its state before the call and the error raised. Raises JournalError when the file changed
+        since our last :meth:`read` (a writer without the lock, or a missing read).
+        """
+        if not puts and not removes:
+            return
+        if overlap := set(puts).intersection(removes):
+            raise ValueError(f"claims both put and removed in one call: {sorted(overlap)}")
+        record = _record(puts, removes)
+        if self._fd is None or self._valid == 0:  # no file, or one torn in its header
+            self._check_missing()
+            self._replace(_HEADER + record)
+            return
+        wfd = self._writer()
+        if self._valid != self._seen:
+            os.ftruncate(wfd, self._valid)
+        try:
+            view = memoryview(record)
+            while view:
+                view = view[os.write(wfd, view) :]
+            os.fdatasync(wfd)
+        except BaseException:
+            self._seen = -1  # unknown until cut back: a later append must read first
+            os.ftruncate(wfd, self._valid)
+            self._seen = self._valid
+            raise
+        self._valid = self._seen = self._valid + len(record)
+        self._drop_legacy()
+        if self._valid > max(self.compact_min, 4 * _size(live)):
+            try:
+                self._replace(_HEADER + _record(dict(sorted(live.items())), ()))
+            except OSError as exc:  # the call is durable already; the next append tries again
+                _log.warning("cannot compact journal", path=str(self.path), error=str(exc))
+
+    def _writer(self) -> int:
+        """The O_APPEND descriptor, after checking the file is still the one (and size) we read."""
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            st = None
+        if st is None or (st.st_dev, st.st_ino) != self._ident or st.st_size != self._seen:
+            raise JournalError(
+                f"journal {self.path} changed since this process last read it: writers must hold "
+                "the lock and read before they append"
+            )
+        if self._wfd is None:
+            wfd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+            st = os.fstat(wfd)
+            if (st.st_dev, st.st_ino) != self._ident:
+                os.close(wfd)
+                raise JournalError(f"journal {self.path} was replaced while opening it for append")
+            self._wfd = wfd
+        return self._wfd
+
+    def _check_missing(self) -> None:
+        if self._fd is not None:
+            return  # the file exists but its header is torn: replaced whole
+        if self.path.exists():
+            raise JournalError(
+                f"journal {self.path} appeared since this process last read it: writers must hold "
+                "the lock and read before they append"
+            )
+        if self.legacy is not None and self.legacy.exists():
+            raise JournalError(f"journal {self.legacy} (version 1) must be adopted before appending")
+
+    def _replace(self, data: bytes) -> None:
+        """Atomically make ``data`` the whole log (temp, fsync, rename, fsync dir) and follow it."""
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        atomic_write_bytes(self.path, data, mode=0o600)
+        self.close()
+        self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        st = os.fstat(self._fd)
+        self._ident = (st.st_dev, st.st_ino)
+        self._valid = self._seen = len(data)
+
+    # -- migration from version 1 -----------------------------------------------------------------
+
+    def legacy_pending(self) -> bool:
+        """True when there is no log but a version 1 ``journal.json``: the caller must :meth:`adopt`."""
+        return self.legacy is not None and not self.path.exists() and self.legacy.exists()
+
+    def adopt(self, live: Mapping[str, str]) -> None:
+        """Write ``live`` (parsed from the version 1 file) as the log, then remove the version 1 file.
+
+        Crash-safe order: the log is complete and synced (file and directory) before the legacy
+        file is unlinked. A crash in between leaves both; the log then wins (legacy is consulted
+        only when there is no log) and the next append of a writer removes the stale legacy file.
+        """
+        self._replace(_HEADER + _record(dict(sorted(live.items())), ()))
+        self._drop_legacy()
+
+    def _drop_legacy(self) -> None:
+        if self._legacy_checked or self.legacy is None:
+            return
+        with contextlib.suppress(FileNotFoundError):
+            self.legacy.unlink()
+            fsync_dir(self.legacy.parent)
+        self._legacy_checked = True
+
+
+def _size(live: Mapping[str, str]) -> int:
+    """About the length of a compacted log of ``live`` (canonical JSON is ASCII: chars are bytes)."""
+    return len(_HEADER) + 75 + sum(len(uid) + len(text) + 22 for uid, text in live.items())
