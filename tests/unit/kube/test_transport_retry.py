@@ -1,0 +1,199 @@
+"""The lean transport's connection reuse and its one retry, against a scripted server on loopback."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from driver.kube.transport import ConnectionClosedError, Transport, TransportSettings
+
+ANSWER = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"
+
+
+class _ScriptedServer:
+    """Plays ``plan[n]`` on the n-th accepted connection: per request "answer", "drop" (close
+    without answering), "partial" (half an answer, then close), "slow" (answer after 0.3 s) or
+    "together" (answer once ``together`` connections are waiting); after the last step it closes
+    the connection, or sees the client close it."""
+
+    def __init__(self, *plan: list[str], together: int = 1) -> None:
+        self.plan = list(plan)
+        self._barrier = threading.Barrier(together)
+        self.requests = 0
+        self.accepted = 0
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._threads: list[threading.Thread] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                return
+            steps = self.plan[self.accepted] if self.accepted < len(self.plan) else []
+            self.accepted += 1
+            thread = threading.Thread(target=self._serve, args=(conn, steps), daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def _serve(self, conn: socket.socket, steps: list[str]) -> None:
+        with conn:
+            pending = b""
+            for step in steps:
+                while b"\r\n\r\n" not in pending:
+                    data = conn.recv(4096)
+                    if not data:
+                        return
+                    pending += data
+                pending = pending.split(b"\r\n\r\n", 1)[1]
+                self.requests += 1
+                if step == "drop":
+                    return
+                if step == "partial":
+                    conn.sendall(ANSWER[:20])
+                    return
+                if step == "slow":
+                    time.sleep(0.3)
+                if step == "together":
+                    self._barrier.wait(3)
+                conn.sendall(ANSWER)
+
+    def open_connections(self) -> int:
+        """Connections still open, after a moment for the client's closes to arrive."""
+        time.sleep(0.1)
+        return sum(t.is_alive() for t in self._threads)
+
+    def close(self) -> None:
+        self._listener.close()
+        for thread in self._threads:
+            thread.join(3)
+
+
+@pytest.fixture
+def scripted() -> Iterator[list[_ScriptedServer]]:
+    servers: list[_ScriptedServer] = []
+    yield servers
+    for server in servers:
+        server.close()
+
+
+def _client(
+    servers: list[_ScriptedServer], *plan: list[str], timeout: float = 2.0, together: int = 1
+) -> tuple[_ScriptedServer, Transport]:
+    server = _ScriptedServer(*plan, together=together)
+    servers.append(server)
+    settings = TransportSettings("http", "127.0.0.1", server.port)
+    return server, Transport(settings, connect_timeout=1.0, timeout=timeout)
+
+
+def test_answers_reuse_one_connection(scripted: list[_ScriptedServer]) -> None:
+    """Sequential GETs travel on one kept-alive connection."""
+    server, transport = _client(scripted, ["answer"] * 3)
+    assert [transport.get("/x", {}).body for _ in range(3)] == [b"{}"] * 3
+    assert (transport.connections_opened, server.requests) == (1, 3)
+
+
+def test_stale_connection_is_retried_once_on_a_fresh_one(scripted: list[_ScriptedServer]) -> None:
+    """A reused connection that dies before answering: the GET is sent again on a new connection."""
+    server, transport = _client(scripted, ["answer", "drop"], ["answer"])
+    transport.get("/x", {})
+    assert transport.get("/x", {}).status == 200
+    assert (transport.connections_opened, server.requests) == (2, 3)
+
+
+def test_retry_happens_only_once(scripted: list[_ScriptedServer]) -> None:
+    """If the fresh connection fails too, the error comes out (no loop)."""
+    server, transport = _client(scripted, ["answer", "drop"], ["drop"], ["answer"])
+    transport.get("/x", {})
+    with pytest.raises(ConnectionClosedError, match="without answering"):
+        transport.get("/x", {})
+    assert (transport.connections_opened, server.requests) == (2, 3)
+
+
+def test_fresh_connection_failure_is_not_retried(scripted: list[_ScriptedServer]) -> None:
+    """A new connection that dies before answering is a real failure, not a stale keep-alive."""
+    server, transport = _client(scripted, ["drop"], ["answer"])
+    with pytest.raises(ConnectionClosedError):
+        transport.get("/x", {})
+    assert (transport.connections_opened, server.requests) == (1, 1)
+
+
+def test_partial_answer_is_not_retried(scripted: list[_ScriptedServer]) -> None:
+    """Once the server said something, a broken answer is reported, not resent."""
+    server, transport = _client(scripted, ["answer", "partial"], ["answer"])
+    transport.get("/x", {})
+    with pytest.raises(ConnectionClosedError, match="bytes into the answer"):
+        transport.get("/x", {})
+    assert (transport.connections_opened, server.requests) == (1, 2)
+
+
+def test_timeout_is_not_retried_and_names_the_limit(scripted: list[_ScriptedServer]) -> None:
+    """A slow answer on a reused connection times out once, with a message naming the limit."""
+    server, transport = _client(scripted, ["answer", "slow"], ["answer"], timeout=0.1)
+    transport.get("/x", {})
+    start = time.monotonic()
+    with pytest.raises(TimeoutError, match=r"read timeout of 0\.1 s"):
+        transport.get("/x", {})
+    assert time.monotonic() - start < 0.25
+    assert (transport.connections_opened, server.requests) == (1, 2)
+
+
+def test_idle_connection_closed_by_the_server_is_not_used(scripted: list[_ScriptedServer]) -> None:
+    """A kept connection the server has since closed is noticed at checkout: no request is lost on it."""
+    server, transport = _client(scripted, ["answer"], ["answer"])
+    transport.get("/x", {})
+    deadline = time.monotonic() + 2
+    while server._threads[0].is_alive() and time.monotonic() < deadline:  # the server closes it
+        time.sleep(0.01)
+    assert transport.get("/x", {}).status == 200
+    assert (transport.connections_opened, server.requests) == (2, 2)
+
+
+def test_connection_refused_raises_at_once() -> None:
+    """Nobody listening: ConnectionRefusedError straight away, no retry."""
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        port = probe.getsockname()[1]
+    transport = Transport(TransportSettings("http", "127.0.0.1", port), connect_timeout=1.0, timeout=1.0)
+    with pytest.raises(ConnectionRefusedError):
+        transport.get("/x", {})
+
+
+def test_pool_keeps_at_most_max_idle(scripted: list[_ScriptedServer]) -> None:
+    """Concurrent callers each get a connection; only ``max_idle`` stay open afterwards."""
+    server, transport = _client(scripted, *(["together", "answer"] for _ in range(4)), together=4)
+    transport.max_idle = 2
+    threads = [threading.Thread(target=transport.get, args=("/x", {})) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(3)
+    assert (transport.connections_opened, server.requests) == (4, 4)
+    assert server.open_connections() == 2
+
+
+def test_close_closes_idle_connections(scripted: list[_ScriptedServer]) -> None:
+    """close() closes the kept connections at once."""
+    server, transport = _client(scripted, ["answer", "answer"])
+    transport.get("/x", {})
+    assert server.open_connections() == 1
+    transport.close()
+    assert server.open_connections() == 0
+
+
+def test_connection_in_use_at_close_is_not_kept(scripted: list[_ScriptedServer]) -> None:
+    """A connection busy during close() is closed when its GET is done, not put back."""
+    server, transport = _client(scripted, ["answer", "slow", "answer"])
+    transport.get("/x", {})
+    slow = threading.Thread(target=transport.get, args=("/x", {}))
+    slow.start()
+    time.sleep(0.1)
+    transport.close()
+    slow.join(3)
+    assert server.requests == 2
+    assert server.open_connections() == 0
