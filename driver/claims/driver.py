@@ -40,7 +40,7 @@ from driver.errors import ClaimError, KubeError, PinningError, is_recoverable
 from driver.inventory.model import DeviceKind, Inventory
 from driver.kube.types import ClaimGetter, JsonObject
 from driver.log import get_logger
-from driver.pinning.types import ClaimPinning, CpuRequest
+from driver.pinning.types import ClaimPinning, CpuRequest, format_cpulist
 from driver.plugin import ClaimRef, PreparedDevice, PrepareResult
 from driver.state.journal import Journal, JournalEntry, StoredFile, journal_path
 
@@ -83,6 +83,25 @@ def _describe(ref: ClaimRef) -> str:
 
 def _check_ref(ref: ClaimRef) -> str:
     return check_claim_uid(ref.uid) or check_namespace(ref.namespace) or check_claim_name(ref.name)
+
+
+def _prepared_keys(entry: JournalEntry) -> dict[str, Any]:
+    """What the "prepared" line says: the devices and, when pinned, each request's CPUs and nodes.
+
+    The planner does not log on its own: one line per claim keeps a prepare cheap.
+    """
+    keys: dict[str, Any] = {"devices": [d.device_name for d in entry.devices]}
+    if entry.pinning is not None:
+        keys["pinning"] = [
+            {
+                "request": a.request,
+                "mode": a.mode.value,
+                "cpus": format_cpulist(a.cpus),
+                "mems": format_cpulist(a.mems),
+            }
+            for a in entry.pinning.assignments
+        ]
+    return keys
 
 
 @dataclass(frozen=True, slots=True)
@@ -458,7 +477,7 @@ class ClaimsDriver:
                 continue
             results[uid] = PrepareResult(devices=item.entry.devices)
             done.append(item)
-            _log.info("prepared", claim_uid=uid, devices=[d.device_name for d in item.entry.devices])
+            _log.info("prepared", claim_uid=uid, **_prepared_keys(item.entry))
         if failed:
             try:
                 self._journal.save()

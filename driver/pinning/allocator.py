@@ -23,7 +23,7 @@ many were free.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
@@ -65,37 +65,43 @@ class _CoreShape:
     members: tuple[int, ...]  # online CPUs of the core, sorted
     siblings: frozenset[int]  # every SMT sibling the kernel lists (offline ones too)
     whole: bool  # every sibling is online (a core with an offline sibling is never whole)
+    #: the core when none of its CPUs is held, built once: most cores of a node are in that state
+    idle: _Core
 
+
+#: the cores of each NUMA node, ordered by first CPU
+_ByNode = dict[int, tuple[_CoreShape, ...]]
 
 #: topology index per ``Inventory.cpus`` tuple (by identity; the tuple is kept alive with it), so
-#: the grouping by core is done once per inventory instead of once per request
-_SHAPES: dict[int, tuple[Sequence[Cpu], tuple[_CoreShape, ...]]] = {}
+#: the grouping by core and node is done once per inventory instead of once per request
+_SHAPES: dict[int, tuple[Sequence[Cpu], _ByNode]] = {}
 _SHAPES_MAX = 4
 
 
-def _core_shapes(cpus: Sequence[Cpu]) -> tuple[_CoreShape, ...]:
-    """The node's cores (the thread-sibling set identifies a core), cached per topology."""
+def _core_shapes(cpus: Sequence[Cpu]) -> _ByNode:
+    """The node's cores (the thread-sibling set identifies a core) per NUMA node, cached per topology."""
     hit = _SHAPES.get(id(cpus))
     if hit is not None and hit[0] is cpus:
         return hit[1]
     by_core: dict[tuple[int, ...], list[Cpu]] = defaultdict(list)
     for cpu in cpus:
         by_core[cpu.thread_siblings or (cpu.id,)].append(cpu)
-    shapes = tuple(
-        sorted(
-            (
-                _CoreShape(
-                    group=(members[0].package_id, members[0].l3_id),
-                    numa_node=members[0].numa_node,
-                    members=tuple(sorted(c.id for c in members)),
-                    siblings=frozenset(siblings),
-                    whole=frozenset(siblings).issubset(c.id for c in members),
-                )
-                for siblings, members in by_core.items()
-            ),
-            key=lambda shape: shape.members[0],
+    by_node: dict[int, list[_CoreShape]] = defaultdict(list)
+    for siblings, members in by_core.items():
+        ids = tuple(sorted(c.id for c in members))
+        group = (members[0].package_id, members[0].l3_id)
+        whole = frozenset(siblings).issubset(ids)
+        by_node[members[0].numa_node].append(
+            _CoreShape(
+                group=group,
+                numa_node=members[0].numa_node,
+                members=ids,
+                siblings=frozenset(siblings),
+                whole=whole,
+                idle=_Core(group=group, cpus=ids, whole=whole),
+            )
         )
-    )
+    shapes = {node: tuple(sorted(cores, key=_first_member)) for node, cores in by_node.items()}
     if isinstance(cpus, tuple):  # only immutable topologies are worth remembering
         if len(_SHAPES) >= _SHAPES_MAX:
             _SHAPES.clear()
@@ -103,42 +109,56 @@ def _core_shapes(cpus: Sequence[Cpu]) -> tuple[_CoreShape, ...]:
     return shapes
 
 
-def _cores(
-    shapes: Sequence[_CoreShape], numa_nodes: Collection[int], blocked: AbstractSet[int]
-) -> list[_Core]:
+def _first_member(shape: _CoreShape) -> int:
+    return shape.members[0]
+
+
+def _first_cpu(core: _Core) -> int:
+    return core.cpus[0]
+
+
+def _cores(by_node: _ByNode, numa_nodes: Collection[int], blocked: AbstractSet[int]) -> list[_Core]:
     """The free part of every core on ``numa_nodes``, ordered by its first free CPU."""
+    nodes = set(numa_nodes)
+    if len(nodes) == 1:
+        shapes: Sequence[_CoreShape] = by_node.get(next(iter(nodes)), ())
+    else:
+        shapes = sorted((s for n in nodes for s in by_node.get(n, ())), key=_first_member)
     out = []
+    moved = False  # a core whose first CPU is held now sorts by a later CPU
     for shape in shapes:
-        if shape.numa_node not in numa_nodes:
-            continue
         if blocked.isdisjoint(shape.members):  # the common case: nothing of this core is held
-            out.append(_Core(group=shape.group, cpus=shape.members, whole=shape.whole))
+            out.append(shape.idle)
             continue
         ids = tuple(i for i in shape.members if i not in blocked)
         if ids:
             out.append(_Core(group=shape.group, cpus=ids, whole=shape.siblings.issubset(ids)))
-    out.sort(key=lambda core: core.cpus[0])
+            moved = moved or ids[0] != shape.members[0]
+    if moved:
+        out.sort(key=_first_cpu)
     return out
 
 
-def _group_order(cores: Sequence[_Core], count: int) -> list[_GroupKey]:
-    """L3 groups in the order whole cores are taken from them (rule 2 of the module docstring)."""
-    free: dict[_GroupKey, int] = defaultdict(int)
-    whole: dict[_GroupKey, int] = defaultdict(int)
-    for core in cores:
-        free[core.group] += len(core.cpus)
-        if core.whole:
-            whole[core.group] += len(core.cpus)
-    widest = max((len(c.cpus) for c in cores if c.whole), default=1)
+def _group_order(
+    free: Mapping[_GroupKey, int], whole: Mapping[_GroupKey, int], widest: int, count: int
+) -> list[_GroupKey]:
+    """L3 groups in the order whole cores are taken from them (rule 2 of the module docstring).
+
+    ``free``/``whole``: free CPUs and CPUs of free whole cores per group; ``widest``: the most
+    CPUs a free whole core has.
+    """
     whole_need = count - count % widest
 
     def rank(group: _GroupKey) -> tuple[int, int, _GroupKey]:
-        if whole[group] >= whole_need and free[group] >= count:
+        held_whole = whole.get(group, 0)
+        if held_whole >= whole_need and free[group] >= count:
             return (0, free[group], group)  # holds the whole request: best fit
-        if whole[group] >= whole_need:
+        if held_whole >= whole_need:
             return (1, free[group], group)  # holds the whole cores: best fit
-        return (2, -whole[group], group)  # too small: biggest first, span few groups
+        return (2, -held_whole, group)  # too small: biggest first, span few groups
 
+    if len(free) == 1:
+        return list(free)
     return sorted(free, key=rank)
 
 
@@ -162,7 +182,19 @@ def allocate_cpus(
     topology = cpus if isinstance(cpus, tuple) else tuple(cpus)
     blocked = set(taken) | set(reserved)
     cores = _cores(_core_shapes(topology), numa_nodes, blocked)
-    free = sum(len(core.cpus) for core in cores)
+    # per L3 group: free CPUs, CPUs of free whole cores, and those whole cores in CPU order
+    free_in: dict[_GroupKey, int] = {}
+    whole_in: dict[_GroupKey, int] = {}
+    whole_cores: dict[_GroupKey, list[_Core]] = {}
+    widest = 1
+    for core in cores:
+        size = len(core.cpus)
+        free_in[core.group] = free_in.get(core.group, 0) + size
+        if core.whole:
+            whole_in[core.group] = whole_in.get(core.group, 0) + size
+            whole_cores.setdefault(core.group, []).append(core)
+            widest = max(widest, size)
+    free = sum(free_in.values())
     if free < count:
         nodes = ",".join(str(n) for n in sorted(numa_nodes)) or "<none>"
         free_ids = [cpu for core in cores for cpu in core.cpus]
@@ -170,21 +202,24 @@ def allocate_cpus(
             f"NUMA node {nodes}: wanted {count} exclusive CPUs, {free} free "
             f"(free: {format_cpulist(free_ids) or 'none'})"
         )
-    order = _group_order(cores, count)
-    rank = {group: i for i, group in enumerate(order)}
+    order = _group_order(free_in, whole_in, widest, count)
 
     chosen: list[int] = []
     used_groups: set[_GroupKey] = set()
     remaining = count
-    for core in sorted((c for c in cores if c.whole), key=lambda c: (rank[c.group], c.cpus[0])):
-        if len(core.cpus) <= remaining:
-            chosen.extend(core.cpus)
-            used_groups.add(core.group)
-            remaining -= len(core.cpus)
-            if remaining == 0:
-                break
+    for group in order:  # whole cores by (group rank, first CPU)
+        for core in whole_cores.get(group, ()):
+            if len(core.cpus) <= remaining:
+                chosen.extend(core.cpus)
+                used_groups.add(core.group)
+                remaining -= len(core.cpus)
+                if remaining == 0:
+                    break
+        if remaining == 0:
+            break
 
     if remaining:
+        rank = {group: i for i, group in enumerate(order)}
         taken_now = set(chosen)
         threads = [
             (1 if core.whole else 0, 0 if core.group in used_groups else 1, rank[core.group], cpu)

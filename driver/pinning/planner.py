@@ -14,6 +14,7 @@ The model (seed: Kubernetes pod-level resource managers, KEP-5526, expressed wit
 
 The claims layer serializes prepares and passes the CPUs other journaled claims hold as
 ``taken``; the planner still takes a lock so that two callers can never be handed the same CPUs.
+The planner does not log: the claims layer puts the pinning into its one "prepared" line per claim.
 """
 
 from __future__ import annotations
@@ -23,13 +24,10 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 
 from driver.errors import ClaimError, CpuExhaustedError, PinningError
 from driver.inventory.model import Inventory, InventoryDevice, NumaNode
-from driver.log import get_logger
 from driver.pinning.allocator import allocate_cpus
 from driver.pinning.types import ClaimPinning, CpuAssignment, CpuMode, CpuRequest, format_cpulist
 
 __all__ = ["CpuPlanner", "device_numa_node", "mems_for_devices"]
-
-_log = get_logger("pinning.planner")
 
 
 def device_numa_node(device: InventoryDevice) -> int | None:
@@ -59,6 +57,8 @@ class CpuPlanner:
         self._inventory = inventory_provider
         self._reserved = frozenset(reserved_cpus)
         self._lock = threading.Lock()
+        #: the NUMA node ids of the last inventory seen (by identity): computed once per inventory
+        self._known_nodes: tuple[Inventory | None, frozenset[int]] = (None, frozenset())
 
     @property
     def reserved_cpus(self) -> frozenset[int]:
@@ -76,11 +76,10 @@ class CpuPlanner:
         Raises :class:`ClaimError` for an invalid request set (empty shared pool, no node,
         duplicate names), :class:`CpuExhaustedError` when a node has too few free CPUs.
         """
-        log = _log.bind(claim_uid=claim_uid)
         self._validate(claim_uid, requests)
         with self._lock:
             inventory = self._inventory()
-            known_nodes = {n.id for n in inventory.numa_nodes} | {c.numa_node for c in inventory.cpus}
+            known_nodes = self._nodes_of(inventory)
             for req in requests:
                 missing = sorted(set(req.numa_nodes) - known_nodes)
                 if missing:
@@ -119,18 +118,15 @@ class CpuPlanner:
                     by_request[req.request] = CpuAssignment(
                         request=req.request, mode=req.mode, cpus=pool, mems=frozenset(nodes)
                     )
-        pinning = ClaimPinning(
-            claim_uid=claim_uid, assignments=tuple(by_request[r.request] for r in requests)
-        )
-        for a in pinning.assignments:
-            log.info(
-                "cpus planned",
-                request=a.request,
-                mode=a.mode.value,
-                cpus=format_cpulist(a.cpus),
-                mems=format_cpulist(a.mems),
-            )
-        return pinning
+        return ClaimPinning(claim_uid=claim_uid, assignments=tuple(by_request[r.request] for r in requests))
+
+    def _nodes_of(self, inventory: Inventory) -> frozenset[int]:
+        """Every NUMA node id of ``inventory`` (nodes and the nodes its CPUs name); call under the lock."""
+        seen, nodes = self._known_nodes
+        if seen is not inventory:
+            nodes = frozenset({n.id for n in inventory.numa_nodes} | {c.numa_node for c in inventory.cpus})
+            self._known_nodes = (inventory, nodes)
+        return nodes
 
     @staticmethod
     def _validate(claim_uid: str, requests: Sequence[CpuRequest]) -> None:

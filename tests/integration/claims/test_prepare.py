@@ -89,6 +89,23 @@ def test_prepare_writes_one_cdi_spec_with_nodes_env_and_pinning(world: World) ->
     assert cpu_env["NUMADRA_REQUEST"] == "cpu"
 
 
+def test_prepared_line_names_devices_and_pinning(world: World) -> None:
+    """One "prepared" line per claim carries its devices and each pinned request's CPUs and nodes."""
+    ref = world.getter.add(_full_claim())
+    with capture_logs() as logs:
+        res = world.driver().prepare_claims([ref])[UID]
+    assert res.ok, res.error
+    (line,) = [e for e in logs if e["event"] == "prepared"]
+    assert line["claim_uid"] == UID
+    assert line["devices"] == [GPU0, NIC0, CPU0]
+    (pin,) = line["pinning"]
+    assert pin["request"] == "cpu"
+    assert pin["mode"] == "exclusive"
+    assert len(parse_cpulist(pin["cpus"])) == 4
+    assert pin["mems"] == "0"
+    assert not [e for e in logs if e["event"] == "cpus planned"]  # folded into "prepared"
+
+
 def test_gpu_only_claim_gets_memory_nodes_of_its_devices(world: World) -> None:
     """Without a cpu device, GPU/NIC devices carry NUMADRA_MEMS = the NUMA nodes of the claim's devices."""
     ref = world.getter.add(claim("u-gpus", results=[result("gpu", GPU0), result("gpu", GPU1)]))

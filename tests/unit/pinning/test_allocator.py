@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -77,6 +78,19 @@ class TestExamples:
         cpus = synthetic_cpus(nodes=1, cores_per_node=2)  # CPUs 0-3, cores {0,2} {1,3}
         got = allocate_cpus(cpus, {0}, 3, reserved={0})
         assert got == frozenset({1, 2, 3})
+
+    def test_two_node_request_orders_cores_across_nodes(self) -> None:
+        """A request on two nodes takes whole cores of both, the group with more of them first."""
+        cpus = synthetic_cpus(nodes=2, cores_per_node=2)  # cores {0,4} {1,5} on node 0, {2,6} {3,7} on 1
+        assert allocate_cpus(cpus, {0, 1}, 6, taken={1}) == frozenset({0, 4, 2, 6, 3, 7})
+
+    def test_a_new_topology_is_not_answered_from_the_old_one(self) -> None:
+        """The per-topology core index follows the CPUs passed in: other siblings, other answer."""
+        smt = synthetic_cpus(nodes=1, cores_per_node=2)  # cores {0,2} {1,3}
+        assert allocate_cpus(smt, {0}, 2) == frozenset({0, 2})
+        flat = tuple(replace(c, thread_siblings=(c.id,)) for c in smt)  # four single-thread cores
+        assert allocate_cpus(flat, {0}, 2) == frozenset({0, 1})
+        assert allocate_cpus(smt, {0}, 2) == frozenset({0, 2})
 
     def test_exhausted_error_says_node_wanted_free(self) -> None:
         """Too few free CPUs: CpuExhaustedError names the node, the wanted and the free count."""

@@ -74,6 +74,20 @@ def test_unknown_node_rejected() -> None:
         _planner().plan("uid-y", [CpuRequest("a", (7,), 1)], taken=())
 
 
+def test_new_inventory_is_seen_at_the_next_plan() -> None:
+    """The known NUMA nodes follow the inventory: a node that appears is usable at once."""
+    current = [synthetic_inventory(nodes=1, cores_per_node=4)]
+    planner = CpuPlanner(lambda: current[0])
+    with pytest.raises(PinningError, match=r"NUMA node\(s\) 1 do not exist"):
+        planner.plan("uid-n", [CpuRequest("a", (1,), 1)], taken=())
+    current[0] = synthetic_inventory(nodes=2, cores_per_node=4)
+    got = planner.plan("uid-n", [CpuRequest("a", (1,), 1)], taken=())
+    assert got.assignments[0].cpus <= {c.id for c in current[0].cpus if c.numa_node == 1}
+    current[0] = synthetic_inventory(nodes=1, cores_per_node=4)
+    with pytest.raises(PinningError, match=r"NUMA node\(s\) 1 do not exist"):
+        planner.plan("uid-n", [CpuRequest("a", (1,), 1)], taken=())
+
+
 def test_taken_and_reserved_respected_and_exhaustion_named() -> None:
     """CPUs of other claims and reserved CPUs are skipped; exhaustion names claim and request."""
     planner = _planner(reserved=(0, 8))
