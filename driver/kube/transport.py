@@ -326,8 +326,11 @@ class _Connection:
 
     def exchange(self, request: bytes) -> Response:
         self.reader.received = 0
-        self.sock.sendall(request)
-        return self.reader.read_response()
+        try:
+            self.sock.sendall(request)
+            return self.reader.read_response()
+        except TimeoutError as exc:  # plain sockets say "timed out", TLS ones "The read operation..."
+            raise TimeoutError(f"no answer within the read timeout of {self.sock.gettimeout():g} s") from exc
 
     def looks_idle(self) -> bool:
         """Nothing is waiting to be read: a kept connection the server closed reads as EOF."""
@@ -379,11 +382,6 @@ class Transport:
                 self._drop_idle()  # the server closed one idle connection: likely the older ones too
                 conn = self._connect()
                 response = conn.exchange(request)
-        except TimeoutError as exc:
-            conn.close()
-            if str(exc) == "timed out":  # a bare socket timeout: say which limit ran out
-                raise TimeoutError(f"no answer within the read timeout of {self.timeout:g} s") from exc
-            raise
         except BaseException:
             conn.close()
             raise
@@ -439,18 +437,20 @@ class Transport:
         settings = self.settings
         try:
             sock = socket.create_connection((settings.host, settings.port), timeout=self.connect_timeout)
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                for level, option, value in settings.socket_options:
+                    sock.setsockopt(level, option, value)
+                if self._tls is not None:  # the handshake runs under the connect timeout
+                    sock = self._tls.wrap_socket(
+                        sock, server_hostname=settings.server_hostname or settings.host
+                    )
+                sock.settimeout(self.timeout)
+            except BaseException:
+                sock.close()
+                raise
         except TimeoutError as exc:
             raise TimeoutError(f"connect timed out after {self.connect_timeout:g} s") from exc
-        try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            for level, option, value in settings.socket_options:
-                sock.setsockopt(level, option, value)
-            if self._tls is not None:  # the handshake runs under the connect timeout
-                sock = self._tls.wrap_socket(sock, server_hostname=settings.server_hostname or settings.host)
-            sock.settimeout(self.timeout)
-        except BaseException:
-            sock.close()
-            raise
         with self._lock:
             self.connections_opened += 1
         return _Connection(sock)

@@ -3,7 +3,8 @@
 It serves only what the driver uses, with the apiserver's observable behaviour where the driver
 depends on it: ResourceSlices (GET, LIST and WATCH with field/label selectors, POST, PUT with
 resourceVersion conflicts, DELETE with preconditions, DELETE collection as the kubelet's wipe),
-ResourceClaims (GET, server-side apply of ``status.devices`` merged by key and
+ResourceClaims (GET, LIST of a namespace with ``limit``/``continue`` paging in name order, answered
+chunked when big as Go's server does, server-side apply of ``status.devices`` merged by key and
 owned per field manager, with the API limits) and Nodes (GET). It records every request so tests
 can count writes, injects faults, and can be stopped and started on the same port to play an
 unreachable apiserver. The real control plane is the e2e tier's job.
@@ -16,6 +17,8 @@ Usage::
 
 from __future__ import annotations
 
+import base64
+import binascii
 import contextlib
 import copy
 import json
@@ -47,14 +50,16 @@ _ROUTES = [
     (re.compile(r"^/apis/resource\.k8s\.io/v1/resourceslices(?:/(?P<name>[^/]+))?$"), "resourceslices"),
     (
         re.compile(
-            r"^/apis/resource\.k8s\.io/v1/namespaces/(?P<ns>[^/]+)/resourceclaims/(?P<name>[^/]+)"
-            r"(?P<sub>/status)?$"
+            r"^/apis/resource\.k8s\.io/v1/namespaces/(?P<ns>[^/]+)/resourceclaims"
+            r"(?:/(?P<name>[^/]+)(?P<sub>/status)?)?$"
         ),
         "resourceclaims",
     ),
 ]
 _SLICE_FIELDS = {"spec.nodeName", "spec.driver", "spec.pool.name", "metadata.name"}
 _TAINT_EFFECTS = {"None", "NoSchedule", "NoExecute"}
+_CONTINUE_VERSION = "meta.k8s.io/v1"
+_CHUNKED_ABOVE = 2048  # Go's net/http answers chunked once a handler writes more than this unflushed
 _CONFLICT = (
     'Operation cannot be fulfilled on resourceslices "{name}": the object has been modified; '
     "please apply your changes to the latest version and try again"
@@ -229,7 +234,7 @@ class FakeApiServer:
             return self._delete_matching(fields)
 
     def compact(self) -> None:
-        """Forget the event history: watches from an older resourceVersion get 410 Gone."""
+        """Forget the event history: watches and LIST continue tokens from before get 410 Gone."""
         with self._cond:
             self._store.events.clear()
             self._store.compacted_rv = self._store.rv
@@ -300,6 +305,8 @@ class FakeApiServer:
             if resource == "nodes" and method == "GET":
                 return 200, self._get((resource, "", name))
             if resource == "resourceclaims":
+                if method == "GET" and not name:
+                    return 200, self._list_claims(ns, query)
                 if method == "GET" and not sub:
                     return 200, self._get((resource, ns, name))
                 if method == "PATCH" and sub:
@@ -326,6 +333,61 @@ class FakeApiServer:
         if obj is None:
             raise _HttpError(404, "NotFound", f'{key[0]} "{key[2]}" not found')
         return copy.deepcopy(obj)
+
+    def _list_claims(self, namespace: str, query: dict[str, str]) -> Obj:
+        """One page of a namespace's claims in name order, paged as the real apiserver pages.
+
+        The continue token has the real one's shape (unpadded base64url of
+        ``{"v","rv","start"}``), but later pages show the current objects, not a snapshot at ``rv``.
+        """
+        raw_limit = query.get("limit", "")
+        try:
+            limit = int(raw_limit) if raw_limit else 0
+        except ValueError:
+            raise _HttpError(
+                400, "BadRequest", f'strconv.ParseInt: parsing "{raw_limit}": invalid syntax'
+            ) from None
+        rv, after = self._store.rv, ""
+        token = query.get("continue", "")
+        if token:
+            rv, after = self._decode_continue(token)
+        names = sorted(
+            k[2]
+            for k in self._store.objects
+            if k[0] == "resourceclaims" and k[1] == namespace and k[2] > after
+        )
+        page = names[:limit] if limit > 0 else names
+        meta: Obj = {"resourceVersion": str(rv)}
+        if len(page) < len(names):
+            start = {"v": _CONTINUE_VERSION, "rv": rv, "start": f"/{page[-1]}\x00"}
+            encoded = base64.urlsafe_b64encode(json.dumps(start, separators=(",", ":")).encode())
+            meta["continue"] = encoded.rstrip(b"=").decode()
+            meta["remainingItemCount"] = len(names) - len(page)
+        return {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimList",
+            "metadata": meta,
+            "items": [copy.deepcopy(self._store.objects[("resourceclaims", namespace, n)]) for n in page],
+        }
+
+    def _decode_continue(self, token: str) -> tuple[int, str]:
+        """(resourceVersion, last name served) of a continue token; 400 if malformed, 410 if compacted."""
+        try:
+            decoded = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+            rv, start = int(decoded["rv"]), str(decoded["start"])
+            if decoded.get("v") != _CONTINUE_VERSION or rv <= 0 or not start.startswith("/"):
+                raise ValueError("incorrect encoded start resourceVersion (version meta.k8s.io/v1)")
+        except (ValueError, KeyError, TypeError, binascii.Error) as exc:
+            message = f"invalid continue token: continue key is not valid: {exc}"
+            raise _HttpError(400, "BadRequest", message) from None
+        if rv < self._store.compacted_rv:
+            raise _HttpError(
+                410,
+                "Expired",
+                "The provided continue parameter is too old to display a consistent list result. "
+                "You can start a new list without the continue parameter.",
+            )
+        return rv, start[1:].rstrip("\x00")
 
     def _slices(self, method: str, name: str, query: dict[str, str], body: Obj | None) -> tuple[int, Obj]:
         fields = _selector(query.get("fieldSelector", ""))
@@ -533,7 +595,10 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             body = yaml.safe_load(raw) if raw else None  # JSON is YAML: covers apply-patch+yaml too
             if query.get("watch") in ("true", "1") and self.command == "GET":
-                fake._route(parts.path)
+                if fake._route(parts.path)[0] != "resourceslices":
+                    raise _HttpError(
+                        405, "MethodNotAllowed", f"watch is only served on slices, not {parts.path}"
+                    )
                 self._watch(query)
                 return
             code, obj = fake.handle(self.command, parts.path, query, body)
@@ -549,6 +614,14 @@ class _Handler(BaseHTTPRequestHandler):
         data = json.dumps(obj).encode()
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
+        if obj.get("kind") == "ResourceClaimList" and len(data) > _CHUNKED_ABOVE:
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for offset in range(0, len(data), 4096):
+                piece = data[offset : offset + 4096]
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+            self.wfile.write(b"0\r\n\r\n")
+            return
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
