@@ -6,7 +6,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-__all__ = ["nic_cpu_claim", "rss_mib"]
+__all__ = ["cpu_claim", "nic_cpu_claim", "rss_mib"]
 
 
 def nic_cpu_claim(uid: str, name: str, vf: str, numa: int, *, driver: str, node: str) -> dict[str, Any]:
@@ -56,6 +56,47 @@ def nic_cpu_claim(uid: str, name: str, vf: str, numa: int, *, driver: str, node:
                             },
                         }
                     ],
+                }
+            }
+        },
+    }
+
+
+def cpu_claim(uid: str, name: str, numa: int, *, driver: str, node: str) -> dict[str, Any]:
+    """An allocated claim of one exclusive CPU of ``cpu-numa<numa>``: the background load of a node.
+
+    Enough to make the journal hold what a busy node holds (an entry, a CDI spec, a metadata file).
+    """
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "bench", "uid": uid},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": "cpu",
+                        "exactly": {
+                            "deviceClassName": "cpu.numadra.dev",
+                            "capacity": {"requests": {"cpus": "1"}},
+                        },
+                    }
+                ]
+            }
+        },
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {
+                            "request": "cpu",
+                            "driver": driver,
+                            "pool": node,
+                            "device": f"cpu-numa{numa}",
+                            "shareID": str(uuid.uuid5(uuid.NAMESPACE_OID, uid)),
+                            "consumedCapacity": {"cpus": "1"},
+                        }
+                    ]
                 }
             }
         },

@@ -11,8 +11,14 @@ Prints one JSON object: p50/p99 (ms) of NodePrepareResources for 1 claim and for
 call, their ratio, start-to-registered time, the steady RSS of the driver process (also of the
 whole ``numadra run`` process: ``run_*``, from bench/startup.py), and the same
 prepares through ``ClaimsDriver`` alone (``driver_only_*``: no gRPC, no HTTP) to show where the
-time goes. ``--base /dev/shm`` puts the CDI/plugin dirs on tmpfs, taking the disk's fsync (the
-journal's durability) out of the figures.
+time goes.
+
+Directories follow a node's layout by default: the plugin dir (journal, metadata files, lock) on
+disk under ``--base`` (/tmp here, /var/lib/kubelet/plugins on a node) and the CDI dir on tmpfs
+under ``--cdi-base`` (/dev/shm here, /var/run/cdi on a node); ``--cdi-base /tmp`` puts both on
+disk, ``--base /dev/shm`` both on tmpfs. ``--claim-reads get`` hides the client's LIST, as the
+default RBAC (get only) does, so 32 claims are 32 GETs. ``--background N`` keeps N other claims
+(one exclusive CPU each) prepared during the measurement, as on a busy node.
 """
 
 from __future__ import annotations
@@ -35,13 +41,23 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench._common import nic_cpu_claim, rss_mib  # noqa: E402 (needs REPO on sys.path)
+from bench._common import cpu_claim, nic_cpu_claim, rss_mib  # noqa: E402 (needs REPO on sys.path)
 
 DRIVER = "numadra.dev"
 NODE = "bench-node"
 
 
-def _serve(root: Path, kubeconfig: str) -> None:
+class _GetOnly:
+    """The client without its LIST: what the driver sees under the default (get-only) RBAC."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+
+    def get_resource_claim(self, namespace: str, name: str) -> Any:
+        return self._client.get_resource_claim(namespace, name)
+
+
+def _serve(root: Path, cdi_dir: Path, kubeconfig: str, claim_reads: str) -> None:
     """Child: the driver's prepare path, until stdin closes."""
     import logging
 
@@ -58,8 +74,8 @@ def _serve(root: Path, kubeconfig: str) -> None:
         driver_name=DRIVER,
         node_name=NODE,
         inventory=lambda: inventory,
-        claims=shared_client(kubeconfig),
-        cdi_dir=root / "cdi",
+        claims=shared_client(kubeconfig) if claim_reads == "list" else _GetOnly(shared_client(kubeconfig)),
+        cdi_dir=cdi_dir,
         plugin_dir=root / "plugin",
         planner=CpuPlanner(lambda: inventory),
     )
@@ -77,7 +93,7 @@ def _serve(root: Path, kubeconfig: str) -> None:
 
 
 def _in_process(
-    root: Path, claims: dict[tuple[str, str], Any], refs: list[Any], rounds: int
+    root: Path, cdi_dir: Path, claims: dict[tuple[str, str], Any], refs: list[Any], rounds: int
 ) -> dict[str, float]:
     """The driver logic alone (no gRPC, no HTTP): ClaimsDriver with an in-memory claim source."""
     import logging
@@ -94,13 +110,12 @@ def _in_process(
             return claims[(namespace, name)]
 
     inventory = discover(root / "host", use_nvml=False)
-    (root / "cdi2").mkdir()
     driver = ClaimsDriver(
         driver_name=DRIVER,
         node_name=NODE,
         inventory=lambda: inventory,
         claims=DictClaims(),
-        cdi_dir=root / "cdi2",
+        cdi_dir=cdi_dir,
         plugin_dir=root / "plugin2",
         planner=CpuPlanner(lambda: inventory),
     )
@@ -194,12 +209,20 @@ def _real_process(base: str) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--serve", nargs=2, metavar=("ROOT", "KUBECONFIG"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--serve", nargs=4, metavar=("ROOT", "CDI", "KUBECONFIG", "READS"), help=argparse.SUPPRESS
+    )
     parser.add_argument("--single", type=int, default=300, help="prepare calls with 1 claim")
     parser.add_argument("--batch", type=int, default=40, help="prepare calls with 32 claims")
+    parser.add_argument("--base", default="/tmp", help="where the plugin dir (journal, metadata) lives")
+    parser.add_argument("--cdi-base", default="/dev/shm", help="where the CDI dir lives (tmpfs on a node)")
     parser.add_argument(
-        "--base", default="/tmp", help="where the CDI, plugin and state dirs live (disk or tmpfs)"
+        "--claim-reads",
+        choices=("list", "get"),
+        default="list",
+        help="list: the client may LIST claims (rbac.listClaims); get: GETs only (default RBAC)",
     )
+    parser.add_argument("--background", type=int, default=0, help="other claims kept prepared meanwhile")
     parser.add_argument(
         "--apiserver",
         choices=("auto", "real", "fake"),
@@ -208,7 +231,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.serve:
-        _serve(Path(args.serve[0]), args.serve[1])
+        _serve(Path(args.serve[0]), Path(args.serve[1]), args.serve[2], args.serve[3])
         return
 
     from driver.inventory.model import DeviceKind
@@ -218,9 +241,12 @@ def main() -> None:
     from driver.testing.topologies import TOPOLOGIES
 
     root = Path(tempfile.mkdtemp(prefix="bp", dir=args.base))
+    cdi_root = Path(tempfile.mkdtemp(prefix="bp", dir=args.cdi_base))
     try:
-        for sub in ("reg", "cdi", "plugin"):
+        for sub in ("reg", "plugin"):
             (root / sub).mkdir()
+        for sub in ("cdi", "cdi2"):
+            (cdi_root / sub).mkdir()
         write_host_tree(root / "host", TOPOLOGIES["dgx"])
         from driver.inventory.discovery import discover
 
@@ -229,6 +255,7 @@ def main() -> None:
             (nic.name, nic.pci.numa_node or 0) for kind, nic in inventory.devices() if kind is DeviceKind.NIC
         ]
         vfs = [v for v in vfs if v[0].startswith("nic-")][:33]
+        numa_count = max(1, len(inventory.numa_nodes))
 
         apiserver = args.apiserver
         if apiserver == "auto":
@@ -253,9 +280,22 @@ def main() -> None:
                 obj["metadata"]["uid"] = uid
                 objects[("bench", name)] = obj
                 refs.append(ClaimRef("bench", name, uid))
+            background: list[ClaimRef] = []
+            for i in range(args.background):
+                name = f"background-{i}"
+                uid = put_claim(cpu_claim(str(uuid.uuid4()), name, i % numa_count, driver=DRIVER, node=NODE))
+                background.append(ClaimRef("bench", name, uid))
             started = time.monotonic()
             child = subprocess.Popen(
-                [sys.executable, __file__, "--serve", str(root), kubeconfig],
+                [
+                    sys.executable,
+                    __file__,
+                    "--serve",
+                    str(root),
+                    str(cdi_root / "cdi"),
+                    kubeconfig,
+                    args.claim_reads,
+                ],
                 stdin=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
             )
@@ -277,6 +317,12 @@ def main() -> None:
                     kubelet.unprepare(endpoint, batch)
                     return dt
 
+                for start in range(0, len(background), 32):
+                    chunk = background[start : start + 32]
+                    out = kubelet.prepare(endpoint, chunk)
+                    errors = [c.error for c in out.claims.values() if c.error]
+                    if errors:
+                        raise SystemExit(f"background prepare failed: {errors[:3]}")
                 for _ in range(20):  # warm-up: connections, imports, caches
                     timed(refs[:1])
                 single = [timed([refs[i % len(refs)]]) for i in range(args.single)]
@@ -298,8 +344,11 @@ def main() -> None:
             "start_to_registered_s": round(registered_s, 3),
             "driver_steady_rss_mib": round(rss, 1),
             **_real_process(args.base),
-            **_in_process(root, objects, refs, max(10, args.batch)),
-            "dirs_on": args.base,
+            **_in_process(root, cdi_root / "cdi2", objects, refs, max(10, args.batch)),
+            "plugin_dir_on": args.base,
+            "cdi_dir_on": args.cdi_base,
+            "claim_reads": args.claim_reads,
+            "background_claims": args.background,
             "apiserver": apiserver,
             "cpus": os.cpu_count(),
             "load_average_1m": round(os.getloadavg()[0], 2),
@@ -307,6 +356,7 @@ def main() -> None:
         print(json.dumps(result, indent=2))
     finally:
         shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(cdi_root, ignore_errors=True)
 
 
 if __name__ == "__main__":
