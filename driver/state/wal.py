@@ -132,6 +132,8 @@ class JournalLog:
         self._ident = (0, 0)
         self._valid = 0  # end of the last good record: everything before it is final
         self._seen = 0  # file size at our last read/append; > _valid when the tail is torn
+        self._sizes: dict[str, int] = {}  # uid -> bytes of its op in a compacted log
+        self._live_bytes = 0  # sum of _sizes: kept per op so no call costs O(claims) to decide
         self._legacy_checked = False
 
     def _recovery(self, problem: str) -> JournalError:
@@ -147,7 +149,8 @@ class JournalLog:
             if fd is not None:
                 os.close(fd)
         self._fd = self._wfd = None
-        self._valid = self._seen = 0
+        self._valid = self._seen = self._live_bytes = 0
+        self._sizes = {}
 
     # -- reading ----------------------------------------------------------------------------------
 
@@ -208,6 +211,8 @@ class JournalLog:
             pos = nl + 1
         self._valid += pos
         self._seen = self._valid + len(data) - pos
+        for op in ops:
+            self._track(op.uid, op.text if isinstance(op, Put) else None)
         return ops
 
     def _check_header(self, line: bytes) -> None:
@@ -240,7 +245,7 @@ class JournalLog:
         record = _record(puts, removes)
         if self._fd is None or self._valid == 0:  # no file, or one torn in its header
             self._check_missing()
-            self._replace(_HEADER + record)
+            self._replace(puts, record)
             return
         wfd = self._writer()
         if self._valid != self._seen:
@@ -256,10 +261,14 @@ class JournalLog:
             self._seen = self._valid
             raise
         self._valid = self._seen = self._valid + len(record)
+        for uid, text in puts.items():
+            self._track(uid, text)
+        for uid in removes:
+            self._track(uid, None)
         self._drop_legacy()
-        if self._valid > max(self.compact_min, 4 * _size(live)):
+        if self._valid > max(self.compact_min, 4 * (len(_HEADER) + 75 + self._live_bytes)):
             try:
-                self._replace(_HEADER + _record(dict(sorted(live.items())), ()))
+                self._replace(live)
             except OSError as exc:  # the call is durable already; the next append tries again
                 _log.warning("cannot compact journal", path=str(self.path), error=str(exc))
 
@@ -294,8 +303,14 @@ class JournalLog:
         if self.legacy is not None and self.legacy.exists():
             raise JournalError(f"journal {self.legacy} (version 1) must be adopted before appending")
 
-    def _replace(self, data: bytes) -> None:
-        """Atomically make ``data`` the whole log (temp, fsync, rename, fsync dir) and follow it."""
+    def _replace(self, live: Mapping[str, str], record: bytes | None = None) -> None:
+        """Atomically make the log hold ``live`` (temp, fsync, rename, fsync dir) and follow it.
+
+        ``record`` is the record of ``live`` when the caller has it (a new file): written as is.
+        """
+        if record is None:
+            record = _record(dict(sorted(live.items())), ())
+        data = _HEADER + record
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         atomic_write_bytes(self.path, data, mode=0o600)
         self.close()
@@ -303,6 +318,15 @@ class JournalLog:
         st = os.fstat(self._fd)
         self._ident = (st.st_dev, st.st_ino)
         self._valid = self._seen = len(data)
+        for uid, text in live.items():
+            self._track(uid, text)
+
+    def _track(self, uid: str, text: str | None) -> None:
+        """Follow the live state's compacted size: ``text`` put, or None removed."""
+        self._live_bytes -= self._sizes.pop(uid, 0)
+        if text is not None:
+            self._sizes[uid] = len(uid) + len(text) + 20  # canonical JSON is ASCII: chars are bytes
+            self._live_bytes += self._sizes[uid]
 
     # -- migration from version 1 -----------------------------------------------------------------
 
@@ -317,7 +341,7 @@ class JournalLog:
         file is unlinked. A crash in between leaves both; the log then wins (legacy is consulted
         only when there is no log) and the next append of a writer removes the stale legacy file.
         """
-        self._replace(_HEADER + _record(dict(sorted(live.items())), ()))
+        self._replace(live)
         self._drop_legacy()
 
     def _drop_legacy(self) -> None:
@@ -327,8 +351,3 @@ class JournalLog:
             self.legacy.unlink()
             fsync_dir(self.legacy.parent)
         self._legacy_checked = True
-
-
-def _size(live: Mapping[str, str]) -> int:
-    """About the length of a compacted log of ``live`` (canonical JSON is ASCII: chars are bytes)."""
-    return len(_HEADER) + 75 + sum(len(uid) + len(text) + 22 for uid, text in live.items())

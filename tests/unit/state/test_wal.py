@@ -46,6 +46,11 @@ def fresh_state(path: Path) -> dict[str, str]:
         log.close()
 
 
+def compacted_size(live: dict[str, str]) -> int:
+    ops = ",".join(f'{{"put":{json.dumps(uid)},"entry":{live[uid]}}}' for uid in sorted(live))
+    return len(HEADER) + len(line(f'{{"ops":[{ops}]}}'.encode()))
+
+
 def line(payload: bytes) -> bytes:
     return hashlib.sha256(payload).hexdigest().encode() + b" " + payload + b"\n"
 
@@ -383,6 +388,8 @@ def test_random_calls_match_a_dict_model(
                 for gone in removes:
                     model.pop(gone, None)
                 writer.append(puts, removes, model)
+                if puts or removes:  # the file never outgrows the compaction bound
+                    assert path.stat().st_size <= max(600, 4 * compacted_size(model))
                 puts, removes = {}, set()
             elif kind == "read":
                 view = state([reader.read()], view)
