@@ -71,9 +71,12 @@ def atomic_write_bytes(
 
 
 def spec_bytes(spec: Spec) -> bytes:
-    """The exact bytes written for ``spec`` (validated; stable key order, so equal specs compare equal)."""
+    """The exact bytes written for ``spec`` (validated; stable key order, so equal specs compare equal).
+
+    The same bytes as ``spec_json_bytes(spec.to_json())``, encoded straight from the model.
+    """
     validate_spec(spec)
-    return spec_json_bytes(spec.to_json())
+    return (spec.json_text() + "\n").encode()
 
 
 def spec_json_bytes(obj: dict[str, Any]) -> bytes:

@@ -33,7 +33,7 @@ from cdi import atomic_write_bytes, remove_file, spec_bytes
 from cdi.spec import CdiSpecError
 from driver.claims.attributes import PublishedAttributes
 from driver.claims.metadata import METADATA_DIR, claim_metadata_dir, metadata_files, metadata_spec_glob
-from driver.claims.names import check_claim_name, check_claim_uid, check_namespace
+from driver.claims.names import check_claim_name, check_claim_uid, check_namespace, dir_prefix
 from driver.claims.render import CpuHook, claim_spec, claim_spec_file_name
 from driver.claims.selection import ClaimView, cpu_requests, select_devices
 from driver.errors import ClaimError, KubeError, PinningError, is_recoverable
@@ -358,8 +358,8 @@ class ClaimsDriver:
             spec, devices = claim_spec(
                 view, driver_name=self.driver_name, pinning=pinning, cpu_hook=self._cpu_hook
             )
-            spec_path = self.cdi_dir / claim_spec_file_name(self.driver_name, view.uid)
-            specs.append(StoredFile(str(spec_path), spec_bytes(spec).decode()))
+            spec_path = dir_prefix(self.cdi_dir) + claim_spec_file_name(self.driver_name, view.uid)
+            specs.append(StoredFile(spec_path, spec_bytes(spec).decode()))
             files = metadata_files(
                 view,
                 driver_name=self.driver_name,
@@ -370,13 +370,18 @@ class ClaimsDriver:
             )
             for meta in files:
                 first = next(i for i, d in enumerate(devices) if d.request_names == (meta.request,))
-                devices[first] = replace(
-                    devices[first], cdi_device_ids=(*devices[first].cdi_device_ids, meta.cdi_id)
+                dev = devices[first]
+                devices[first] = PreparedDevice(
+                    request_names=dev.request_names,
+                    pool_name=dev.pool_name,
+                    device_name=dev.device_name,
+                    cdi_device_ids=(*dev.cdi_device_ids, meta.cdi_id),
+                    share_id=dev.share_id,
                 )
-                specs.append(StoredFile(str(meta.spec_file), spec_bytes(meta.spec).decode()))
-                metas.append(StoredFile(str(meta.host_path), meta.content))
+                specs.append(StoredFile(meta.spec_file, spec_bytes(meta.spec).decode()))
+                metas.append(StoredFile(meta.host_path, meta.content))
             if files:
-                dirs = (str(claim_metadata_dir(self.plugin_dir, view.namespace, view.name)),)
+                dirs = (claim_metadata_dir(self.plugin_dir, view.namespace, view.name),)
         return JournalEntry(
             namespace=view.namespace,
             name=view.name,

@@ -14,20 +14,29 @@ For every (claim, base request) with devices:
 
 ``metadata.generation`` starts at 1 and increases whenever the content of a file changes.
 Attributes are those of the published device (taken from the slice builder, so they cannot drift).
+
+Every prepare renders these files, so the JSON is assembled from pre-encoded parts: each device's
+object (driver, pool, name, attributes, networkData) is encoded once per published attribute map
+and reused by every claim of that device; the text is byte-identical to ``json.dumps`` of the
+objects with compact separators.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
+from json.encoder import encode_basestring_ascii
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from cdi import ContainerEdits, Device, Mount, Spec, qualified_name, transient_spec_file_name
+from driver.claims.names import dir_prefix
 from driver.claims.selection import AllocatedDevice, ClaimView
-from driver.inventory.model import Nic
+from driver.inventory.model import InventoryDevice, Nic
 
 __all__ = [
     "API_VERSIONS",
@@ -47,6 +56,10 @@ API_VERSIONS = ("metadata.resource.k8s.io/v1beta1", "metadata.resource.k8s.io/v1
 CONTAINER_DIR = "/var/run/kubernetes.io/dra-device-attributes"
 METADATA_DIR = "dra-device-metadata"
 _GENERATION = re.compile(r'"generation":[0-9]+')
+#: the JSON text of a string, as ``json.dumps`` writes it (the C encoder json.dumps itself calls)
+_quote = encode_basestring_ascii
+#: the ``{"kind":"DeviceMetadata","apiVersion":...,`` opening of each object of a stream
+_HEADS = tuple(f'{{"kind":"DeviceMetadata","apiVersion":{_quote(v)},' for v in API_VERSIONS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,9 +67,9 @@ class MetadataFile:
     """One request's metadata: the host file, its content, and the CDI spec that mounts it."""
 
     request: str  # base request name
-    host_path: Path
+    host_path: str
     content: str
-    spec_file: Path
+    spec_file: str
     spec: Spec
     cdi_id: str
 
@@ -66,9 +79,13 @@ def metadata_cdi_kind(driver_name: str) -> str:
     return f"{driver_name}/metadata"
 
 
-def claim_metadata_dir(plugin_dir: Path, namespace: str, name: str) -> Path:
-    """``<plugin-dir>/dra-device-metadata/<ns>_<claim>``: the claim's tree, one subdirectory per request."""
-    return plugin_dir / METADATA_DIR / f"{namespace}_{name}"
+def claim_metadata_dir(plugin_dir: Path, namespace: str, name: str) -> str:
+    """``<plugin-dir>/dra-device-metadata/<ns>_<claim>``: the claim's tree, one subdirectory per request.
+
+    A plain string, as ``str(plugin_dir / ...)`` would give (the names are checked DNS names, so
+    nothing needs normalising): pathlib objects cost more than the rest of a path's use here.
+    """
+    return f"{dir_prefix(plugin_dir)}{METADATA_DIR}/{namespace}_{name}"
 
 
 def metadata_spec_glob(driver_name: str, claim_uid: str) -> str:
@@ -105,28 +122,50 @@ def _device_json(dev: AllocatedDevice, driver_name: str, attributes: Mapping[str
     return out
 
 
-def _stream(view: ClaimView, full_request: str, devices: list[dict[str, Any]], generation: int) -> str:
+class _DeviceTexts:
+    """The encoded device objects of the metadata streams, reused while their inputs stay the same.
+
+    Keyed by (driver, pool, device name); an entry is used only while the inventory device and its
+    attribute map are the very objects it was encoded from (the inventory provider and the slice
+    builder hand out immutable objects until something changes), so a new inventory re-encodes.
+    """
+
+    _MAX = 4096
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._texts: dict[tuple[str, str, str], tuple[InventoryDevice, Mapping[str, Any], str]] = {}
+
+    def get(self, dev: AllocatedDevice, driver_name: str, attributes: Mapping[str, Any]) -> str:
+        key = (driver_name, dev.pool, dev.device_name)
+        hit = self._texts.get(key)
+        if hit is not None and hit[0] is dev.device and hit[1] is attributes:
+            return hit[2]
+        text = json.dumps(_device_json(dev, driver_name, attributes), separators=(",", ":"))
+        with self._lock:
+            if len(self._texts) >= self._MAX:
+                self._texts.clear()
+            self._texts[key] = (dev.device, attributes, text)
+        return text
+
+
+_DEVICE_TEXTS = _DeviceTexts()
+_NO_ATTRIBUTES: Mapping[str, Any] = MappingProxyType({})
+
+
+def _stream(view: ClaimView, full_request: str, devices: list[str], generation: int) -> str:
     """One compact JSON line per API version: ``kind``, ``apiVersion``, then the shared fields.
 
     The objects differ only in ``apiVersion``, so the fields after it are encoded once and each
-    line is its own header followed by that text.
+    line is its own header followed by that text. ``devices`` are the encoded device objects.
     """
-    shared: dict[str, Any] = {
-        "metadata": {
-            "name": view.name,
-            "namespace": view.namespace,
-            "uid": view.uid,
-            "generation": generation,
-        },
-    }
-    if view.pod_claim_name:
-        shared["podClaimName"] = view.pod_claim_name
-    shared["requests"] = [{"name": full_request, "devices": devices}]
-    rest = json.dumps(shared, separators=(",", ":"))[1:]  # the fields and the closing brace
-    return "".join(
-        f'{{"kind":"DeviceMetadata","apiVersion":{json.dumps(api_version)},{rest}\n'
-        for api_version in API_VERSIONS
+    pod_claim = f',"podClaimName":{_quote(view.pod_claim_name)}' if view.pod_claim_name else ""
+    rest = (
+        f'"metadata":{{"name":{_quote(view.name)},"namespace":{_quote(view.namespace)},'
+        f'"uid":{_quote(view.uid)},"generation":{generation:d}}}{pod_claim},'
+        f'"requests":[{{"name":{_quote(full_request)},"devices":[{",".join(devices)}]}}]}}\n'
     )
+    return "".join(head + rest for head in _HEADS)
 
 
 def parse_generation(content: str) -> int:
@@ -153,31 +192,36 @@ def metadata_files(
 ) -> list[MetadataFile]:
     """The metadata files of a claim, one per base request, in order of first appearance.
 
-    ``attributes`` maps device names to their published attributes. ``previous`` maps host paths to
-    the content written before: an unchanged file keeps its generation, a changed one gets +1.
+    ``attributes`` maps device names to their published attributes (treated as immutable: the
+    encoded form of a device is reused while the same map object is passed). ``previous`` maps
+    host paths to the content written before: an unchanged file keeps its generation, a changed
+    one gets +1.
     """
     by_request: dict[str, list[AllocatedDevice]] = {}
     for dev in view.devices:
         by_request.setdefault(dev.base_request, []).append(dev)
     kind = metadata_cdi_kind(driver_name)
     claim_dir = claim_metadata_dir(plugin_dir, view.namespace, view.name)
+    cdi_base = dir_prefix(cdi_dir)
     out: list[MetadataFile] = []
     for request, devs in by_request.items():
-        host_path = claim_dir / request / "metadata.json"
-        devices = [_device_json(d, driver_name, attributes.get(d.device_name, {})) for d in devs]
-        old = (previous or {}).get(str(host_path), "")
-        generation = max(parse_generation(old), 1)
+        host_path = f"{claim_dir}/{request}/metadata.json"
+        devices = [
+            _DEVICE_TEXTS.get(d, driver_name, attributes.get(d.device_name, _NO_ATTRIBUTES)) for d in devs
+        ]
+        old = previous.get(host_path, "") if previous else ""
+        generation = max(parse_generation(old), 1) if old else 1
         content = _stream(view, devs[0].request, devices, generation)
         if old and _without_generation(content) != _without_generation(old):
             content = _stream(view, devs[0].request, devices, generation + 1)
         device_name = f"{view.uid}_{request}"
-        mount = Mount(str(host_path), container_path(view, request, driver_name), ("ro", "bind"))
+        mount = Mount(host_path, container_path(view, request, driver_name), ("ro", "bind"))
         out.append(
             MetadataFile(
                 request=request,
                 host_path=host_path,
                 content=content,
-                spec_file=cdi_dir / transient_spec_file_name(kind, view.uid, request),
+                spec_file=cdi_base + transient_spec_file_name(kind, view.uid, request),
                 spec=Spec(kind=kind, devices=(Device(device_name, ContainerEdits(mounts=(mount,))),)),
                 cdi_id=qualified_name(kind, device_name),
             )

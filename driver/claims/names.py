@@ -8,7 +8,9 @@ always passes.
 
 from __future__ import annotations
 
+import functools
 import re
+from pathlib import Path
 
 __all__ = [
     "base_request_name",
@@ -16,6 +18,7 @@ __all__ = [
     "check_claim_uid",
     "check_namespace",
     "check_request_name",
+    "dir_prefix",
 ]
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -57,3 +60,13 @@ def check_request_name(request: str) -> str:
 def base_request_name(request: str) -> str:
     """The request a container references: ``"gpu/high-mem"`` -> ``"gpu"``."""
     return request.partition("/")[0]
+
+
+@functools.lru_cache(maxsize=64)
+def dir_prefix(directory: Path) -> str:
+    """``str(directory / name) == dir_prefix(directory) + name`` for a checked name without ``/``.
+
+    Every prepare builds several paths below the same few directories; joining strings to a
+    cached prefix costs far less than a pathlib object per path, and gives the same text.
+    """
+    return str(directory / "_")[:-1]

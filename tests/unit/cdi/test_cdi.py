@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import cdi
 from cdi import (
@@ -249,3 +251,65 @@ def test_all_is_sorted() -> None:
     assert list(cdi.__all__) == sorted(cdi.__all__, key=key)
     for name in cdi.__all__:
         assert hasattr(cdi, name)
+
+
+_text = st.text(max_size=12)
+_opt_int = st.none() | st.integers(-(2**40), 2**40)
+_nodes = st.builds(
+    DeviceNode,
+    path=_text,
+    host_path=st.none() | _text,
+    type=st.sampled_from(["", "c", "b"]),
+    major=_opt_int,
+    minor=_opt_int,
+    permissions=st.sampled_from(["", "rw", "rwm"]),
+    file_mode=_opt_int,
+    uid=_opt_int,
+    gid=_opt_int,
+)
+_mounts = st.builds(
+    Mount, _text, _text, st.lists(_text, max_size=3).map(tuple), st.sampled_from(["", "bind"])
+)
+_hooks = st.builds(
+    Hook,
+    _text,
+    _text,
+    st.lists(_text, max_size=3).map(tuple),
+    st.lists(_text, max_size=2).map(tuple),
+    _opt_int,
+)
+_edits = st.builds(
+    ContainerEdits,
+    env=st.lists(_text, max_size=4).map(tuple),
+    device_nodes=st.lists(_nodes, max_size=3).map(tuple),
+    mounts=st.lists(_mounts, max_size=2).map(tuple),
+    hooks=st.lists(_hooks, max_size=2).map(tuple),
+)
+_specs = st.builds(
+    Spec,
+    kind=_text,
+    devices=st.lists(st.builds(Device, _text, _edits), max_size=3).map(tuple),
+    edits=_edits,
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(spec=_specs, version=st.none() | st.sampled_from(cdi.KNOWN_VERSIONS))
+def test_json_text_is_json_dumps_of_to_json(spec: Spec, version: str | None) -> None:
+    """The direct encoder writes exactly json.dumps(to_json()) (any text, numbers, empty parts)."""
+    assert spec.json_text(version) == json.dumps(spec.to_json(version), separators=(",", ":"))
+
+
+def test_spec_bytes_are_the_dict_encoding() -> None:
+    """spec_bytes of a valid spec equals spec_json_bytes of its dict form (one written format)."""
+    spec = _spec(
+        Device(
+            "gpu-0",
+            ContainerEdits(
+                env=('Q="x"\\y\u00e9',),
+                device_nodes=(DeviceNode("/dev/x", host_path="/h/x", major=195, minor=0, file_mode=0o666),),
+                hooks=(Hook("createContainer", "/bin/h", ("h",), ("A=1",), timeout=3),),
+            ),
+        )
+    )
+    assert cdi.spec_bytes(spec) == cdi.spec_json_bytes(spec.to_json())

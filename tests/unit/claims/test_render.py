@@ -54,8 +54,8 @@ def test_metadata_stream_shape_and_generation(tmp_path: Path) -> None:
     (first,) = metadata_files(
         view, driver_name=DRIVER, plugin_dir=tmp_path, cdi_dir=tmp_path / "cdi", attributes=attrs
     )
-    assert first.host_path == tmp_path / "dra-device-metadata" / "ns_claim" / "nic" / "metadata.json"
-    assert first.spec_file == tmp_path / "cdi" / f"{DRIVER}_metadata_abc-1_nic.json"
+    assert first.host_path == str(tmp_path / "dra-device-metadata" / "ns_claim" / "nic" / "metadata.json")
+    assert first.spec_file == str(tmp_path / "cdi" / f"{DRIVER}_metadata_abc-1_nic.json")
     assert first.cdi_id == f"{DRIVER}/metadata=abc-1_nic"
     assert first.content.endswith("\n")
     lines = first.content.splitlines()
