@@ -12,8 +12,10 @@ One line is one call, written with one ``write()`` to an ``O_APPEND`` descriptor
 reader racing the writer) can only leave the *last* line torn, and a torn line drops that whole
 call, which was never acknowledged. Rules on read: an incomplete last line, or a complete last line
 whose checksum does not match, is a torn tail: ignored (the next :meth:`JournalLog.append` cuts it
-away). A bad line followed by more bytes, a header of another kind or version, or a malformed op is
-corruption: :class:`JournalError` with the same recovery as version 1.
+away). A bad line followed by more bytes, a header of another kind or version, or a record whose
+checksum matches but whose ops are malformed (on any line: no crash writes that) is corruption:
+:class:`JournalError` with the same recovery as version 1. Within a record puts come before removes;
+a claim is never both.
 
 When the log outgrows ``max(compact_min, 4 x live state)`` the writer replaces it (temp file, fsync,
 rename, fsync dir) by the header plus one record of the live entries. Readers notice by the changed
@@ -42,7 +44,8 @@ __all__ = ["LOG_FILE", "LOG_VERSION", "JournalLog", "Op", "Put", "Remove", "Repl
 
 LOG_FILE = "journal.log"
 LOG_VERSION = 2
-_HEADER = b'{"kind":"NumadraJournal","version":2}\n'
+_KIND = "NumadraJournal"
+_HEADER = f'{{"kind":"{_KIND}","version":{LOG_VERSION}}}\n'.encode()
 _OPS_OPEN = '{"ops":['
 _DECODER = json.JSONDecoder()
 _log = get_logger("state.wal")
@@ -220,8 +223,8 @@ class JournalLog:
             head = json.loads(line)
         except ValueError as exc:
             raise self._recovery(f"is corrupt (header is not JSON: {exc})") from exc
-        if not isinstance(head, dict) or head.get("kind") != "NumadraJournal":
-            raise self._recovery("is corrupt (not a NumadraJournal log)")
+        if not isinstance(head, dict) or head.get("kind") != _KIND:
+            raise self._recovery(f"is corrupt (not a {_KIND} log)")
         version = head.get("version")
         if version != LOG_VERSION:
             raise self._recovery(
