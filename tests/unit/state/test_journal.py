@@ -6,11 +6,14 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from driver.errors import JournalError
 from driver.pinning.types import ClaimPinning, CpuAssignment, CpuMode
 from driver.plugin import PreparedDevice
 from driver.state import Journal, JournalEntry, StoredFile, journal_path
+from driver.state.journal import _canonical, _entry_text
 
 
 def _entry(uid: str = "u1", cpus: frozenset[int] = frozenset({2, 3})) -> JournalEntry:
@@ -169,3 +172,128 @@ def test_malformed_entry_with_valid_checksum_raises(tmp_path: Path) -> None:
     )
     with pytest.raises(JournalError, match="entry 'u1'"):
         Journal(path).load()
+
+
+_text = st.text(max_size=10)
+_devices = st.builds(
+    PreparedDevice,
+    st.lists(_text, max_size=2).map(tuple),
+    _text,
+    _text,
+    st.lists(_text, max_size=3).map(tuple),
+    st.none() | _text,
+)
+_files = st.builds(StoredFile, _text, st.text(max_size=40), st.integers(0, 0o7777))
+_assignments = st.builds(
+    CpuAssignment,
+    _text,
+    st.sampled_from(list(CpuMode)),
+    st.frozensets(st.integers(0, 300), max_size=6),
+    st.frozensets(st.integers(0, 8), max_size=3),
+)
+_entries = st.builds(
+    JournalEntry,
+    namespace=_text,
+    name=_text,
+    uid=_text,
+    devices=st.lists(_devices, max_size=3).map(tuple),
+    cdi_specs=st.lists(_files, max_size=3).map(tuple),
+    metadata_files=st.lists(_files, max_size=2).map(tuple),
+    pinning=st.none() | st.builds(ClaimPinning, _text, st.lists(_assignments, max_size=3).map(tuple)),
+    directories=st.lists(_text, max_size=2).map(tuple),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(entry=_entries)
+def test_entry_text_is_the_canonical_json(entry: JournalEntry) -> None:
+    """The direct entry encoder writes exactly the sorted, compact json.dumps of to_json()."""
+    assert _entry_text(entry) == _canonical(entry.to_json())
+
+
+def _nic(uid: str, device: str = "nic-1", share: str | None = None) -> JournalEntry:
+    dev = PreparedDevice(("nic",), "node1", device, (f"numadra.dev/claim={uid}-{device}",), share)
+    return JournalEntry("ns", f"c-{uid}", uid, (dev,))
+
+
+def test_holder_follows_put_replace_and_remove(tmp_path: Path) -> None:
+    """holder() names the entry holding an unshared device, and forgets it when it goes or changes."""
+    journal = Journal(journal_path(tmp_path))
+    assert journal.holder("node1", "nic-1") is None
+    journal.put(_nic("u1"))
+    assert journal.holder("node1", "nic-1") == _nic("u1")
+    assert journal.holder("node1", "nic-1", except_uid="u1") is None
+    assert journal.holder("node2", "nic-1") is None  # another pool
+    journal.put(_nic("u2", share="s-1"))  # a shared use is no holder
+    assert journal.holder("node1", "nic-1", except_uid="u1") is None
+    journal.put(_nic("u1", "nic-2"))  # replaced: now holds another device
+    assert journal.holder("node1", "nic-1") is None
+    assert journal.holder("node1", "nic-2") == _nic("u1", "nic-2")
+    journal.remove("u1")
+    assert journal.holder("node1", "nic-2") is None
+
+
+def test_holder_with_two_holders_is_the_first_in_journal_order(tmp_path: Path) -> None:
+    """A device journaled twice (a damaged history) is reported for the first entry, then the other."""
+    journal = Journal(journal_path(tmp_path))
+    journal.put(_nic("u1"))
+    journal.put(_nic("u2"))
+    assert journal.holder("node1", "nic-1") == _nic("u1")
+    assert journal.holder("node1", "nic-1", except_uid="u1") == _nic("u2")
+    assert journal.holder("node1", "nic-1", except_uid="u2") == _nic("u1")
+
+
+def test_taken_cpus_follow_put_replace_and_remove(tmp_path: Path) -> None:
+    """taken_cpus() is every other claim's CPUs after each change, overlaps counted per claim."""
+    journal = Journal(journal_path(tmp_path))
+    journal.put(_entry("u1", frozenset({1, 2})))
+    journal.put(_entry("u2", frozenset({2, 3})))  # overlapping CPU 2 (never planned, but exact)
+    assert journal.taken_cpus() == frozenset({1, 2, 3})
+    assert journal.taken_cpus(except_uid="u1") == frozenset({2, 3})
+    assert journal.taken_cpus(except_uid="u2") == frozenset({1, 2})
+    journal.put(_entry("u1", frozenset({5})))
+    assert journal.taken_cpus() == frozenset({2, 3, 5})
+    journal.remove("u2")
+    assert journal.taken_cpus() == frozenset({5})
+    assert journal.taken_cpus(except_uid="u1") == frozenset()
+
+
+def test_indexes_follow_a_reload_of_another_writers_file(tmp_path: Path) -> None:
+    """After another process rewrote the file, load() answers holder/taken_cpus from the new content."""
+    a = Journal(journal_path(tmp_path))
+    b = Journal(journal_path(tmp_path))
+    a.put(_nic("u1"))
+    a.put(_entry("u2", frozenset({7})))
+    a.save()
+    b.load()
+    assert b.holder("node1", "nic-1") == _nic("u1")
+    assert b.taken_cpus() == frozenset({7})
+    b.remove("u1")
+    b.remove("u2")
+    b.put(_entry("u3", frozenset({9})))
+    b.save()
+    a.load()
+    assert a.holder("node1", "nic-1") is None
+    assert a.taken_cpus() == frozenset({9})
+    journal_path(tmp_path).unlink()
+    a.load()
+    assert a.taken_cpus() == frozenset()
+    assert len(a) == 0
+
+
+def test_save_is_the_canonical_document(tmp_path: Path) -> None:
+    """The saved file is kind, version, checksum of the canonical body, then that body, one line."""
+    import hashlib
+
+    journal = Journal(journal_path(tmp_path))
+    journal.put(_entry("u2", frozenset({4})))
+    journal.put(_entry("u1"))
+    journal.put(_nic("u\u00e9"))
+    journal.save()
+    body = {
+        "claims": {e.uid: e.to_json() for e in (_entry("u1"), _entry("u2", frozenset({4})), _nic("u\u00e9"))}
+    }
+    canon = _canonical(body)
+    digest = hashlib.sha256(canon.encode()).hexdigest()
+    expected = f'{{"kind":"NumadraJournal","version":1,"checksum":"sha256:{digest}","body":{canon}}}\n'
+    assert journal.path.read_text() == expected
