@@ -6,7 +6,16 @@ it is a spec every CDI loader accepts, with the lowest ``cdiVersion`` possible, 
 
 from __future__ import annotations
 
-from cdi.io import atomic_write_bytes, fsync_dir, remove_file, spec_bytes, spec_json_bytes, write_spec
+from cdi.io import (
+    atomic_write_bytes,
+    fsync_dir,
+    make_dir,
+    remove_dir,
+    remove_file,
+    spec_bytes,
+    spec_json_bytes,
+    write_spec,
+)
 from cdi.naming import (
     CdiNameError,
     parse_qualified_name,
@@ -45,9 +54,11 @@ __all__ = [
     "Spec",
     "atomic_write_bytes",
     "fsync_dir",
+    "make_dir",
     "min_cdi_version",
     "parse_qualified_name",
     "qualified_name",
+    "remove_dir",
     "remove_file",
     "spec_bytes",
     "spec_from_json",

@@ -18,7 +18,16 @@ from typing import Any
 
 from cdi.spec import Spec, validate_spec
 
-__all__ = ["atomic_write_bytes", "fsync_dir", "remove_file", "spec_bytes", "spec_json_bytes", "write_spec"]
+__all__ = [
+    "atomic_write_bytes",
+    "fsync_dir",
+    "make_dir",
+    "remove_dir",
+    "remove_file",
+    "spec_bytes",
+    "spec_json_bytes",
+    "write_spec",
+]
 
 _counter = itertools.count()
 
@@ -34,8 +43,8 @@ def fsync_dir(directory: Path) -> None:
 
 def _temp_name(path: str) -> str:
     """A temp name unique per process, thread and call, hidden and not matching ``*.json``."""
-    head, name = os.path.split(path)
-    return os.path.join(head, f".{name}.{os.getpid()}.{threading.get_ident()}.{next(_counter)}.tmp")
+    head, sep, name = path.rpartition("/")
+    return f"{head}{sep}.{name}.{os.getpid()}.{threading.get_ident()}.{next(_counter)}.tmp"
 
 
 def atomic_write_bytes(
@@ -54,9 +63,11 @@ def atomic_write_bytes(
     try:
         try:
             os.fchmod(fd, mode)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            written = os.write(fd, data)  # one call for every file this driver writes
+            if written < len(data):
+                view = memoryview(data)[written:]
+                while view:
+                    view = view[os.write(fd, view) :]
             if sync:
                 os.fsync(fd)
         finally:
@@ -93,12 +104,32 @@ def write_spec(directory: Path, file_name: str, spec: Spec, *, sync: bool = True
     return path
 
 
-def remove_file(path: Path, *, sync: bool = False) -> bool:
+def remove_file(path: str | os.PathLike[str], *, sync: bool = False) -> bool:
     """Remove ``path``; a missing file is a no-op. Returns True when a file was removed."""
     try:
-        path.unlink()
+        os.unlink(path)
     except FileNotFoundError:
         return False
     if sync:
-        fsync_dir(path.parent)
+        fsync_dir(Path(os.path.dirname(os.fspath(path)) or "."))
     return True
+
+
+def make_dir(path: str | os.PathLike[str], mode: int = 0o777) -> None:
+    """``Path(path).mkdir(mode, parents=True, exist_ok=True)`` on plain strings (per-claim hot path).
+
+    Missing parents are made with the default mode (0o777 minus the umask), as pathlib makes them.
+    """
+    try:
+        os.mkdir(path, mode)
+    except FileExistsError:
+        pass
+    except FileNotFoundError:
+        os.makedirs(os.path.dirname(os.fspath(path)), exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(path, mode)
+
+
+def remove_dir(path: str | os.PathLike[str]) -> None:
+    """Remove an empty directory (``rmdir``; OSError as the syscall raises it)."""
+    os.rmdir(path)

@@ -29,7 +29,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from cdi import atomic_write_bytes, remove_file, spec_bytes
+from cdi import atomic_write_bytes, make_dir, remove_dir, remove_file, spec_bytes
 from cdi.spec import CdiSpecError
 from driver.claims.attributes import PublishedAttributes
 from driver.claims.metadata import METADATA_DIR, claim_metadata_dir, metadata_files, metadata_spec_glob
@@ -83,6 +83,25 @@ def _describe(ref: ClaimRef) -> str:
 
 def _check_ref(ref: ClaimRef) -> str:
     return check_claim_uid(ref.uid) or check_namespace(ref.namespace) or check_claim_name(ref.name)
+
+
+def _request_dirs(entry: JournalEntry) -> list[str]:
+    """The directories of the claim's metadata files (one per request), in order, once each."""
+    return list(dict.fromkeys(stored.path.rpartition("/")[0] for stored in entry.metadata_files))
+
+
+def _make_dirs(entry: JournalEntry) -> None:
+    """Make a new claim's metadata directories before its files are written into them.
+
+    The same directories and modes the on-demand creation in ``ClaimsDriver._write`` makes (the
+    claim dir as a parent: 0o777 minus the umask; request dirs 0o755), but without a failed open
+    and a pathlib walk per claim. Best effort: whatever goes wrong here, the write reports.
+    """
+    with contextlib.suppress(OSError):
+        for directory in entry.directories:
+            make_dir(directory, 0o777)
+        for parent in _request_dirs(entry):
+            make_dir(parent, 0o755)
 
 
 def _prepared_keys(entry: JournalEntry) -> dict[str, Any]:
@@ -469,6 +488,7 @@ class ClaimsDriver:
         for item in planned:
             uid = item.ref.uid
             try:
+                _make_dirs(item.entry)
                 for stored in item.entry.files():
                     self._write(stored)
             except OSError as exc:
@@ -503,10 +523,10 @@ class ClaimsDriver:
 
     def _restore(self, stored: StoredFile) -> bool:
         """Write ``stored`` if the file is missing or differs; True when it was written."""
-        path = Path(stored.path)
         try:
-            if path.read_bytes() == stored.content.encode():
-                return False
+            with open(stored.path, "rb") as fh:  # noqa: PTH123 -- a str path, read per journaled file
+                if fh.read() == stored.content.encode():
+                    return False
         except OSError:
             pass
         self._write(stored)
@@ -521,12 +541,12 @@ class ClaimsDriver:
         dir lives inside the claim dir, so whatever keeps it from going is left to that step,
         which reports a failure it cannot get past.
         """
-        for stored in entry.metadata_files:
+        for parent in _request_dirs(entry):
             with contextlib.suppress(OSError):
-                Path(stored.path).parent.rmdir()
+                remove_dir(parent)
         for directory in entry.directories:
             try:
-                Path(directory).rmdir()
+                remove_dir(directory)
             except FileNotFoundError:
                 pass
             except OSError:
@@ -536,19 +556,23 @@ class ClaimsDriver:
         """Best-effort undo of a failed prepare (the error being reported is the first one)."""
         for stored in entry.files():
             with contextlib.suppress(OSError):
-                remove_file(Path(stored.path))
+                remove_file(stored.path)
         with contextlib.suppress(OSError):
             self._remove_dirs(entry)
 
     def _remove_files(self, ref: ClaimRef, entry: JournalEntry | None) -> None:
         """Remove a claim's files: journaled ones, plus any spec file named after its UID."""
+        removed: set[str] = set()
         if entry is not None:
             for stored in entry.files():
-                remove_file(Path(stored.path))
+                remove_file(stored.path)
+                removed.add(stored.path)
             self._remove_dirs(entry)
         if check_claim_uid(ref.uid):
             return  # not a UID we could have written files for
-        remove_file(self.cdi_dir / claim_spec_file_name(self.driver_name, ref.uid))
+        spec_path = dir_prefix(self.cdi_dir) + claim_spec_file_name(self.driver_name, ref.uid)
+        if spec_path not in removed:
+            remove_file(spec_path)
         if entry is None:  # a crash between writing files and the journal: look for leftovers
             with contextlib.suppress(OSError):
                 for path in self.cdi_dir.glob(metadata_spec_glob(self.driver_name, ref.uid)):

@@ -519,3 +519,20 @@ def test_unprepare_removes_metadata_dir_holding_a_stray_file(world: World) -> No
     assert drv.unprepare_claims([ref]) == {UID: ""}
     assert not claim_dir.exists()
     assert world.cdi_files() == []
+
+
+def test_prepare_makes_metadata_and_state_dirs_with_their_modes(world: World) -> None:
+    """The claim dir gets 0o777 minus the umask, request dirs 0o755, state/ 0o700 (umask 0 here)."""
+    import os
+
+    ref = world.getter.add(_full_claim())
+    old = os.umask(0)
+    try:
+        assert world.driver().prepare_claims([ref])[UID].ok
+    finally:
+        os.umask(old)
+    claim_dir = world.plugin_dir / "dra-device-metadata" / "ml_train"
+    assert claim_dir.stat().st_mode & 0o777 == 0o777
+    assert sorted(p.name for p in claim_dir.iterdir()) == ["cpu", "gpu", "nic"]
+    assert all(p.stat().st_mode & 0o777 == 0o755 for p in claim_dir.iterdir())
+    assert (world.plugin_dir / "state").stat().st_mode & 0o777 == 0o700
