@@ -101,6 +101,11 @@ class _Server(ThreadingHTTPServer):
     def handle_error(self, request: Any, client_address: Any) -> None:
         """Clients hanging up and refused handshakes are part of the tests."""
 
+    def shutdown_request(self, request: Any) -> None:
+        with self.fake.lock:
+            self.fake.closed += 1
+        super().shutdown_request(request)
+
 
 class FakeTlsApiServer:
     """HTTPS on 127.0.0.1 serving claims ``<ns>/<name>``; special names answer 403, 404, 500 or late.
@@ -121,7 +126,8 @@ class FakeTlsApiServer:
         self.slow_seconds = 1.0
         self.list_size = 300
         self.lock = threading.Lock()
-        self.connections = 0
+        self.connections = 0  # accepted so far
+        self.closed = 0  # ended by either side so far
         self.seen: list[SeenRequest] = []
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.fake = self

@@ -39,8 +39,8 @@ class _ScriptedServer:
             steps = self.plan[self.accepted] if self.accepted < len(self.plan) else []
             self.accepted += 1
             thread = threading.Thread(target=self._serve, args=(conn, steps), daemon=True)
-            thread.start()
             self._threads.append(thread)
+            thread.start()
 
     def _serve(self, conn: socket.socket, steps: list[str]) -> None:
         with conn:
@@ -64,10 +64,14 @@ class _ScriptedServer:
                     self._barrier.wait(3)
                 conn.sendall(ANSWER)
 
-    def open_connections(self) -> int:
-        """Connections still open, after a moment for the client's closes to arrive."""
-        time.sleep(0.1)
-        return sum(t.is_alive() for t in self._threads)
+    def open_connections(self, expected: int) -> int:
+        """Connections still open, waiting (up to 2 s) for the count to become ``expected``."""
+        deadline = time.monotonic() + 2
+        while True:
+            count = sum(t.is_alive() for t in self._threads)
+            if count == expected or time.monotonic() > deadline:
+                return count
+            time.sleep(0.01)
 
     def close(self) -> None:
         self._listener.close()
@@ -174,16 +178,16 @@ def test_pool_keeps_at_most_max_idle(scripted: list[_ScriptedServer]) -> None:
     for thread in threads:
         thread.join(3)
     assert (transport.connections_opened, server.requests) == (4, 4)
-    assert server.open_connections() == 2
+    assert server.open_connections(2) == 2
 
 
 def test_close_closes_idle_connections(scripted: list[_ScriptedServer]) -> None:
     """close() closes the kept connections at once."""
     server, transport = _client(scripted, ["answer", "answer"])
     transport.get("/x", {})
-    assert server.open_connections() == 1
+    assert server.open_connections(1) == 1
     transport.close()
-    assert server.open_connections() == 0
+    assert server.open_connections(0) == 0
 
 
 def test_connection_in_use_at_close_is_not_kept(scripted: list[_ScriptedServer]) -> None:
@@ -196,4 +200,4 @@ def test_connection_in_use_at_close_is_not_kept(scripted: list[_ScriptedServer])
     transport.close()
     slow.join(3)
     assert server.requests == 2
-    assert server.open_connections() == 0
+    assert server.open_connections(0) == 0
