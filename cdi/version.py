@@ -18,13 +18,16 @@ V040 = "0.4.0"
 V050 = "0.5.0"
 #: versions this library may write, oldest first
 KNOWN_VERSIONS = (V030, V040, V050)
+_RANK = {version: rank for rank, version in enumerate(KNOWN_VERSIONS)}
 
 
 def _edits_version(edits: ContainerEdits) -> str:
-    if any(n.host_path is not None and n.host_path != n.path for n in edits.device_nodes):
-        return V050
-    if any(m.type for m in edits.mounts):
-        return V040
+    for node in edits.device_nodes:
+        if node.host_path is not None and node.host_path != node.path:
+            return V050
+    for mount in edits.mounts:
+        if mount.type:
+            return V040
     return V030
 
 
@@ -34,7 +37,8 @@ def min_cdi_version(spec: Spec) -> str:
     for device in spec.devices:
         if device.name and not device.name[0].isalpha():
             return V050
-        found = _edits_version(device.edits)
-        if KNOWN_VERSIONS.index(found) > KNOWN_VERSIONS.index(needed):
-            needed = found
+        if device.edits.device_nodes or device.edits.mounts:  # the only parts that raise it
+            found = _edits_version(device.edits)
+            if _RANK[found] > _RANK[needed]:
+                needed = found
     return needed

@@ -211,6 +211,7 @@ class ClaimsDriver:
         """Undo prepares; unknown or already unprepared claims succeed."""
         results: dict[str, str] = {}
         cleared: list[ClaimRef] = []
+        log = _log.bind()  # one logger for the batch: the lazy proxy re-binds on every call
         with self._lock:
             self._journal.load()
             dirty = False
@@ -229,7 +230,7 @@ class ClaimsDriver:
                     self._journal.remove(ref.uid)
                     dirty = True
                     cleared.append(ClaimRef(entry.namespace, entry.name, entry.uid))
-                    _log.info("unprepared", claim_uid=ref.uid, claim=f"{entry.namespace}/{entry.name}")
+                    log.info("unprepared", claim_uid=ref.uid, claim=f"{entry.namespace}/{entry.name}")
                 results[ref.uid] = ""
             if dirty:
                 self._journal.save()
@@ -485,6 +486,7 @@ class ClaimsDriver:
         """
         done: list[_Planned] = []
         failed: list[str] = []
+        log = _log.bind()  # one logger for the batch: the lazy proxy re-binds on every call
         for item in planned:
             uid = item.ref.uid
             try:
@@ -502,7 +504,7 @@ class ClaimsDriver:
                 continue
             results[uid] = PrepareResult(devices=item.entry.devices)
             done.append(item)
-            _log.info("prepared", claim_uid=uid, **_prepared_keys(item.entry))
+            log.info("prepared", claim_uid=uid, **_prepared_keys(item.entry))
         if failed:
             try:
                 self._journal.save()

@@ -21,6 +21,7 @@ applies several devices of one request does not matter):
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 
 from cdi import ContainerEdits, Device, DeviceNode, Hook, Spec, qualified_name, transient_spec_file_name
@@ -130,45 +131,52 @@ def claim_spec(
     to the CDI device of each cpu result that got an assignment.
     """
     kind = claim_cdi_kind(driver_name)
+    bases = [dev.base_request for dev in view.devices]
     groups: dict[tuple[str, DeviceKind], list[AllocatedDevice]] = {}
-    for dev in view.devices:
-        groups.setdefault((dev.base_request, dev.kind), []).append(dev)
+    for base, dev in zip(bases, view.devices, strict=True):
+        groups.setdefault((base, dev.kind), []).append(dev)
     has_cpu = any(d.kind is DeviceKind.CPU for d in view.devices)
     claim_nodes = {n for n in (device_numa_node(d.device) for d in view.devices) if n is not None}
+    #: the environment every device of a (request, type) group shares, worked out once per group
+    group_env: dict[tuple[str, DeviceKind], dict[str, str]] = {}
 
     cdi_devices: list[Device] = []
     prepared: list[PreparedDevice] = []
-    for dev in view.devices:
-        group = groups[(dev.base_request, dev.kind)]
-        if dev.kind is DeviceKind.CPU:
-            env = _cpu_env(view, dev.base_request, group, pinning)
-        else:
-            env = _request_env(group)
-            if not has_cpu and claim_nodes:
-                env[ENV_MEMS] = format_cpulist(claim_nodes)
-                env[ENV_CLAIM_UID] = view.uid
-        env.update(dev.config.env)
-        nodes: tuple[str, ...] = ()
+    for base, dev in zip(bases, view.devices, strict=True):
+        key = (base, dev.kind)
+        shared_env = group_env.get(key)
+        if shared_env is None:
+            group = groups[key]
+            if dev.kind is DeviceKind.CPU:
+                shared_env = _cpu_env(view, base, group, pinning)
+            else:
+                shared_env = _request_env(group)
+                if not has_cpu and claim_nodes:
+                    shared_env[ENV_MEMS] = format_cpulist(claim_nodes)
+                    shared_env[ENV_CLAIM_UID] = view.uid
+            group_env[key] = shared_env
+        env = {**shared_env, **dev.config.env} if dev.config.env else shared_env
+        nodes: tuple[DeviceNode, ...] = ()
         hooks: tuple[Hook, ...] = ()
-        if isinstance(dev.device, Gpu | Nic):
-            nodes = dev.device.device_nodes
+        if isinstance(dev.device, (Gpu, Nic)):
+            nodes = _device_nodes(dev.device.device_nodes)
         elif cpu_hook is not None:
-            assignment = _assignment(pinning, dev.base_request)
+            assignment = _assignment(pinning, base)
             hooks = (cpu_hook(assignment),) if assignment is not None else ()
         name = cdi_device_name(view.uid, dev)
         cdi_devices.append(
             Device(
                 name,
                 ContainerEdits(
-                    env=tuple(f"{k}={v}" for k, v in sorted(env.items())),
-                    device_nodes=tuple(DeviceNode(path=p) for p in nodes),
+                    env=tuple([f"{k}={v}" for k, v in sorted(env.items())]),
+                    device_nodes=nodes,
                     hooks=hooks,
                 ),
             )
         )
         prepared.append(
             PreparedDevice(
-                request_names=(dev.base_request,),
+                request_names=(base,),
                 pool_name=dev.pool,
                 device_name=dev.device_name,
                 cdi_device_ids=(qualified_name(kind, name),),
@@ -176,3 +184,9 @@ def claim_spec(
             )
         )
     return Spec(kind=kind, devices=tuple(cdi_devices)), prepared
+
+
+@functools.lru_cache(maxsize=1024)
+def _device_nodes(paths: tuple[str, ...]) -> tuple[DeviceNode, ...]:
+    """The CDI device nodes of an inventory device (mounted at their host path), made once."""
+    return tuple(DeviceNode(path=p) for p in paths)
