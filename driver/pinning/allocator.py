@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
+from typing import TypeVar
 
 from driver.errors import CpuExhaustedError
 from driver.inventory.model import Cpu
@@ -34,6 +34,7 @@ from driver.pinning.types import format_cpulist
 __all__ = ["allocate_cpus", "free_cpus"]
 
 _GroupKey = tuple[int, int]  # (package id, L3 id)
+_K = TypeVar("_K")
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,16 +70,50 @@ class _CoreShape:
     idle: _Core
 
 
-#: the cores of each NUMA node, ordered by first CPU
-_ByNode = dict[int, tuple[_CoreShape, ...]]
+@dataclass(frozen=True, slots=True)
+class _NodeCores:
+    """The cores of one NUMA node and their totals when nothing is held, built once per topology.
+
+    An allocation starts from these and corrects only the cores that hold a blocked CPU, so its
+    cost follows the CPUs held on the node rather than the size of the node.
+    """
+
+    shapes: tuple[_CoreShape, ...]  # ordered by first CPU
+    idle: tuple[_Core, ...]  # shape.idle of each shape, same order
+    position: dict[int, int]  # CPU -> index of its core in ``shapes``
+    free: dict[_GroupKey, int]  # CPUs per L3 group
+    whole: dict[_GroupKey, int]  # CPUs of whole cores per L3 group
+    whole_sizes: dict[int, int]  # size of a whole core -> how many
+
 
 #: topology index per ``Inventory.cpus`` tuple (by identity; the tuple is kept alive with it), so
 #: the grouping by core and node is done once per inventory instead of once per request
-_SHAPES: dict[int, tuple[Sequence[Cpu], _ByNode]] = {}
+_SHAPES: dict[int, tuple[Sequence[Cpu], dict[int, _NodeCores]]] = {}
 _SHAPES_MAX = 4
 
 
-def _core_shapes(cpus: Sequence[Cpu]) -> _ByNode:
+def _node_cores(shapes: list[_CoreShape]) -> _NodeCores:
+    ordered = tuple(sorted(shapes, key=_first_member))
+    free: dict[_GroupKey, int] = {}
+    whole: dict[_GroupKey, int] = {}
+    sizes: dict[int, int] = {}
+    for shape in ordered:
+        size = len(shape.members)
+        free[shape.group] = free.get(shape.group, 0) + size
+        if shape.whole:
+            whole[shape.group] = whole.get(shape.group, 0) + size
+            sizes[size] = sizes.get(size, 0) + 1
+    return _NodeCores(
+        shapes=ordered,
+        idle=tuple(shape.idle for shape in ordered),
+        position={cpu: i for i, shape in enumerate(ordered) for cpu in shape.members},
+        free=free,
+        whole=whole,
+        whole_sizes=sizes,
+    )
+
+
+def _core_shapes(cpus: Sequence[Cpu]) -> dict[int, _NodeCores]:
     """The node's cores (the thread-sibling set identifies a core) per NUMA node, cached per topology."""
     hit = _SHAPES.get(id(cpus))
     if hit is not None and hit[0] is cpus:
@@ -101,12 +136,12 @@ def _core_shapes(cpus: Sequence[Cpu]) -> _ByNode:
                 idle=_Core(group=group, cpus=ids, whole=whole),
             )
         )
-    shapes = {node: tuple(sorted(cores, key=_first_member)) for node, cores in by_node.items()}
+    nodes = {node: _node_cores(shapes) for node, shapes in by_node.items()}
     if isinstance(cpus, tuple):  # only immutable topologies are worth remembering
         if len(_SHAPES) >= _SHAPES_MAX:
             _SHAPES.clear()
-        _SHAPES[id(cpus)] = (cpus, shapes)
-    return shapes
+        _SHAPES[id(cpus)] = (cpus, nodes)
+    return nodes
 
 
 def _first_member(shape: _CoreShape) -> int:
@@ -117,25 +152,68 @@ def _first_cpu(core: _Core) -> int:
     return core.cpus[0]
 
 
-def _cores(by_node: _ByNode, numa_nodes: Collection[int], blocked: AbstractSet[int]) -> list[_Core]:
-    """The free part of every core on ``numa_nodes``, ordered by its first free CPU."""
-    nodes = set(numa_nodes)
-    if len(nodes) == 1:
-        shapes: Sequence[_CoreShape] = by_node.get(next(iter(nodes)), ())
-    else:
-        shapes = sorted((s for n in nodes for s in by_node.get(n, ())), key=_first_member)
-    out = []
+@dataclass(slots=True)
+class _Free:
+    """The free part of the requested nodes: cores by first free CPU, and totals per L3 group."""
+
+    cores: list[_Core]
+    free: dict[_GroupKey, int]  # free CPUs per group (groups with none left out)
+    whole: dict[_GroupKey, int]  # CPUs of free whole cores per group
+    whole_sizes: dict[int, int]  # size of a free whole core -> how many
+
+
+def _free_on(node: _NodeCores, blocked: set[int]) -> _Free:
+    """The idle state of ``node`` corrected for the cores that hold a blocked CPU."""
+    free, whole, sizes = dict(node.free), dict(node.whole), dict(node.whole_sizes)
+    touched = {node.position[cpu] for cpu in blocked if cpu in node.position}
+    if not touched:
+        return _Free(list(node.idle), free, whole, sizes)
+    changed: dict[int, _Core | None] = {}  # index -> the core's free part (None: nothing free)
     moved = False  # a core whose first CPU is held now sorts by a later CPU
-    for shape in shapes:
-        if blocked.isdisjoint(shape.members):  # the common case: nothing of this core is held
-            out.append(shape.idle)
+    for i in touched:
+        shape = node.shapes[i]
+        size = len(shape.members)
+        free[shape.group] -= size
+        if shape.whole:
+            whole[shape.group] -= size
+            sizes[size] -= 1
+        if blocked.issuperset(shape.members):  # the common case: a claim holds the whole core
+            changed[i] = None
             continue
-        ids = tuple(i for i in shape.members if i not in blocked)
-        if ids:
-            out.append(_Core(group=shape.group, cpus=ids, whole=shape.siblings.issubset(ids)))
-            moved = moved or ids[0] != shape.members[0]
+        ids = tuple(cpu for cpu in shape.members if cpu not in blocked)
+        is_whole = shape.siblings.issubset(ids)
+        changed[i] = _Core(group=shape.group, cpus=ids, whole=is_whole)
+        free[shape.group] += len(ids)
+        if is_whole:
+            whole[shape.group] += len(ids)
+            sizes[len(ids)] = sizes.get(len(ids), 0) + 1
+        moved = moved or ids[0] != shape.members[0]
+    cores = [changed.get(i, core) if i in changed else core for i, core in enumerate(node.idle)]
+    out = _Free([core for core in cores if core is not None], free, whole, sizes)
     if moved:
-        out.sort(key=_first_cpu)
+        out.cores.sort(key=_first_cpu)
+    return out
+
+
+def _add(totals: dict[_K, int], more: Mapping[_K, int]) -> None:
+    for key, value in more.items():
+        totals[key] = totals.get(key, 0) + value
+
+
+def _free_cores(by_node: dict[int, _NodeCores], numa_nodes: Collection[int], blocked: set[int]) -> _Free:
+    """The free part of every core on ``numa_nodes`` (see :class:`_Free`)."""
+    parts = [_free_on(by_node[n], blocked) for n in sorted(set(numa_nodes)) if n in by_node]
+    if len(parts) == 1:
+        out = parts[0]
+    else:
+        out = _Free([], {}, {}, {})
+        for part in parts:
+            out.cores.extend(part.cores)
+            _add(out.free, part.free)
+            _add(out.whole, part.whole)
+            _add(out.whole_sizes, part.whole_sizes)
+        out.cores.sort(key=_first_cpu)
+    out.free = {group: n for group, n in out.free.items() if n}
     return out
 
 
@@ -162,6 +240,32 @@ def _group_order(
     return sorted(free, key=rank)
 
 
+def _take_whole_cores(
+    cores: Sequence[_Core], order: Sequence[_GroupKey], count: int
+) -> tuple[list[int], set[_GroupKey]]:
+    """Rule 1 and 2: whole cores by (group rank, first CPU) while they fit; the CPUs and groups used."""
+    if len(order) == 1:  # one group: the cores are already in first-CPU order
+        by_group: dict[_GroupKey, Sequence[_Core]] = {order[0]: cores}
+    else:
+        grouped: dict[_GroupKey, list[_Core]] = {}
+        for core in cores:
+            if core.whole:
+                grouped.setdefault(core.group, []).append(core)
+        by_group = dict(grouped)
+    chosen: list[int] = []
+    used_groups: set[_GroupKey] = set()
+    remaining = count
+    for group in order:
+        for core in by_group.get(group, ()):
+            if core.whole and len(core.cpus) <= remaining:
+                chosen.extend(core.cpus)
+                used_groups.add(core.group)
+                remaining -= len(core.cpus)
+                if remaining == 0:
+                    return chosen, used_groups
+    return chosen, used_groups
+
+
 def allocate_cpus(
     cpus: Iterable[Cpu],
     numa_nodes: Collection[int],
@@ -181,20 +285,9 @@ def allocate_cpus(
         return frozenset()
     topology = cpus if isinstance(cpus, tuple) else tuple(cpus)
     blocked = set(taken) | set(reserved)
-    cores = _cores(_core_shapes(topology), numa_nodes, blocked)
-    # per L3 group: free CPUs, CPUs of free whole cores, and those whole cores in CPU order
-    free_in: dict[_GroupKey, int] = {}
-    whole_in: dict[_GroupKey, int] = {}
-    whole_cores: dict[_GroupKey, list[_Core]] = {}
-    widest = 1
-    for core in cores:
-        size = len(core.cpus)
-        free_in[core.group] = free_in.get(core.group, 0) + size
-        if core.whole:
-            whole_in[core.group] = whole_in.get(core.group, 0) + size
-            whole_cores.setdefault(core.group, []).append(core)
-            widest = max(widest, size)
-    free = sum(free_in.values())
+    state = _free_cores(_core_shapes(topology), numa_nodes, blocked)
+    cores = state.cores
+    free = sum(state.free.values())
     if free < count:
         nodes = ",".join(str(n) for n in sorted(numa_nodes)) or "<none>"
         free_ids = [cpu for core in cores for cpu in core.cpus]
@@ -202,21 +295,11 @@ def allocate_cpus(
             f"NUMA node {nodes}: wanted {count} exclusive CPUs, {free} free "
             f"(free: {format_cpulist(free_ids) or 'none'})"
         )
-    order = _group_order(free_in, whole_in, widest, count)
+    widest = max((size for size, n in state.whole_sizes.items() if n > 0), default=1)
+    order = _group_order(state.free, state.whole, widest, count)
 
-    chosen: list[int] = []
-    used_groups: set[_GroupKey] = set()
-    remaining = count
-    for group in order:  # whole cores by (group rank, first CPU)
-        for core in whole_cores.get(group, ()):
-            if len(core.cpus) <= remaining:
-                chosen.extend(core.cpus)
-                used_groups.add(core.group)
-                remaining -= len(core.cpus)
-                if remaining == 0:
-                    break
-        if remaining == 0:
-            break
+    chosen, used_groups = _take_whole_cores(cores, order, count)
+    remaining = count - len(chosen)
 
     if remaining:
         rank = {group: i for i, group in enumerate(order)}
