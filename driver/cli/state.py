@@ -1,7 +1,8 @@
 """``numadra state``: the claims prepared on this node, as the journal records them.
 
-Reads ``<plugin-dir>/state/journal.json`` (read-only; safe while the driver runs, since every write
-is an atomic rename) and lists each claim with its devices, CDI device IDs and CPU/memory pinning.
+Reads ``<plugin-dir>/state/journal.log`` (read-only, also a version 1 ``journal.json`` without
+adopting it; safe while the driver runs: a call being appended is not read until it is complete)
+and lists each claim with its devices, CDI device IDs and CPU/memory pinning.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def load_journal(plugin_dir: Path | None, driver_name: str) -> Journal:
     from driver.kubelet.paths import default_plugin_dir
     from driver.state.journal import Journal, journal_path
 
-    journal = Journal(journal_path(plugin_dir or default_plugin_dir(driver_name)))
+    journal = Journal(journal_path(plugin_dir or default_plugin_dir(driver_name)), read_only=True)
     journal.load()
     return journal
 

@@ -36,16 +36,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cdi.io import atomic_write_bytes, fsync_dir
+from cdi.io import atomic_write_bytes
 from driver.errors import JournalError
 from driver.log import get_logger
 
-__all__ = ["LOG_FILE", "LOG_VERSION", "JournalLog", "Op", "Put", "Remove", "Replay"]
+__all__ = ["LEGACY_MARKER", "LOG_FILE", "LOG_VERSION", "JournalLog", "Op", "Put", "Remove", "Replay"]
 
 LOG_FILE = "journal.log"
 LOG_VERSION = 2
 _KIND = "NumadraJournal"
 _HEADER = f'{{"kind":"{_KIND}","version":{LOG_VERSION}}}\n'.encode()
+#: what replaces the version 1 file once adopted: valid JSON that a version 1 driver refuses (its
+#: version is not 1), so an old process of a rolling update fails loudly instead of writing a
+#: journal nobody reads any more
+LEGACY_MARKER = f'{{"kind":"{_KIND}","version":{LOG_VERSION},"movedTo":"{LOG_FILE}"}}\n'.encode()
 _OPS_OPEN = '{"ops":['
 _DECODER = json.JSONDecoder()
 _log = get_logger("state.wal")
@@ -212,6 +216,10 @@ class JournalLog:
                 except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError included
                     raise self._recovery(f"is corrupt (malformed record at byte {at}: {exc})") from exc
             pos = nl + 1
+        if self._valid == 0 and pos == 0 and data:
+            # the file is only ever created whole (temp file + rename), so a header without its
+            # newline is damage, not a write in progress
+            raise self._recovery("is corrupt (incomplete header)")
         self._valid += pos
         self._seen = self._valid + len(data) - pos
         for op in ops:
@@ -338,19 +346,21 @@ class JournalLog:
         return self.legacy is not None and not self.path.exists() and self.legacy.exists()
 
     def adopt(self, live: Mapping[str, str]) -> None:
-        """Write ``live`` (parsed from the version 1 file) as the log, then remove the version 1 file.
+        """Write ``live`` (parsed from the version 1 file) as the log, then mark the version 1 file.
 
         Crash-safe order: the log is complete and synced (file and directory) before the legacy
-        file is unlinked. A crash in between leaves both; the log then wins (legacy is consulted
-        only when there is no log) and the next append of a writer removes the stale legacy file.
+        file is replaced by :data:`LEGACY_MARKER`. A crash in between leaves both; the log then
+        wins (legacy is consulted only when there is no log) and the next append of a writer
+        replaces the stale legacy file by the marker.
         """
         self._replace(live)
         self._drop_legacy()
 
     def _drop_legacy(self) -> None:
+        """Replace a version 1 file by the marker (once per process; the marker itself stays)."""
         if self._legacy_checked or self.legacy is None:
             return
         with contextlib.suppress(FileNotFoundError):
-            self.legacy.unlink()
-            fsync_dir(self.legacy.parent)
+            if self.legacy.read_bytes() != LEGACY_MARKER:
+                atomic_write_bytes(self.legacy, LEGACY_MARKER, mode=0o600)
         self._legacy_checked = True

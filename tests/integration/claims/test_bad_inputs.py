@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -10,6 +9,7 @@ from typing import Any
 import pytest
 
 from driver.plugin import ClaimRef
+from driver.state.journal import Journal, journal_path
 from tests.integration.claims._world import (
     CPU0,
     DRIVER,
@@ -171,8 +171,9 @@ def test_bad_claim_fails_alone(world: World, case: Case) -> None:
     assert f"uid {bad.uid})" in error  # every error names the claim
     assert not out[bad.uid].devices
     assert all(GOOD in name for name in world.cdi_files())  # nothing written for the bad claim
-    journal = json.loads((world.plugin_dir / "state" / "journal.json").read_text())
-    assert list(journal["body"]["claims"]) == [GOOD]
+    journal = Journal(journal_path(world.plugin_dir), read_only=True)
+    journal.load()
+    assert [entry.uid for entry in journal.entries()] == [GOOD]
 
 
 def test_other_drivers_only_is_success_without_devices(world: World) -> None:

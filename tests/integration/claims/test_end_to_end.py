@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -15,6 +14,7 @@ from driver.kube.client import KubeClient
 from driver.kubelet.server import KubeletPluginServer
 from driver.pinning.planner import CpuPlanner
 from driver.plugin import ClaimRef
+from driver.state.journal import Journal, journal_path
 from driver.testing.fakeapiserver import FakeApiServer
 from driver.testing.kubeletclient import KubeletClient
 from tests.integration.claims._world import (
@@ -114,4 +114,6 @@ def test_prepare_over_kubelet_grpc(api: FakeApiServer, short_dir: Path) -> None:
     finally:
         server.stop(grace=0)
         drv.close()
-    assert json.loads((short_dir / "plugin" / "state" / "journal.json").read_text())["body"]["claims"] == {}
+    journal = Journal(journal_path(short_dir / "plugin"), read_only=True)
+    journal.load()
+    assert len(journal) == 0

@@ -10,6 +10,7 @@ from structlog.testing import capture_logs
 
 from driver.pinning.types import parse_cpulist
 from driver.plugin import ClaimRef, DriverPlugin
+from driver.state.journal import Journal, journal_path
 from tests.integration.claims._world import (
     CPU0,
     DRIVER,
@@ -333,10 +334,10 @@ def test_unprepare_without_journal_entry_removes_that_claims_spec_files(world: W
     ref = world.getter.add(_full_claim())
     drv = world.driver()
     assert all(r.ok for r in drv.prepare_claims([ref, other]).values())
-    journal = world.plugin_dir / "state" / "journal.json"
-    doc = json.loads(journal.read_text())
-    assert sorted(doc["body"]["claims"]) == [UID, other_uid]
-    journal.unlink()  # as if the crash struck before the journal was written
+    journal = Journal(journal_path(world.plugin_dir), read_only=True)
+    journal.load()
+    assert sorted(entry.uid for entry in journal.entries()) == [UID, other_uid]
+    journal.path.unlink()  # as if the crash struck before the journal was written
     assert world.driver().unprepare_claims([ref]) == {UID: ""}
     kept = [f"{DRIVER}_claim_{other_uid}.json", f"{DRIVER}_metadata_{other_uid}_gpu.json"]
     assert world.cdi_files() == kept
@@ -418,7 +419,7 @@ def test_written_files_leave_no_temp_files(world: World) -> None:
     world.driver().prepare_claims([ref])
     leftovers = list(Path(world.root).rglob("*.tmp"))
     assert leftovers == []
-    assert (world.plugin_dir / "state" / "journal.json").exists()
+    assert (world.plugin_dir / "state" / "journal.log").exists()
 
 
 def test_two_live_processes_share_the_journal(world: World) -> None:
@@ -496,7 +497,7 @@ def test_reconcile_removes_temp_files_of_interrupted_writes(world: World) -> Non
     ref = world.getter.add(_full_claim())
     world.driver().prepare_claims([ref])
     stale_cdi = world.cdi_dir / f".{DRIVER}_claim_{UID}.json.123.456.7.tmp"
-    stale_state = world.plugin_dir / "state" / ".journal.json.123.456.8.tmp"
+    stale_state = world.plugin_dir / "state" / ".journal.log.123.456.8.tmp"
     stale_meta = world.plugin_dir / "dra-device-metadata" / "ml_train" / "nic" / ".metadata.json.1.2.3.tmp"
     foreign = world.cdi_dir / ".other-vendor.json.1.tmp"
     for path in (stale_cdi, stale_state, stale_meta, foreign):

@@ -1,7 +1,8 @@
-"""Unit tests of the journal: round trip, corruption, unknown versions, cross-process reloads."""
+"""Unit tests of the journal: round trip, v1 adoption, corruption, unknown versions, cross-process reloads."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from driver.pinning.types import ClaimPinning, CpuAssignment, CpuMode
 from driver.plugin import PreparedDevice
 from driver.state import Journal, JournalEntry, StoredFile, journal_path
 from driver.state.journal import _canonical, _entry_text
+from driver.state.wal import LEGACY_MARKER, JournalLog
 
 
 def _entry(uid: str = "u1", cpus: frozenset[int] = frozenset({2, 3})) -> JournalEntry:
@@ -47,7 +49,7 @@ def test_round_trip(tmp_path: Path) -> None:
     journal.put(_entry("u1"))
     journal.put(_entry("u2", frozenset({4})))
     journal.save()
-    assert path == tmp_path / "state" / "journal.json"
+    assert path == tmp_path / "state" / "journal.log"
     assert path.stat().st_mode & 0o777 == 0o600
     other = Journal(path)
     other.load()
@@ -98,11 +100,20 @@ def test_reload_sees_other_writer(tmp_path: Path) -> None:
     assert a.get("u1") is None
 
 
+def _v1_document(*entries: JournalEntry) -> str:
+    """A journal file as version 1 of numadra wrote it."""
+    body = {"claims": {e.uid: e.to_json() for e in entries}}
+    canon = _canonical(body)
+    digest = hashlib.sha256(canon.encode()).hexdigest()
+    return f'{{"kind":"NumadraJournal","version":1,"checksum":"sha256:{digest}","body":{canon}}}\n'
+
+
 def _write_saved(tmp_path: Path) -> Path:
-    journal = Journal(journal_path(tmp_path))
-    journal.put(_entry("u1"))
-    journal.save()
-    return journal.path
+    """A version 1 journal.json (the one file format a person can damage by hand)."""
+    legacy = journal_path(tmp_path).with_name("journal.json")
+    legacy.parent.mkdir(parents=True)
+    legacy.write_text(_v1_document(_entry("u1")))
+    return legacy
 
 
 def _doc(path: Path) -> dict[str, object]:
@@ -138,13 +149,14 @@ def _doc(path: Path) -> dict[str, object]:
     ],
 )
 def test_damaged_journal_raises_with_recovery(tmp_path: Path, damage: object, message: str) -> None:
-    """A damaged or unknown-version journal raises JournalError naming the file and the recovery."""
+    """A damaged or unknown-version v1 journal raises JournalError naming the file and the recovery."""
     path = _write_saved(tmp_path)
     assert callable(damage)
     damage(path)
-    journal = Journal(path)
+    journal = Journal(journal_path(tmp_path))
     with pytest.raises(JournalError, match=message) as info:
         journal.load()
+    assert not journal.path.exists()  # nothing adopted from a damaged file
     text = str(info.value)
     assert str(path) in text
     assert "move" in text
@@ -154,11 +166,9 @@ def test_damaged_journal_raises_with_recovery(tmp_path: Path, damage: object, me
 
 def test_malformed_entry_with_valid_checksum_raises(tmp_path: Path) -> None:
     """An entry missing a field is reported even when the checksum matches (a buggy writer)."""
-    import hashlib
-
     body = {"claims": {"u1": {"uid": "u1"}}}
     canon = json.dumps(body, sort_keys=True, separators=(",", ":"))
-    path = journal_path(tmp_path)
+    path = journal_path(tmp_path).with_name("journal.json")
     path.parent.mkdir(parents=True)
     path.write_text(
         json.dumps(
@@ -171,7 +181,64 @@ def test_malformed_entry_with_valid_checksum_raises(tmp_path: Path) -> None:
         )
     )
     with pytest.raises(JournalError, match="entry 'u1'"):
+        Journal(journal_path(tmp_path)).load()
+
+
+def test_malformed_entry_in_the_log_raises(tmp_path: Path) -> None:
+    """The same for an entry of the version 2 log: checksummed but not an entry."""
+    path = journal_path(tmp_path)
+    JournalLog(path).append({"u1": '{"uid":"u1"}'}, (), {"u1": '{"uid":"u1"}'})
+    with pytest.raises(JournalError, match=f"journal {path} is corrupt \\(entry 'u1'"):
         Journal(path).load()
+
+
+def test_v1_journal_is_adopted_once_then_marked(tmp_path: Path) -> None:
+    """A version 1 journal.json: its entries load, the log holds them, journal.json becomes the marker."""
+    legacy = journal_path(tmp_path).with_name("journal.json")
+    legacy.parent.mkdir(parents=True)
+    legacy.write_text(_v1_document(_entry("u1"), _entry("u2", frozenset({4}))))
+    journal = Journal(journal_path(tmp_path))
+    journal.load()
+    assert list(journal.entries()) == [_entry("u1"), _entry("u2", frozenset({4}))]
+    assert journal.taken_cpus() == frozenset({2, 3, 4})
+    assert legacy.read_bytes() == LEGACY_MARKER
+    fresh = Journal(journal_path(tmp_path))
+    fresh.load()
+    assert list(fresh.entries()) == [_entry("u1"), _entry("u2", frozenset({4}))]
+    fresh.remove("u1")
+    fresh.save()
+    journal.load()
+    assert [e.uid for e in journal.entries()] == ["u2"]
+
+
+def test_read_only_reads_v1_without_writing(tmp_path: Path) -> None:
+    """numadra state on a version 1 journal: the entries are shown, no file is written or changed."""
+    legacy = _write_saved(tmp_path)
+    before = legacy.read_bytes()
+    journal = Journal(journal_path(tmp_path), read_only=True)
+    journal.load()
+    assert list(journal.entries()) == [_entry("u1")]
+    assert legacy.read_bytes() == before
+    assert not journal.path.exists()
+    with pytest.raises(JournalError, match="read-only"):
+        journal.save()
+
+
+def test_marker_without_log_is_a_clear_error(tmp_path: Path) -> None:
+    """journal.json says the journal moved, but journal.log is gone: recovery, not an empty journal."""
+    legacy = journal_path(tmp_path).with_name("journal.json")
+    legacy.parent.mkdir(parents=True)
+    legacy.write_bytes(LEGACY_MARKER)
+    with pytest.raises(JournalError, match=r"moved to journal\.log, which is missing") as info:
+        Journal(journal_path(tmp_path)).load()
+    assert "aside" in str(info.value)
+
+
+def test_an_old_driver_refuses_the_marker(tmp_path: Path) -> None:
+    """What a version 1 driver checks (kind, then version 1) fails on the marker: it cannot go on unaware."""
+    doc = json.loads(LEGACY_MARKER)
+    assert doc["kind"] == "NumadraJournal"
+    assert doc["version"] != 1
 
 
 _text = st.text(max_size=10)
@@ -281,19 +348,24 @@ def test_indexes_follow_a_reload_of_another_writers_file(tmp_path: Path) -> None
     assert len(a) == 0
 
 
-def test_save_is_the_canonical_document(tmp_path: Path) -> None:
-    """The saved file is kind, version, checksum of the canonical body, then that body, one line."""
-    import hashlib
-
+def test_save_appends_one_record_of_canonical_entries(tmp_path: Path) -> None:
+    """The log is the v2 header, then per save one line: sha256 of the payload, the changed entries."""
     journal = Journal(journal_path(tmp_path))
     journal.put(_entry("u2", frozenset({4})))
     journal.put(_entry("u1"))
     journal.put(_nic("u\u00e9"))
     journal.save()
-    body = {
-        "claims": {e.uid: e.to_json() for e in (_entry("u1"), _entry("u2", frozenset({4})), _nic("u\u00e9"))}
-    }
-    canon = _canonical(body)
-    digest = hashlib.sha256(canon.encode()).hexdigest()
-    expected = f'{{"kind":"NumadraJournal","version":1,"checksum":"sha256:{digest}","body":{canon}}}\n'
-    assert journal.path.read_text() == expected
+    journal.remove("u2")
+    journal.save()
+    header, first, second, end = journal.path.read_text().split("\n")
+    assert json.loads(header) == {"kind": "NumadraJournal", "version": 2}
+    assert end == ""
+    records = []
+    for line in (first, second):
+        digest, payload = line.split(" ", 1)
+        assert digest == hashlib.sha256(payload.encode()).hexdigest()
+        records.append(json.loads(payload))
+    puts = {op["put"]: op["entry"] for op in records[0]["ops"]}
+    assert puts == {e.uid: e.to_json() for e in (_entry("u1"), _entry("u2", frozenset({4})), _nic("u\u00e9"))}
+    assert _canonical(puts["u1"]) in first  # entries are stored as canonical JSON
+    assert records[1] == {"ops": [{"remove": "u2"}]}

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from driver.errors import JournalError
-from driver.state.wal import JournalLog, Put, Replay
+from driver.state.wal import LEGACY_MARKER, JournalLog, Put, Replay
 
 HEADER = b'{"kind":"NumadraJournal","version":2}\n'
 
@@ -122,10 +122,18 @@ def test_every_cut_of_the_last_record_reads_as_the_state_before(path: Path) -> N
         reader.close()
 
 
-def test_torn_header_reads_empty_and_the_next_append_rewrites_the_file(path: Path) -> None:
-    """A file cut inside its header is an empty journal until the next append replaces it."""
+def test_a_header_cut_short_is_corruption(path: Path) -> None:
+    """The log is only ever created whole (temp file + rename), so a cut header is damage: an error."""
     path.parent.mkdir()
     path.write_bytes(HEADER[:10])
+    with pytest.raises(JournalError, match=r"is corrupt \(incomplete header\).*aside"):
+        JournalLog(path).read()
+
+
+def test_an_empty_file_is_an_empty_journal(path: Path) -> None:
+    """A zero-length log (say, touched by hand) holds nothing; the next append writes it whole."""
+    path.parent.mkdir()
+    path.write_bytes(b"")
     log = JournalLog(path)
     assert state([log.read()]) == {}
     log.append({"a": text("a")}, (), {"a": text("a")})
@@ -312,8 +320,8 @@ def test_append_without_a_fresh_read_is_refused(path: Path) -> None:
     assert fresh_state(path) == {"a": text("a"), "b": text("b"), "c": text("c")}
 
 
-def test_adopt_writes_the_log_before_removing_the_legacy_file(path: Path) -> None:
-    """Migration: legacy pending -> adopt writes the full log, then the v1 file goes."""
+def test_adopt_writes_the_log_before_marking_the_legacy_file(path: Path) -> None:
+    """Migration: legacy pending -> adopt writes the full log, then the v1 file becomes the marker."""
     legacy = path.with_name("journal.json")
     legacy.parent.mkdir()
     legacy.write_text("{}")
@@ -323,7 +331,8 @@ def test_adopt_writes_the_log_before_removing_the_legacy_file(path: Path) -> Non
     with pytest.raises(JournalError, match="must be adopted before appending"):
         log.append({"x": text("x")}, (), {"x": text("x")})
     log.adopt({"b": text("b"), "a": text("a")})
-    assert not legacy.exists()
+    assert legacy.read_bytes() == LEGACY_MARKER
+    assert json.loads(LEGACY_MARKER)["version"] != 1  # what a version 1 driver refuses
     assert not log.legacy_pending()
     assert path.read_bytes() == HEADER + line(
         b'{"ops":[{"put":"a","entry":'
@@ -337,8 +346,8 @@ def test_adopt_writes_the_log_before_removing_the_legacy_file(path: Path) -> Non
     assert fresh_state(path) == {"a": text("a"), "b": text("b"), "c": text("c")}
 
 
-def test_a_legacy_file_left_by_a_crash_after_adopt_is_ignored_then_removed(path: Path) -> None:
-    """Both files present (crash between rename and unlink): the log wins; the next append drops v1."""
+def test_a_legacy_file_left_by_a_crash_after_adopt_is_ignored_then_marked(path: Path) -> None:
+    """Both files present (crash between rename and marking): the log wins; the next append marks v1."""
     legacy = path.with_name("journal.json")
     JournalLog(path).adopt({"a": text("a")})
     legacy.write_text("{}")
@@ -346,7 +355,7 @@ def test_a_legacy_file_left_by_a_crash_after_adopt_is_ignored_then_removed(path:
     assert not log.legacy_pending()
     assert state([log.read()]) == {"a": text("a")}
     log.append({"b": text("b")}, (), {})
-    assert not legacy.exists()
+    assert legacy.read_bytes() == LEGACY_MARKER
 
 
 # -- model-based property test ------------------------------------------------------------------
