@@ -3,8 +3,12 @@
 One prepare call:
 
 1. check the claim references (names reach file paths) and drop exact duplicates;
-2. GET every claim concurrently, *before* taking the lock (slow API calls never hold up others);
-3. under the lock: re-read the journal, then per claim either answer from the journal (a repeat:
+2. read every claim from the apiserver (:class:`~driver.claims.fetch.ClaimFetcher`: one GET, or
+   one LIST for many claims of a namespace) *before* taking the lock, so slow API calls never
+   hold up other calls, also not those of another process of a rolling update;
+3. under the lock (a thread lock plus, with ``serialize``, the cross-process ``flock`` the kubelet
+   layer would otherwise hold around the whole call): catch up with the journal, then per claim
+   either answer from the journal (a repeat:
    same devices and CDI IDs, missing files re-created) or select devices, resolve config, plan CPU
    pinning (the journal says which CPUs other claims hold), render the CDI spec and metadata;
 4. save the journal **once**, then write the files. The journal is the durable record (fsynced);
@@ -22,8 +26,8 @@ import contextlib
 import shutil
 import threading
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -32,11 +36,12 @@ from typing import Any, Protocol, runtime_checkable
 from cdi import atomic_write_bytes, make_dir, remove_dir, remove_file, spec_bytes
 from cdi.spec import CdiSpecError
 from driver.claims.attributes import PublishedAttributes
+from driver.claims.fetch import ClaimFetcher
 from driver.claims.metadata import METADATA_DIR, claim_metadata_dir, metadata_files, metadata_spec_glob
 from driver.claims.names import check_claim_name, check_claim_uid, check_namespace, dir_prefix
 from driver.claims.render import CpuHook, claim_spec, claim_spec_file_name
 from driver.claims.selection import ClaimView, cpu_requests, select_devices
-from driver.errors import ClaimError, KubeError, PinningError, is_recoverable
+from driver.errors import ClaimError, PinningError, is_recoverable
 from driver.inventory.model import DeviceKind, Inventory
 from driver.kube.types import ClaimGetter, JsonObject
 from driver.log import get_logger
@@ -147,7 +152,10 @@ class ClaimsDriver:
         on_fatal: Callable[[BaseException, str], None] | None = None,
         cpu_hook: CpuHook | None = None,
         max_get_workers: int = 16,
+        serialize: Callable[[], AbstractContextManager[None]] | None = None,
     ) -> None:
+        """``serialize``: the cross-process lock (``SerializeLock.hold``) held around every journal
+        section; pass it and start the kubelet server with ``serialize_calls=False``."""
         self.driver_name = driver_name
         self.node_name = node_name
         self.cdi_dir = cdi_dir
@@ -163,9 +171,8 @@ class ClaimsDriver:
         self._lock = threading.Lock()
         #: what the last :meth:`reconcile` did per journaled claim: "ok" or "recreated" -> count
         self.recovery: Counter[str] = Counter()
-        self._pool: ThreadPoolExecutor | None = None
-        self._pool_lock = threading.Lock()
-        self._max_get_workers = max_get_workers
+        self._fetcher = ClaimFetcher(claims, max_workers=max_get_workers)
+        self._serialize = serialize
 
     # -- DriverPlugin ---------------------------------------------------------------------------
 
@@ -173,9 +180,9 @@ class ClaimsDriver:
         """Prepare every claim; one result per claim UID (see the module docstring)."""
         results: dict[str, PrepareResult] = {}
         todo = self._admit(claims, lambda ref, msg: results.__setitem__(ref.uid, PrepareResult(error=msg)))
-        fetched = self._get_all(todo)
+        fetched = self._fetcher.fetch(todo)
         planned: list[_Planned] = []
-        with self._lock:
+        with self._locked():
             inventory = self._inventory()
             self._journal.load()
             attrs = self._attributes.get(inventory)
@@ -212,7 +219,7 @@ class ClaimsDriver:
         results: dict[str, str] = {}
         cleared: list[ClaimRef] = []
         log = _log.bind()  # one logger for the batch: the lazy proxy re-binds on every call
-        with self._lock:
+        with self._locked():
             self._journal.load()
             dirty = False
             for ref in claims:
@@ -257,7 +264,7 @@ class ClaimsDriver:
         Run at start: after a reboot ``/var/run/cdi`` is empty but the journal is not. Raises
         :class:`~driver.errors.JournalError` when the journal is unusable (the caller exits 1).
         """
-        with self._lock:
+        with self._locked():
             self._journal.load()
             self._remove_stale_temp_files()
             count = 0
@@ -294,11 +301,18 @@ class ClaimsDriver:
             return list(self._journal.entries())
 
     def close(self) -> None:
-        """Stop the GET thread pool."""
-        with self._pool_lock:
-            if self._pool is not None:
-                self._pool.shutdown(wait=False)
-                self._pool = None
+        """Stop the GET threads."""
+        self._fetcher.close()
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """The journal section: this process's lock, then the cross-process one if we hold it."""
+        with self._lock:
+            if self._serialize is None:
+                yield
+                return
+            with self._serialize():
+                yield
 
     # -- internals ------------------------------------------------------------------------------
 
@@ -323,31 +337,6 @@ class ClaimsDriver:
                 continue
             todo.append(ref)
         return todo
-
-    def _get_one(self, ref: ClaimRef) -> JsonObject | str:
-        try:
-            return self._claims.get_resource_claim(ref.namespace, ref.name)
-        except KubeError as exc:
-            if getattr(exc, "status", None) == 404:
-                return f"{_describe(ref)}: ResourceClaim not found in the apiserver (deleted?)"
-            return f"{_describe(ref)}: cannot get ResourceClaim: {exc}"
-        except Exception as exc:
-            _log.exception("claim GET failed unexpectedly", claim_uid=ref.uid)
-            return f"{_describe(ref)}: cannot get ResourceClaim: {exc!r}"
-
-    def _executor(self) -> ThreadPoolExecutor:
-        """The worker threads for claim GETs (I/O bound: they release the GIL)."""
-        with self._pool_lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self._max_get_workers, thread_name_prefix="claims-io")
-            return self._pool
-
-    def _get_all(self, refs: Sequence[ClaimRef]) -> dict[str, JsonObject | str]:
-        """GET every claim, in parallel when there are several."""
-        if len(refs) <= 1:
-            return {ref.uid: self._get_one(ref) for ref in refs}
-        fetched = self._executor().map(self._get_one, refs)
-        return dict(zip((r.uid for r in refs), fetched, strict=True))
 
     def _check_not_in_use(self, view: ClaimView) -> None:
         """Last line of defence: a whole GPU or NIC is never prepared for two claims at once."""
@@ -398,7 +387,7 @@ class ClaimsDriver:
                     cdi_device_ids=(*dev.cdi_device_ids, meta.cdi_id),
                     share_id=dev.share_id,
                 )
-                specs.append(StoredFile(meta.spec_file, spec_bytes(meta.spec).decode()))
+                specs.append(StoredFile(meta.spec_file, meta.spec_text))
                 metas.append(StoredFile(meta.host_path, meta.content))
             if files:
                 dirs = (claim_metadata_dir(self.plugin_dir, view.namespace, view.name),)

@@ -34,6 +34,7 @@ from types import MappingProxyType
 from typing import Any
 
 from cdi import ContainerEdits, Device, Mount, Spec, qualified_name, transient_spec_file_name
+from cdi.version import V030, V050
 from driver.claims.names import dir_prefix
 from driver.claims.selection import AllocatedDevice, ClaimView
 from driver.inventory.model import InventoryDevice, Nic
@@ -70,8 +71,36 @@ class MetadataFile:
     host_path: str
     content: str
     spec_file: str
-    spec: Spec
-    cdi_id: str
+    container_path: str  # where the spec mounts the file
+    cdi_id: str  # ``<driver>/metadata=<claimUID>_<request>``
+    #: the spec file's exact content (what ``spec_bytes(self.spec)`` gives, written directly)
+    spec_text: str
+
+    @property
+    def spec(self) -> Spec:
+        """The CDI spec that bind-mounts the file read-only (one device)."""
+        kind, _, device_name = self.cdi_id.partition("=")
+        mount = Mount(self.host_path, self.container_path, _MOUNT_OPTIONS)
+        return Spec(kind=kind, devices=(Device(device_name, ContainerEdits(mounts=(mount,))),))
+
+
+_MOUNT_OPTIONS = ("ro", "bind")
+
+
+def _mount_spec_text(kind: str, device_name: str, host_path: str, mount_path: str) -> str:
+    """The compact JSON of a one-mount spec, as ``spec_bytes`` writes it, without the spec objects.
+
+    No validation is needed: the kind is the driver's (checked by ``qualified_name``), the device
+    name is a checked claim UID and request name, and the container path is absolute. The
+    version is ``min_cdi_version``'s: a mount without ``type`` needs nothing above 0.3.0, a device
+    name that does not start with a letter needs 0.5.0.
+    """
+    version = V050 if device_name and not device_name[0].isalpha() else V030
+    return (
+        f'{{"cdiVersion":"{version}","kind":{_quote(kind)},"devices":[{{"name":{_quote(device_name)},'
+        f'"containerEdits":{{"mounts":[{{"hostPath":{_quote(host_path)},"containerPath":{_quote(mount_path)},'
+        f'"options":["ro","bind"]}}]}}}}]}}\n'
+    )
 
 
 def metadata_cdi_kind(driver_name: str) -> str:
@@ -215,15 +244,16 @@ def metadata_files(
         if old and _without_generation(content) != _without_generation(old):
             content = _stream(view, devs[0].request, devices, generation + 1)
         device_name = f"{view.uid}_{request}"
-        mount = Mount(host_path, container_path(view, request, driver_name), ("ro", "bind"))
+        mount_path = container_path(view, request, driver_name)
         out.append(
             MetadataFile(
                 request=request,
                 host_path=host_path,
                 content=content,
                 spec_file=cdi_base + transient_spec_file_name(kind, view.uid, request),
-                spec=Spec(kind=kind, devices=(Device(device_name, ContainerEdits(mounts=(mount,))),)),
+                container_path=mount_path,
                 cdi_id=qualified_name(kind, device_name),
+                spec_text=_mount_spec_text(kind, device_name, host_path, mount_path),
             )
         )
     return out

@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
+from cdi import spec_bytes
 from driver.claims.config import EffectiveConfig
 from driver.claims.metadata import container_path, metadata_files, parse_generation
 from driver.claims.render import claim_spec, claim_spec_file_name
@@ -97,3 +100,22 @@ def test_container_path_for_direct_and_template_claims() -> None:
         container_path(_view(pod_claim="my-gpu"), "gpu", DRIVER)
         == f"{base}/resourceclaimtemplates/my-gpu/gpu/{DRIVER}-metadata.json"
     )
+
+
+@pytest.mark.parametrize("uid", ["abc-1", "5f2c8a9e-0d1b-4c3a-9e8f-000000000001"])
+@pytest.mark.parametrize("pod_claim", ["", "my-gpu"])
+@pytest.mark.parametrize("plugin_dir", ["/var/lib/kubelet/plugins/numadra.dev", '/odd dir/"q"/\u00e9'])
+def test_metadata_spec_text_is_the_validated_spec(uid: str, pod_claim: str, plugin_dir: str) -> None:
+    """The spec text written directly is byte for byte spec_bytes of the (valid) spec it stands for."""
+    view = ClaimView(
+        "ns", "claim", uid, pod_claim, (_dev("nic", NIC0, DeviceKind.NIC), _dev("gpu", GPU0, DeviceKind.GPU))
+    )
+    files = metadata_files(
+        view, driver_name=DRIVER, plugin_dir=Path(plugin_dir), cdi_dir=Path("/var/run/cdi"), attributes={}
+    )
+    assert [f.request for f in files] == ["nic", "gpu"]
+    for meta in files:
+        assert meta.spec_text.encode() == spec_bytes(meta.spec)  # spec_bytes validates, too
+        assert meta.cdi_id == f"{meta.spec.kind}={meta.spec.devices[0].name}"
+        (mount,) = meta.spec.devices[0].edits.mounts
+        assert (mount.host_path, mount.container_path) == (meta.host_path, meta.container_path)
