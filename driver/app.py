@@ -36,7 +36,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any, Literal
 
 from driver import DEFAULT_DRIVER_NAME
-from driver.errors import DriverError, KubeError, RecoverableError, SliceError
+from driver.errors import ConfigError, DriverError, KubeError, RecoverableError, SliceError
 from driver.inventory.model import Inventory
 from driver.kubelet.paths import DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRAR_DIR, default_plugin_dir
 from driver.log import LogFormat, get_logger
@@ -246,6 +246,8 @@ class App:
         from driver.health.statusqueue import AsyncStatusWriter
         from driver.inventory.discovery import discover
         from driver.kube.client import shared_client
+        from driver.kubelet.paths import SERIALIZE_LOCK_NAME
+        from driver.kubelet.serialize import SerializeLock
         from driver.kubelet.server import KubeletPluginServer
         from driver.observability.metered import MeteredPlugin
         from driver.pinning.planner import CpuPlanner
@@ -274,6 +276,16 @@ class App:
         if cfg.claim_status:
             self.status = AsyncStatusWriter(self._status_writer)
             self._on_stop("claim status writer", self.status.close)
+        # the flock shared with the other process of a rolling update, held by the claims driver
+        # around its journal sections only (start-up reconcile included), not around the
+        # apiserver reads: the kubelet server is told not to hold it around whole calls
+        try:
+            self.plugin_dir.mkdir(mode=0o750, parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"cannot create plugin directory {self.plugin_dir}: {exc.strerror}") from exc
+        state_lock = SerializeLock(self.plugin_dir / SERIALIZE_LOCK_NAME)
+        state_lock.open()
+        self._on_stop("serialize lock", state_lock.close)
         self.claims = ClaimsDriver(
             driver_name=cfg.driver_name,
             node_name=cfg.node_name,
@@ -285,6 +297,7 @@ class App:
             status=self.status,
             on_fatal=lambda err, msg: self.request_stop(f"{msg}: {err}"),
             cpu_hook=cpu_hook,
+            serialize=state_lock.hold,
         )
         self._on_stop("claims driver", self.claims.close)
         recreated = self.claims.reconcile()  # JournalError: one line with the recovery, exit 1
@@ -310,6 +323,7 @@ class App:
             plugin=self.plugin,
             health=self.monitor,
             pod_uid=cfg.pod_uid,
+            serialize_calls=False,
         )
         self.kubelet.start()
         self._on_stop("kubelet plugin server", self.kubelet.stop)

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cdi.io import atomic_write_bytes
+from cdi.io import atomic_write_bytes, fsync_dir
 from driver.errors import JournalError
 from driver.log import get_logger
 
@@ -256,7 +256,7 @@ class JournalLog:
         record = _record(puts, removes)
         if self._fd is None or self._valid == 0:  # no file, or one torn in its header
             self._check_missing()
-            self._replace(puts, record)
+            self._replace(puts, record, create=self._fd is None)
             return
         wfd = self._writer()
         if self._valid != self._seen:
@@ -314,16 +314,21 @@ class JournalLog:
         if self.legacy is not None and self.legacy.exists():
             raise JournalError(f"journal {self.legacy} (version 1) must be adopted before appending")
 
-    def _replace(self, live: Mapping[str, str], record: bytes | None = None) -> None:
+    def _replace(self, live: Mapping[str, str], record: bytes | None = None, *, create: bool = False) -> None:
         """Atomically make the log hold ``live`` (temp, fsync, rename, fsync dir) and follow it.
 
         ``record`` is the record of ``live`` when the caller has it (a new file): written as is.
+        ``create``: only if there is still no log (a hard link, which fails when the name exists),
+        so that two writers racing without the lock cannot both "create" it and lose a call.
         """
         if record is None:
             record = _record(dict(sorted(live.items())), ())
         data = _HEADER + record
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        atomic_write_bytes(self.path, data, mode=0o600)
+        if create:
+            self._create(data)
+        else:
+            atomic_write_bytes(self.path, data, mode=0o600)
         self.close()
         self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
         st = os.fstat(self._fd)
@@ -331,6 +336,28 @@ class JournalLog:
         self._valid = self._seen = len(data)
         for uid, text in live.items():
             self._track(uid, text)
+
+    def _create(self, data: bytes) -> None:
+        temp = self.path.with_name(f".{self.path.name}.{os.getpid()}.new.tmp")
+        temp.unlink(missing_ok=True)  # left by a crash of an earlier process with our pid
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(temp, self.path)
+        except FileExistsError:
+            raise JournalError(
+                f"journal {self.path} appeared since this process last read it: writers must hold "
+                "the lock and read before they append"
+            ) from None
+        finally:
+            temp.unlink(missing_ok=True)
+        fsync_dir(self.path.parent)
 
     def _track(self, uid: str, text: str | None) -> None:
         """Follow the live state's compacted size: ``text`` put, or None removed."""

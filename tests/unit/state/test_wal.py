@@ -417,3 +417,15 @@ def test_random_calls_match_a_dict_model(
     finally:
         writer.close()
         reader.close()
+
+
+def test_two_writers_creating_the_log_at_once_cannot_both_win(path: Path) -> None:
+    """Without the lock, the second of two first-ever appends is refused instead of replacing the first."""
+    one, two = JournalLog(path), JournalLog(path)
+    one.read()
+    two.read()
+    one.append({"a": text("a")}, (), {"a": text("a")})
+    with pytest.raises(JournalError, match="appeared since this process last read it"):
+        two.append({"b": text("b")}, (), {"b": text("b")})
+    assert fresh_state(path) == {"a": text("a")}
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]  # no temp file left
