@@ -12,7 +12,7 @@ from driver.claims.config import EffectiveConfig
 from driver.claims.metadata import container_path, metadata_files, parse_generation
 from driver.claims.render import claim_spec, claim_spec_file_name
 from driver.claims.selection import AllocatedDevice, ClaimView
-from driver.inventory.model import DeviceKind
+from driver.inventory.model import DeviceKind, Nic
 from driver.pinning.types import ClaimPinning, CpuAssignment, CpuMode
 from tests.integration.claims._world import CPU0, DRIVER, GPU0, NIC0, NODE, make_inventory
 
@@ -119,3 +119,35 @@ def test_metadata_spec_text_is_the_validated_spec(uid: str, pod_claim: str, plug
         assert meta.cdi_id == f"{meta.spec.kind}={meta.spec.devices[0].name}"
         (mount,) = meta.spec.devices[0].edits.mounts
         assert (mount.host_path, mount.container_path) == (meta.host_path, meta.container_path)
+
+
+def test_metadata_follows_a_new_attribute_map_and_inventory_device(tmp_path: Path) -> None:
+    """The encoded device object is reused only for the same attribute map and device object."""
+    from dataclasses import replace
+
+    def content(view: ClaimView, attrs: dict[str, dict[str, dict[str, str]]]) -> dict[str, object]:
+        (meta,) = metadata_files(
+            view, driver_name=DRIVER, plugin_dir=tmp_path, cdi_dir=tmp_path, attributes=attrs
+        )
+        device = json.loads(meta.content.splitlines()[0])["requests"][0]["devices"][0]
+        assert isinstance(device, dict)
+        return device
+
+    view = _view(_dev("nic", NIC0, DeviceKind.NIC))
+    first = {NIC0: {"type": {"string": "nic"}}}
+    second = {NIC0: {"type": {"string": "nic-b"}}}
+    assert content(view, first)["attributes"] == first[NIC0]
+    assert content(view, second)["attributes"] == second[NIC0]
+    assert content(view, first)["attributes"] == first[NIC0]
+    nic = view.devices[0].device
+    assert isinstance(nic, Nic)
+    renamed = replace(view.devices[0], device=replace(nic, interface_name="ens9"))
+    moved = _view(renamed)
+    assert content(moved, first)["networkData"] == {
+        "interfaceName": "ens9",
+        "hardwareAddress": "b8:ce:f6:00:00:01",
+    }
+    assert content(view, first)["networkData"] == {
+        "interfaceName": "eth1",
+        "hardwareAddress": "b8:ce:f6:00:00:01",
+    }
