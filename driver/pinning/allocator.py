@@ -81,6 +81,7 @@ class _NodeCores:
     shapes: tuple[_CoreShape, ...]  # ordered by first CPU
     idle: tuple[_Core, ...]  # shape.idle of each shape, same order
     position: dict[int, int]  # CPU -> index of its core in ``shapes``
+    cpus: frozenset[int]  # every CPU of the node
     free: dict[_GroupKey, int]  # CPUs per L3 group
     whole: dict[_GroupKey, int]  # CPUs of whole cores per L3 group
     whole_sizes: dict[int, int]  # size of a whole core -> how many
@@ -107,6 +108,7 @@ def _node_cores(shapes: list[_CoreShape]) -> _NodeCores:
         shapes=ordered,
         idle=tuple(shape.idle for shape in ordered),
         position={cpu: i for i, shape in enumerate(ordered) for cpu in shape.members},
+        cpus=frozenset(cpu for shape in ordered for cpu in shape.members),
         free=free,
         whole=whole,
         whole_sizes=sizes,
@@ -162,37 +164,82 @@ class _Free:
     whole_sizes: dict[int, int]  # size of a free whole core -> how many
 
 
-def _free_on(node: _NodeCores, blocked: set[int]) -> _Free:
-    """The idle state of ``node`` corrected for the cores that hold a blocked CPU."""
-    free, whole, sizes = dict(node.free), dict(node.whole), dict(node.whole_sizes)
-    touched = {node.position[cpu] for cpu in blocked if cpu in node.position}
-    if not touched:
-        return _Free(list(node.idle), free, whole, sizes)
-    changed: dict[int, _Core | None] = {}  # index -> the core's free part (None: nothing free)
-    moved = False  # a core whose first CPU is held now sorts by a later CPU
-    for i in touched:
+@dataclass(frozen=True, slots=True)
+class _NodeState:
+    """The free part of one node for one set of blocked CPUs; a snapshot, never changed once made.
+
+    The next allocation on the node starts from the last snapshot and corrects only the cores
+    whose CPUs changed hands since (usually the few of the claim planned just before), so a
+    prepare costs the same on an empty node and a full one.
+    """
+
+    node: _NodeCores
+    blocked: frozenset[int]  # the blocked CPUs of this node
+    changed: dict[int, _Core | None]  # index of a core holding a blocked CPU -> its free part
+    free: dict[_GroupKey, int]
+    whole: dict[_GroupKey, int]
+    whole_sizes: dict[int, int]
+
+
+#: the last snapshot per node (by identity; the snapshot keeps the node alive)
+_LAST: dict[int, _NodeState] = {}
+_LAST_MAX = 64
+
+
+def _count(
+    state: tuple[dict[_GroupKey, int], dict[_GroupKey, int], dict[int, int]], core: _Core, sign: int
+) -> None:
+    free, whole, sizes = state
+    size = len(core.cpus)
+    free[core.group] = free.get(core.group, 0) + sign * size
+    if core.whole:
+        whole[core.group] = whole.get(core.group, 0) + sign * size
+        sizes[size] = sizes.get(size, 0) + sign
+
+
+def _state_of(node: _NodeCores, blocked: set[int]) -> _NodeState:
+    """The node's snapshot for ``blocked``, derived from the last one (or the idle node)."""
+    here = frozenset(blocked & node.cpus)
+    prev = _LAST.get(id(node))
+    if prev is None or prev.node is not node:
+        prev = _NodeState(node, frozenset(), {}, node.free, node.whole, node.whole_sizes)
+    if prev.blocked == here:
+        return prev
+    changed = dict(prev.changed)
+    totals = (dict(prev.free), dict(prev.whole), dict(prev.whole_sizes))
+    for i in {node.position[cpu] for cpu in prev.blocked ^ here}:
         shape = node.shapes[i]
-        size = len(shape.members)
-        free[shape.group] -= size
-        if shape.whole:
-            whole[shape.group] -= size
-            sizes[size] -= 1
-        if blocked.issuperset(shape.members):  # the common case: a claim holds the whole core
-            changed[i] = None
-            continue
-        ids = tuple(cpu for cpu in shape.members if cpu not in blocked)
-        is_whole = shape.siblings.issubset(ids)
-        changed[i] = _Core(group=shape.group, cpus=ids, whole=is_whole)
-        free[shape.group] += len(ids)
-        if is_whole:
-            whole[shape.group] += len(ids)
-            sizes[len(ids)] = sizes.get(len(ids), 0) + 1
-        moved = moved or ids[0] != shape.members[0]
-    cores = [changed.get(i, core) if i in changed else core for i, core in enumerate(node.idle)]
-    out = _Free([core for core in cores if core is not None], free, whole, sizes)
-    if moved:
-        out.cores.sort(key=_first_cpu)
-    return out
+        old = changed.pop(i) if i in changed else shape.idle
+        if old is not None:
+            _count(totals, old, -1)
+        if here.isdisjoint(shape.members):
+            new: _Core | None = shape.idle
+        elif here.issuperset(shape.members):
+            new = changed[i] = None
+        else:
+            ids = tuple(cpu for cpu in shape.members if cpu not in here)
+            new = changed[i] = _Core(group=shape.group, cpus=ids, whole=shape.siblings.issubset(ids))
+        if new is not None:
+            _count(totals, new, +1)
+    state = _NodeState(node, here, changed, *totals)
+    if len(_LAST) >= _LAST_MAX and id(node) not in _LAST:
+        _LAST.clear()
+    _LAST[id(node)] = state
+    return state
+
+
+def _free_on(node: _NodeCores, blocked: set[int]) -> _Free:
+    """The free part of ``node``: its cores minus ``blocked``, by first free CPU, with totals."""
+    state = _state_of(node, blocked)
+    if not state.changed:
+        cores = list(node.idle)
+    else:
+        cores = [core for i, core in enumerate(node.idle) if i not in state.changed]
+        partial = [core for core in state.changed.values() if core is not None]
+        if partial:
+            cores.extend(partial)
+            cores.sort(key=_first_cpu)
+    return _Free(cores, dict(state.free), dict(state.whole), dict(state.whole_sizes))
 
 
 def _add(totals: dict[_K, int], more: Mapping[_K, int]) -> None:

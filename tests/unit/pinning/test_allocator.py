@@ -92,6 +92,21 @@ class TestExamples:
         assert allocate_cpus(flat, {0}, 2) == frozenset({0, 1})
         assert allocate_cpus(smt, {0}, 2) == frozenset({0, 2})
 
+    @settings(max_examples=60, deadline=None)
+    @given(cpus=topologies, data=st.data())
+    def test_answers_do_not_depend_on_earlier_calls(self, cpus: tuple[Cpu, ...], data: st.DataObject) -> None:
+        """Each call answers as on a fresh topology, whatever was blocked in the calls before it."""
+        ids = [c.id for c in cpus]
+        nodes = sorted({c.numa_node for c in cpus})
+        for _ in range(data.draw(st.integers(1, 6))):
+            taken = frozenset(data.draw(st.sets(st.sampled_from(ids), max_size=len(ids))))
+            node = data.draw(st.sampled_from(nodes))
+            count = data.draw(st.integers(1, 4))
+            fresh = tuple(replace(c) for c in cpus)  # equal CPUs, another topology object
+            if len(free_cpus(cpus, {node}, taken)) < count:
+                continue
+            assert allocate_cpus(cpus, {node}, count, taken) == allocate_cpus(fresh, {node}, count, taken)
+
     def test_exhausted_error_says_node_wanted_free(self) -> None:
         """Too few free CPUs: CpuExhaustedError names the node, the wanted and the free count."""
         cpus = synthetic_cpus(nodes=2, cores_per_node=2)
