@@ -74,8 +74,8 @@ class _CoreShape:
 class _NodeCores:
     """The cores of one NUMA node and their totals when nothing is held, built once per topology.
 
-    An allocation starts from these and corrects only the cores that hold a blocked CPU, so its
-    cost follows the CPUs held on the node rather than the size of the node.
+    The starting point of the node's snapshots (:class:`_NodeState`): an allocation corrects only
+    the cores whose CPUs changed hands, never walks every core of the node.
     """
 
     shapes: tuple[_CoreShape, ...]  # ordered by first CPU
