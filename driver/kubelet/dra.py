@@ -55,8 +55,8 @@ class ClaimCalls:
                 _log.warning(
                     "claim prepare failed", claim_uid=claim.uid, claim=_name(claim), error=result.error
                 )
-            else:
-                _log.info(
+            else:  # the driver logs the success line (devices, pinning); repeat it only on debug
+                _log.debug(
                     "claim prepared",
                     claim_uid=claim.uid,
                     claim=_name(claim),
@@ -76,7 +76,7 @@ class ClaimCalls:
             if error:
                 _log.warning("claim unprepare failed", claim_uid=claim.uid, claim=_name(claim), error=error)
             else:
-                _log.info("claim unprepared", claim_uid=claim.uid, claim=_name(claim))
+                _log.debug("claim unprepared", claim_uid=claim.uid, claim=_name(claim))
         return complete
 
     def _call_driver(
