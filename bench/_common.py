@@ -9,57 +9,58 @@ from typing import Any
 __all__ = ["cpu_claim", "nic_cpu_claim", "rss_mib"]
 
 
+def _claim(
+    uid: str, name: str, requests: list[dict[str, Any]], results: list[dict[str, Any]], config: list[Any]
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "bench", "uid": uid},
+        "spec": {"devices": {"requests": requests}},
+        "status": {"allocation": {"devices": {"results": results, "config": config}}},
+    }
+
+
+def _cpu_share(
+    uid: str, numa: int, capacity: dict[str, str], *, driver: str, node: str
+) -> tuple[dict[str, Any], ...]:
+    """The "cpu" request for ``capacity`` and its result: a share of ``cpu-numa<numa>``."""
+    request = {
+        "name": "cpu",
+        "exactly": {"deviceClassName": "cpu.numadra.dev", "capacity": {"requests": capacity}},
+    }
+    result = {
+        "request": "cpu",
+        "driver": driver,
+        "pool": node,
+        "device": f"cpu-numa{numa}",
+        "shareID": str(uuid.uuid5(uuid.NAMESPACE_OID, uid)),
+        "consumedCapacity": dict(capacity),
+    }
+    return request, result
+
+
 def nic_cpu_claim(uid: str, name: str, vf: str, numa: int, *, driver: str, node: str) -> dict[str, Any]:
     """An allocated claim: one NIC VF and a 2-CPU share of the VF's NUMA node (``cpu-numa<N>``).
 
     Valid for the real kube-apiserver too (requests with ``exactly``, a CpuConfig entry).
     """
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": "bench", "uid": uid},
-        "spec": {
-            "devices": {
-                "requests": [
-                    {"name": "nic", "exactly": {"deviceClassName": "nic.numadra.dev"}},
-                    {
-                        "name": "cpu",
-                        "exactly": {
-                            "deviceClassName": "cpu.numadra.dev",
-                            "capacity": {"requests": {"cpus": "2", "memory": "1Gi"}},
-                        },
-                    },
-                ]
-            }
-        },
-        "status": {
-            "allocation": {
-                "devices": {
-                    "results": [
-                        {"request": "nic", "driver": driver, "pool": node, "device": vf},
-                        {
-                            "request": "cpu",
-                            "driver": driver,
-                            "pool": node,
-                            "device": f"cpu-numa{numa}",
-                            "shareID": str(uuid.uuid5(uuid.NAMESPACE_OID, uid)),
-                            "consumedCapacity": {"cpus": "2", "memory": "1Gi"},
-                        },
-                    ],
-                    "config": [
-                        {
-                            "source": "FromClaim",
-                            "requests": ["cpu"],
-                            "opaque": {
-                                "driver": driver,
-                                "parameters": {"apiVersion": "numadra.dev/v1alpha1", "kind": "CpuConfig"},
-                            },
-                        }
-                    ],
-                }
-            }
+    cpu_request, cpu_result = _cpu_share(uid, numa, {"cpus": "2", "memory": "1Gi"}, driver=driver, node=node)
+    config = {
+        "source": "FromClaim",
+        "requests": ["cpu"],
+        "opaque": {
+            "driver": driver,
+            "parameters": {"apiVersion": "numadra.dev/v1alpha1", "kind": "CpuConfig"},
         },
     }
+    return _claim(
+        uid,
+        name,
+        [{"name": "nic", "exactly": {"deviceClassName": "nic.numadra.dev"}}, cpu_request],
+        [{"request": "nic", "driver": driver, "pool": node, "device": vf}, cpu_result],
+        [config],
+    )
 
 
 def cpu_claim(uid: str, name: str, numa: int, *, driver: str, node: str) -> dict[str, Any]:
@@ -67,40 +68,8 @@ def cpu_claim(uid: str, name: str, numa: int, *, driver: str, node: str) -> dict
 
     Enough to make the journal hold what a busy node holds (an entry, a CDI spec, a metadata file).
     """
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": "bench", "uid": uid},
-        "spec": {
-            "devices": {
-                "requests": [
-                    {
-                        "name": "cpu",
-                        "exactly": {
-                            "deviceClassName": "cpu.numadra.dev",
-                            "capacity": {"requests": {"cpus": "1"}},
-                        },
-                    }
-                ]
-            }
-        },
-        "status": {
-            "allocation": {
-                "devices": {
-                    "results": [
-                        {
-                            "request": "cpu",
-                            "driver": driver,
-                            "pool": node,
-                            "device": f"cpu-numa{numa}",
-                            "shareID": str(uuid.uuid5(uuid.NAMESPACE_OID, uid)),
-                            "consumedCapacity": {"cpus": "1"},
-                        }
-                    ]
-                }
-            }
-        },
-    }
+    cpu_request, cpu_result = _cpu_share(uid, numa, {"cpus": "1"}, driver=driver, node=node)
+    return _claim(uid, name, [cpu_request], [cpu_result], [])
 
 
 def rss_mib(pid: int) -> float:

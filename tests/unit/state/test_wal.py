@@ -320,6 +320,19 @@ def test_append_without_a_fresh_read_is_refused(path: Path) -> None:
     assert fresh_state(path) == {"a": text("a"), "b": text("b"), "c": text("c")}
 
 
+def test_creating_the_log_never_replaces_one_made_meanwhile(path: Path) -> None:
+    """Two writers past the "no log yet" check at once (no lock): the second create is refused."""
+    one, two = JournalLog(path), JournalLog(path)
+    one.read()
+    two.read()
+    two._check_missing()  # passes: there is no log yet
+    one.append({"a": text("a")}, (), {"a": text("a")})  # ... and now there is
+    with pytest.raises(JournalError, match="appeared since this process last read it"):
+        two._replace({"b": text("b")}, create=True)
+    assert fresh_state(path) == {"a": text("a")}
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]  # no temp file left
+
+
 def test_adopt_writes_the_log_before_marking_the_legacy_file(path: Path) -> None:
     """Migration: legacy pending -> adopt writes the full log, then the v1 file becomes the marker."""
     legacy = path.with_name("journal.json")
@@ -417,15 +430,3 @@ def test_random_calls_match_a_dict_model(
     finally:
         writer.close()
         reader.close()
-
-
-def test_two_writers_creating_the_log_at_once_cannot_both_win(path: Path) -> None:
-    """Without the lock, the second of two first-ever appends is refused instead of replacing the first."""
-    one, two = JournalLog(path), JournalLog(path)
-    one.read()
-    two.read()
-    one.append({"a": text("a")}, (), {"a": text("a")})
-    with pytest.raises(JournalError, match="appeared since this process last read it"):
-        two.append({"b": text("b")}, (), {"b": text("b")})
-    assert fresh_state(path) == {"a": text("a")}
-    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]  # no temp file left
