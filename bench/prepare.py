@@ -180,12 +180,14 @@ def _apiserver(kind: str, workdir: Path) -> Iterator[tuple[str, Callable[[dict[s
         kubeconfig = write_kubeconfig(
             plane.root / "bench.kubeconfig", plane.server, plane.ca_file, token, "admin"
         )
-        admin.create("/api/v1/namespaces", {"metadata": {"name": "bench"}})
+        for namespace in ("bench", "background"):
+            admin.create("/api/v1/namespaces", {"metadata": {"name": namespace}})
 
         def put_real(obj: dict[str, Any]) -> str:
-            base = "/apis/resource.k8s.io/v1/namespaces/bench/resourceclaims"
+            namespace = obj["metadata"]["namespace"]
+            base = f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims"
             body = {k: v for k, v in obj.items() if k != "status"}
-            body["metadata"] = {"name": obj["metadata"]["name"], "namespace": "bench"}
+            body["metadata"] = {"name": obj["metadata"]["name"], "namespace": namespace}
             created = admin.create(base, body)
             created["status"] = obj["status"]
             stored = admin.put(f"{base}/{obj['metadata']['name']}/status", created)
@@ -255,7 +257,13 @@ def main() -> None:
             (nic.name, nic.pci.numa_node or 0) for kind, nic in inventory.devices() if kind is DeviceKind.NIC
         ]
         vfs = [v for v in vfs if v[0].startswith("nic-")][:33]
-        numa_count = max(1, len(inventory.numa_nodes))
+        # CPUs left per NUMA node once the measured claims (2 CPUs each) hold theirs: the
+        # background claims (1 CPU each) go to the node with the most left
+        room = {node.id: 0 for node in inventory.numa_nodes}
+        for cpu in inventory.cpus:
+            room[cpu.numa_node] = room.get(cpu.numa_node, 0) + 1
+        for _, node_id in vfs:
+            room[node_id] = room.get(node_id, 0) - 2
 
         apiserver = args.apiserver
         if apiserver == "auto":
@@ -283,8 +291,12 @@ def main() -> None:
             background: list[ClaimRef] = []
             for i in range(args.background):
                 name = f"background-{i}"
-                uid = put_claim(cpu_claim(str(uuid.uuid4()), name, i % numa_count, driver=DRIVER, node=NODE))
-                background.append(ClaimRef("bench", name, uid))
+                numa = max(room, key=lambda n: room[n])
+                room[numa] -= 1
+                obj = cpu_claim(str(uuid.uuid4()), name, numa, driver=DRIVER, node=NODE)
+                obj["metadata"]["namespace"] = "background"  # other pods' claims, not in the LIST
+                uid = put_claim(obj)
+                background.append(ClaimRef("background", name, uid))
             started = time.monotonic()
             child = subprocess.Popen(
                 [
