@@ -2,8 +2,9 @@
 
 For 0, 30, 100 and 300 prepared claims of ~6 KB each (3 CDI specs + 2 metadata files, as a real
 entry), times one 1-claim save ``--rounds`` times: ``JournalLog.append`` (one O_APPEND write and
-one fdatasync; compactions included where they fall) and ``Journal.save`` (the v1 whole-file
-rewrite: temp file, fsync, rename, fsync dir). Each round's claim is removed again untimed (v1) or
+one fdatasync; compactions included where they fall) and the v1 whole-file rewrite (the same
+document, sha256 and atomic write the v1 ``Journal.save`` did, kept here as the baseline: temp
+file, fsync, rename, fsync dir). Each round's claim is removed again untimed (v1) or
 by an untimed remove call (v2), so the live count stays put. Also the cold ``read()`` of a 300-claim
 log, compacted and at 4x its live size (just before compaction), next to the v1 cold ``load()``
 (which also builds the entries), and a ``read()`` that finds nothing new (the per-call check).
@@ -14,6 +15,7 @@ Prints one JSON object; times in ms. ``--base /dev/shm`` takes the disk's flush 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -21,14 +23,15 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from driver.plugin import PreparedDevice  # noqa: E402 (needs REPO on sys.path)
+from cdi.io import atomic_write_bytes  # noqa: E402 (needs REPO on sys.path)
+from driver.plugin import PreparedDevice  # noqa: E402
 from driver.state.journal import Journal, JournalEntry, StoredFile  # noqa: E402
 from driver.state.wal import JournalLog  # noqa: E402
 
@@ -85,16 +88,24 @@ def bench_append(work: Path, n: int, rounds: int) -> dict[str, Any]:
     return {**figures(samples), "compactions": compactions}
 
 
+def v1_document(live: Mapping[str, str]) -> bytes:
+    """The whole version 1 journal file for ``live`` (uid -> canonical entry), as v1 wrote it."""
+    claims = ",".join(f"{json.dumps(uid)}:{live[uid]}" for uid in sorted(live))
+    body = f'{{"claims":{{{claims}}}}}'.encode()
+    digest = hashlib.sha256(body).hexdigest()
+    head = f'{{"kind":"NumadraJournal","version":1,"checksum":"sha256:{digest}","body":'.encode()
+    return b"".join((head, body, b"}\n"))
+
+
 def bench_v1_save(work: Path, n: int, rounds: int) -> dict[str, float]:
-    journal = Journal(work / f"v1-{n}" / "journal.json")
-    for i in range(n):
-        journal.put(entry(i))
-    journal.save()
+    path = work / f"v1-{n}" / "journal.json"
+    path.parent.mkdir()
+    live = {f"uid-{i:06d}": canonical(entry(i)) for i in range(n)}
     samples = []
     for r in range(rounds):
-        journal.put(entry(900000 + r))
-        samples.append(timed(journal.save))
-        journal.remove(f"uid-{900000 + r:06d}")
+        live[f"uid-{900000 + r:06d}"] = canonical(entry(900000 + r))
+        samples.append(timed(lambda: atomic_write_bytes(path, v1_document(live), mode=0o600)))
+        del live[f"uid-{900000 + r:06d}"]
     return figures(samples)
 
 
@@ -111,10 +122,8 @@ def bench_cold_reads(work: Path, repeats: int) -> dict[str, Any]:
         uid = uids[grown.stat().st_size % len(uids)]
         writer.append({uid: live[uid]}, (), live)
     writer.close()
-    v1 = Journal(work / "cold" / "journal.json")
-    for i in range(300):
-        v1.put(entry(i))
-    v1.save()
+    (work / "cold-v1").mkdir()
+    (work / "cold-v1" / "journal.json").write_bytes(v1_document(live))
 
     def cold(path: Path) -> float:
         log = JournalLog(path)
@@ -122,8 +131,8 @@ def bench_cold_reads(work: Path, repeats: int) -> dict[str, Any]:
         log.close()
         return spent
 
-    def v1_load() -> float:
-        return timed(Journal(work / "cold" / "journal.json").load)
+    def v1_load() -> float:  # read-only: parses and checks the v1 file, builds the entries
+        return timed(Journal(work / "cold-v1" / "journal.log", read_only=True).load)
 
     warm = JournalLog(compacted)
     warm.read()
