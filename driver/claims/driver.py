@@ -301,8 +301,10 @@ class ClaimsDriver:
             return list(self._journal.entries())
 
     def close(self) -> None:
-        """Stop the GET threads."""
+        """Stop the GET threads and close the journal's file descriptors."""
         self._fetcher.close()
+        with self._lock:
+            self._journal.close()
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
