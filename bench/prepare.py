@@ -62,6 +62,7 @@ def _serve(root: Path, cdi_dir: Path, kubeconfig: str, claim_reads: str) -> None
     import logging
 
     from driver.claims import ClaimsDriver
+    from driver.heap import freeze_startup_heap
     from driver.inventory.discovery import discover
     from driver.kube.client import shared_client
     from driver.kubelet.server import KubeletPluginServer
@@ -88,6 +89,7 @@ def _serve(root: Path, cdi_dir: Path, kubeconfig: str, claim_reads: str) -> None
         plugin=driver,
     )
     server.start()
+    freeze_startup_heap()  # as ``numadra run`` does once started
     sys.stdin.read()  # the parent closes stdin to stop us
     server.stop(grace=0)
 
