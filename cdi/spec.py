@@ -4,20 +4,17 @@ Frozen dataclasses rather than dicts: a spec is built once per claim, validated,
 exact JSON the CDI loader accepts (camelCase keys, empty fields omitted, since the loader rejects
 unknown fields and some runtimes choke on ``null``), and compared for equality on reconcile.
 
-Each class has two serialisations that must agree: ``to_json()`` (the object, for readers and
-tests) and ``json_text()`` (the compact text, written straight from the fields because every
-prepare encodes several specs and building the dicts first costs several times more).
-``x.json_text() == json.dumps(x.to_json(), separators=(",", ":"))`` holds for every object; the
-tests check it on generated specs.
+Each class serialises itself once, in ``to_json()``; ``Spec.json_text()`` is its compact text.
+(A second, hand-written text encoder per class saved 6 us of a claim's ~700 us: not worth keeping
+two encodings in step.)
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from json.encoder import encode_basestring_ascii
 from typing import Any
 
 from cdi.naming import CdiNameError, validate_device_name, validate_kind
@@ -42,18 +39,6 @@ HOOK_NAMES = frozenset(
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _NODE_TYPES = frozenset({"", "b", "c", "u", "p"})
 _PERMISSIONS = re.compile(r"^[rwm]{1,3}$")
-
-
-#: the JSON text of a string, as ``json.dumps`` writes it (the C encoder json.dumps itself calls)
-_quote = encode_basestring_ascii
-
-
-def _strings(values: Iterable[str]) -> str:
-    return f"[{','.join(map(_quote, values))}]"
-
-
-def _number(value: int) -> str:
-    return json.dumps(value)  # rare fields: json's own spelling (a bool subclass stays true/false)
 
 
 class CdiSpecError(ValueError):
@@ -94,26 +79,6 @@ class DeviceNode:
             out["permissions"] = self.permissions
         return out
 
-    def json_text(self) -> str:
-        """The compact JSON text of :meth:`to_json`."""
-        text = f'{{"path":{_quote(self.path)}'
-        if self.host_path is not None and self.host_path != self.path:
-            text += f',"hostPath":{_quote(self.host_path)}'
-        if self.type:
-            text += f',"type":{_quote(self.type)}'
-        for key, value in (
-            ("major", self.major),
-            ("minor", self.minor),
-            ("fileMode", self.file_mode),
-            ("uid", self.uid),
-            ("gid", self.gid),
-        ):
-            if value is not None:
-                text += f',"{key}":{_number(value)}'
-        if self.permissions:
-            text += f',"permissions":{_quote(self.permissions)}'
-        return text + "}"
-
 
 @dataclass(frozen=True, slots=True)
 class Mount:
@@ -132,15 +97,6 @@ class Mount:
         if self.type:
             out["type"] = self.type
         return out
-
-    def json_text(self) -> str:
-        """The compact JSON text of :meth:`to_json`."""
-        text = f'{{"hostPath":{_quote(self.host_path)},"containerPath":{_quote(self.container_path)}'
-        if self.options:
-            text += f',"options":{_strings(self.options)}'
-        if self.type:
-            text += f',"type":{_quote(self.type)}'
-        return text + "}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,17 +119,6 @@ class Hook:
         if self.timeout is not None:
             out["timeout"] = self.timeout
         return out
-
-    def json_text(self) -> str:
-        """The compact JSON text of :meth:`to_json`."""
-        text = f'{{"hookName":{_quote(self.hook_name)},"path":{_quote(self.path)}'
-        if self.args:
-            text += f',"args":{_strings(self.args)}'
-        if self.env:
-            text += f',"env":{_strings(self.env)}'
-        if self.timeout is not None:
-            text += f',"timeout":{_number(self.timeout)}'
-        return text + "}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,19 +147,6 @@ class ContainerEdits:
             out["hooks"] = [h.to_json() for h in self.hooks]
         return out
 
-    def json_text(self) -> str:
-        """The compact JSON text of :meth:`to_json`."""
-        parts = []
-        if self.env:
-            parts.append(f'"env":{_strings(self.env)}')
-        if self.device_nodes:
-            parts.append(f'"deviceNodes":[{",".join([n.json_text() for n in self.device_nodes])}]')
-        if self.mounts:
-            parts.append(f'"mounts":[{",".join([m.json_text() for m in self.mounts])}]')
-        if self.hooks:
-            parts.append(f'"hooks":[{",".join([h.json_text() for h in self.hooks])}]')
-        return f"{{{','.join(parts)}}}"
-
 
 @dataclass(frozen=True, slots=True)
 class Device:
@@ -226,10 +158,6 @@ class Device:
     def to_json(self) -> dict[str, Any]:
         """The CDI JSON object of this device (``containerEdits`` is required, even when empty)."""
         return {"name": self.name, "containerEdits": self.edits.to_json()}
-
-    def json_text(self) -> str:
-        """The compact JSON text of :meth:`to_json`."""
-        return f'{{"name":{_quote(self.name)},"containerEdits":{self.edits.json_text()}}}'
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,15 +182,8 @@ class Spec:
         return out
 
     def json_text(self, cdi_version: str | None = None) -> str:
-        """The compact JSON text of :meth:`to_json`."""
-        from cdi.version import min_cdi_version
-
-        version = cdi_version or min_cdi_version(self)
-        devices = ",".join([d.json_text() for d in self.devices])
-        text = f'{{"cdiVersion":{_quote(version)},"kind":{_quote(self.kind)},"devices":[{devices}]'
-        if not self.edits.is_empty():
-            text += f',"containerEdits":{self.edits.json_text()}'
-        return text + "}"
+        """The compact JSON text of :meth:`to_json` (what is written to disk)."""
+        return json.dumps(self.to_json(cdi_version), separators=(",", ":"))
 
 
 def _validate_edits(edits: ContainerEdits, where: str) -> None:
