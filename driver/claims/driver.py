@@ -38,7 +38,7 @@ from cdi.spec import CdiSpecError
 from driver.claims.attributes import PublishedAttributes
 from driver.claims.fetch import ClaimFetcher
 from driver.claims.metadata import METADATA_DIR, claim_metadata_dir, metadata_files, metadata_spec_glob
-from driver.claims.names import check_claim_name, check_claim_uid, check_namespace, dir_prefix
+from driver.claims.names import check_claim_name, check_claim_uid, check_namespace, describe_claim, dir_prefix
 from driver.claims.render import CpuHook, claim_spec, claim_spec_file_name
 from driver.claims.selection import ClaimView, cpu_requests, select_devices
 from driver.errors import ClaimError, PinningError, is_recoverable
@@ -80,10 +80,6 @@ class StatusWriter(Protocol):
     def clear(self, namespace: str, name: str, uid: str = "") -> None:
         """Remove what :meth:`report_prepared` published (``uid`` names the claim in logs)."""
         ...
-
-
-def _describe(ref: ClaimRef) -> str:
-    return f"claim {ref.namespace}/{ref.name} (uid {ref.uid})"
 
 
 def _check_ref(ref: ClaimRef) -> str:
@@ -201,13 +197,13 @@ class ClaimsDriver:
                         continue
                     planned.append(_Planned(ref, got, self._plan(ref, got, inventory, attrs)))
                 except ClaimError as exc:
-                    results[ref.uid] = PrepareResult(error=f"{_describe(ref)}: {exc.reason}")
+                    results[ref.uid] = PrepareResult(error=f"{describe_claim(ref)}: {exc.reason}")
                 except (PinningError, CdiSpecError) as exc:
                     text = str(exc).removeprefix(f"claim {ref.uid} ")
-                    results[ref.uid] = PrepareResult(error=f"{_describe(ref)}: {text}")
+                    results[ref.uid] = PrepareResult(error=f"{describe_claim(ref)}: {text}")
                 except Exception as exc:  # a bug must not fail the other claims of the batch
                     _log.exception("prepare failed unexpectedly", claim_uid=ref.uid)
-                    results[ref.uid] = PrepareResult(error=f"{_describe(ref)}: internal error: {exc!r}")
+                    results[ref.uid] = PrepareResult(error=f"{describe_claim(ref)}: internal error: {exc!r}")
             if planned or dirty:
                 planned = self._save_or_fail(planned, results)
             done = self._write_planned(planned, results)
@@ -230,7 +226,7 @@ class ClaimsDriver:
                     self._remove_files(ref, entry)
                 except OSError as exc:
                     path = exc.filename or "?"
-                    results[ref.uid] = f"{_describe(ref)}: cannot remove {path}: {exc.strerror or exc}"
+                    results[ref.uid] = f"{describe_claim(ref)}: cannot remove {path}: {exc.strerror or exc}"
                     _log.error("unprepare failed", claim_uid=ref.uid, path=str(path), error=str(exc))
                     continue
                 if entry is not None:
@@ -331,11 +327,13 @@ class ClaimsDriver:
         todo: list[ClaimRef] = []
         for uid, ref in by_uid.items():
             if uid in conflicting:
-                fail(ref, f"{_describe(ref)}: the same claim UID appears more than once with other names")
+                fail(
+                    ref, f"{describe_claim(ref)}: the same claim UID appears more than once with other names"
+                )
                 continue
             problem = _check_ref(ref)
             if problem:
-                fail(ref, f"{_describe(ref)}: {problem}")
+                fail(ref, f"{describe_claim(ref)}: {problem}")
                 continue
             todo.append(ref)
         return todo
@@ -458,7 +456,7 @@ class ClaimsDriver:
             for item in planned:
                 self._journal.remove(item.ref.uid)
                 results[item.ref.uid] = PrepareResult(
-                    error=f"{_describe(item.ref)}: cannot write the journal {self._journal.path}: {exc}"
+                    error=f"{describe_claim(item.ref)}: cannot write the journal {self._journal.path}: {exc}"
                 )
             _log.error(
                 "cannot write journal",
@@ -489,7 +487,8 @@ class ClaimsDriver:
                 self._journal.remove(uid)
                 self._remove_entry_files(item.entry)
                 results[uid] = PrepareResult(
-                    error=f"{_describe(item.ref)}: cannot write {exc.filename or '?'}: {exc.strerror or exc}"
+                    error=f"{describe_claim(item.ref)}: cannot write "
+                    f"{exc.filename or '?'}: {exc.strerror or exc}"
                 )
                 _log.error("prepare failed writing files", claim_uid=uid, error=str(exc))
                 continue

@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, runtime_checkable
 
+from driver.claims.names import describe_claim
 from driver.errors import KubeError
 from driver.kube.types import ClaimGetter, JsonObject
 from driver.log import get_logger
@@ -47,13 +48,8 @@ class ClaimLister(Protocol):
         ...
 
 
-def describe(ref: ClaimRef) -> str:
-    """How error texts name a claim: namespace/name and UID."""
-    return f"claim {ref.namespace}/{ref.name} (uid {ref.uid})"
-
-
 def _not_found(ref: ClaimRef) -> str:
-    return f"{describe(ref)}: ResourceClaim not found in the apiserver (deleted?)"
+    return f"{describe_claim(ref)}: ResourceClaim not found in the apiserver (deleted?)"
 
 
 class ClaimFetcher:
@@ -165,10 +161,10 @@ class ClaimFetcher:
         except KubeError as exc:
             if exc.status == 404:
                 return _not_found(ref)
-            return f"{describe(ref)}: cannot get ResourceClaim: {exc}"
+            return f"{describe_claim(ref)}: cannot get ResourceClaim: {exc}"
         except Exception as exc:
             _log.exception("claim GET failed unexpectedly", claim_uid=ref.uid)
-            return f"{describe(ref)}: cannot get ResourceClaim: {exc!r}"
+            return f"{describe_claim(ref)}: cannot get ResourceClaim: {exc!r}"
 
     def _get_all(self, refs: Sequence[ClaimRef]) -> Fetched:
         """GET every claim, in parallel when there are several."""

@@ -12,12 +12,15 @@ import functools
 import re
 from pathlib import Path
 
+from driver.plugin import ClaimRef
+
 __all__ = [
     "base_request_name",
     "check_claim_name",
     "check_claim_uid",
     "check_namespace",
     "check_request_name",
+    "describe_claim",
     "dir_prefix",
 ]
 
@@ -70,3 +73,8 @@ def dir_prefix(directory: Path) -> str:
     cached prefix costs far less than a pathlib object per path, and gives the same text.
     """
     return str(directory / "_")[:-1]
+
+
+def describe_claim(ref: ClaimRef) -> str:
+    """How every error text names a claim: namespace/name and UID."""
+    return f"claim {ref.namespace}/{ref.name} (uid {ref.uid})"
