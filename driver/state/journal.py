@@ -34,7 +34,7 @@ from typing import Any
 from driver.errors import JournalError
 from driver.pinning.types import ClaimPinning, CpuAssignment, CpuMode
 from driver.plugin import PreparedDevice
-from driver.state.wal import JournalLog, Put
+from driver.state.wal import JournalLog, Put, journal_recovery_error
 
 __all__ = [
     "JOURNAL_FILE",
@@ -287,12 +287,7 @@ class Journal:
             self._index(entry)
 
     def _recovery(self, problem: str, path: Path | None = None) -> JournalError:
-        path = path or self.path
-        return JournalError(
-            f"journal {path} {problem}; recovery: stop numadra, move {path} aside "
-            "(mv it to a backup name) and start again: the kubelet re-prepares the claims of "
-            "running pods; check the CDI specs in the CDI dir of claims that are gone"
-        )
+        return journal_recovery_error(path or self.path, problem)
 
     def load(self) -> None:
         """Catch up with the file: what other processes appended since (nothing: one ``stat``).

@@ -40,7 +40,17 @@ from cdi.io import atomic_write_bytes, fsync_dir
 from driver.errors import JournalError
 from driver.log import get_logger
 
-__all__ = ["LEGACY_MARKER", "LOG_FILE", "LOG_VERSION", "JournalLog", "Op", "Put", "Remove", "Replay"]
+__all__ = [
+    "LEGACY_MARKER",
+    "LOG_FILE",
+    "LOG_VERSION",
+    "JournalLog",
+    "Op",
+    "Put",
+    "Remove",
+    "Replay",
+    "journal_recovery_error",
+]
 
 LOG_FILE = "journal.log"
 LOG_VERSION = 2
@@ -53,6 +63,15 @@ LEGACY_MARKER = f'{{"kind":"{_KIND}","version":{LOG_VERSION},"movedTo":"{LOG_FIL
 _OPS_OPEN = '{"ops":['
 _DECODER = json.JSONDecoder()
 _log = get_logger("state.wal")
+
+
+def journal_recovery_error(path: Path, problem: str) -> JournalError:
+    """The one-line error for an unusable journal file: what is wrong, then the documented recovery."""
+    return JournalError(
+        f"journal {path} {problem}; recovery: stop numadra, move {path} aside "
+        "(mv it to a backup name) and start again: the kubelet re-prepares the claims of "
+        "running pods; check the CDI specs in the CDI dir of claims that are gone"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,10 +163,13 @@ class JournalLog:
         self._legacy_checked = False
 
     def _recovery(self, problem: str) -> JournalError:
+        return journal_recovery_error(self.path, problem)
+
+    def _stale(self, what: str) -> JournalError:
+        """A writer that did not read the file it is about to change (no lock, or no read first)."""
         return JournalError(
-            f"journal {self.path} {problem}; recovery: stop numadra, move {self.path} aside "
-            "(mv it to a backup name) and start again: the kubelet re-prepares the claims of "
-            "running pods; check the CDI specs in the CDI dir of claims that are gone"
+            f"journal {self.path} {what} since this process last read it: writers must hold "
+            "the lock and read before they append"
         )
 
     def close(self) -> None:
@@ -290,10 +312,7 @@ class JournalLog:
         except FileNotFoundError:
             st = None
         if st is None or (st.st_dev, st.st_ino) != self._ident or st.st_size != self._seen:
-            raise JournalError(
-                f"journal {self.path} changed since this process last read it: writers must hold "
-                "the lock and read before they append"
-            )
+            raise self._stale("changed")
         if self._wfd is None:
             wfd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
             st = os.fstat(wfd)
@@ -307,10 +326,7 @@ class JournalLog:
         if self._fd is not None:
             return  # the file exists but its header is torn: replaced whole
         if self.path.exists():
-            raise JournalError(
-                f"journal {self.path} appeared since this process last read it: writers must hold "
-                "the lock and read before they append"
-            )
+            raise self._stale("appeared")
         if self.legacy is not None and self.legacy.exists():
             raise JournalError(f"journal {self.legacy} (version 1) must be adopted before appending")
 
@@ -351,10 +367,7 @@ class JournalLog:
         try:
             os.link(temp, self.path)
         except FileExistsError:
-            raise JournalError(
-                f"journal {self.path} appeared since this process last read it: writers must hold "
-                "the lock and read before they append"
-            ) from None
+            raise self._stale("appeared") from None
         finally:
             temp.unlink(missing_ok=True)
         fsync_dir(self.path.parent)
