@@ -299,10 +299,10 @@ class Journal:
         """
         try:
             if self._log.legacy_pending():
-                legacy = self._read_legacy()
+                entries, texts = self._read_legacy()
                 if not self.read_only:
-                    self._log.adopt(legacy)  # the log, synced, then the marker replaces the old file
-                self._reset_from_texts(legacy, self.legacy_path)
+                    self._log.adopt(texts)  # the log, synced, then the marker replaces the old file
+                self._reset(entries, texts)
                 return
             replay = self._log.read()
         except OSError as exc:
@@ -333,16 +333,13 @@ class Journal:
             raise self._recovery(f"is corrupt (entry {uid!r} has uid {entry.uid!r})", path)
         return entry
 
-    def _reset_from_texts(self, texts: dict[str, str], path: Path) -> None:
-        self._reset({uid: self._entry(uid, json.loads(text), path) for uid, text in texts.items()}, texts)
-
-    def _read_legacy(self) -> dict[str, str]:
-        """The entries of the version 1 file as canonical JSON, checked like version 1 did."""
+    def _read_legacy(self) -> tuple[dict[str, JournalEntry], dict[str, str]]:
+        """The entries of the version 1 file, and each as canonical JSON; checked like version 1 did."""
         path = self.legacy_path
         try:
             raw = path.read_bytes()
         except FileNotFoundError:
-            return {}
+            return {}, {}
         except OSError as exc:
             raise self._recovery(f"cannot be read ({exc.strerror})", path) from exc
         try:
@@ -369,10 +366,8 @@ class Journal:
         claims = body.get("claims")
         if not isinstance(claims, dict):
             raise self._recovery("is corrupt (no claims map)", path)
-        texts = {uid: _canonical(obj) for uid, obj in claims.items()}
-        for uid, obj in claims.items():
-            self._entry(uid, obj, path)
-        return texts
+        entries = {uid: self._entry(uid, obj, path) for uid, obj in claims.items()}
+        return entries, {uid: _canonical(obj) for uid, obj in claims.items()}
 
     def save(self) -> None:
         """Append the changes since the last save as one durable record (creating ``state/``).
