@@ -113,8 +113,8 @@ class KubeletPluginServer:
         self._health = health
         self._resend_interval = health_resend_interval
         self._max_workers = max_workers
-        self._lock = SerializeLock(self.paths.lock)
-        self._serialize_calls = serialize_calls
+        #: the flock held around whole calls; None when the plugin holds it itself
+        self._lock = SerializeLock(self.paths.lock) if serialize_calls else None
         self._registration = RegistrationServicer(
             driver_name, str(self.paths.dra), supported_versions(with_health=health is not None)
         )
@@ -173,7 +173,8 @@ class KubeletPluginServer:
                 ) from exc
             _remove_stale_socket(self.paths.registration)
             _remove_stale_socket(self.paths.dra)
-            self._lock.open()
+            if self._lock is not None:
+                self._lock.open()
             self._start_dra()
             self._start_registration()
         except BaseException:
@@ -196,7 +197,7 @@ class KubeletPluginServer:
         server = grpc.server(
             self._executor(self._max_workers, "dra-grpc"), options=[("grpc.so_reuseport", 0)]
         )
-        calls = ClaimCalls(self._plugin, self._lock if self._serialize_calls else None)
+        calls = ClaimCalls(self._plugin, self._lock)
         dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(DraV1Servicer(calls), server)
         dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(DraV1beta1Servicer(calls), server)
         if self._health is not None:
@@ -271,7 +272,8 @@ class KubeletPluginServer:
         self._remove_owned(self.paths.dra)
         for executor in self._executors:
             executor.shutdown(wait=False, cancel_futures=True)
-        self._lock.close()
+        if self._lock is not None:
+            self._lock.close()
         self._log.info("kubelet plugin server stopped")
 
     def __enter__(self) -> Self:
