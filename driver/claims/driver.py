@@ -351,6 +351,23 @@ class ClaimsDriver:
                     f"for claim {other.namespace}/{other.name} (uid {other.uid})",
                 )
 
+    def _check_name_free(self, view: ClaimView) -> None:
+        """A claim re-created under its old name waits until the old one is unprepared.
+
+        Metadata files live at ``<ns>_<name>/<request>/`` (KEP-5304): the two claims would write
+        the same files, and the old one's unprepare would remove the new one's.
+        """
+        if not view.devices:
+            return  # nothing to write, nothing shared
+        other = self._journal.named(view.namespace, view.name, except_uid=view.uid)
+        if other is not None and other.metadata_files:
+            raise ClaimError(
+                view.uid,
+                f"a claim of the same name (uid {other.uid}) is still prepared on this node and its "
+                "device metadata files have the same paths; this claim can be prepared once the "
+                "kubelet has unprepared that one (its pod is still terminating)",
+            )
+
     def _render(
         self,
         view: ClaimView,
@@ -410,6 +427,7 @@ class ClaimsDriver:
             claim, ref, driver_name=self.driver_name, node_name=self.node_name, inventory=inventory
         )
         self._check_not_in_use(view)
+        self._check_name_free(view)
         requests = cpu_requests(view)
         pinning = None
         if requests and self._planner is not None:
@@ -556,19 +574,36 @@ class ClaimsDriver:
         """Remove a claim's files: journaled ones, plus any spec file named after its UID."""
         removed: set[str] = set()
         if entry is not None:
-            for stored in entry.files():
+            # metadata paths are per namespace/name: leave them to a same-name claim holding them
+            shared = self._journal.named(entry.namespace, entry.name, except_uid=entry.uid) is not None
+            for stored in entry.cdi_specs if shared else entry.files():
                 remove_file(stored.path)
                 removed.add(stored.path)
-            self._remove_dirs(entry)
+            if not shared:
+                self._remove_dirs(entry)
         if check_claim_uid(ref.uid):
             return  # not a UID we could have written files for
         spec_path = dir_prefix(self.cdi_dir) + claim_spec_file_name(self.driver_name, ref.uid)
         if spec_path not in removed:
             remove_file(spec_path)
-        if entry is None:  # a crash between writing files and the journal: look for leftovers
+        if entry is None:  # files without a journal entry (a lost journal): look for leftovers
             with contextlib.suppress(OSError):
                 for path in self.cdi_dir.glob(metadata_spec_glob(self.driver_name, ref.uid)):
                     remove_file(path)
+            self._remove_unjournaled_metadata(ref)
+
+    def _remove_unjournaled_metadata(self, ref: ClaimRef) -> None:
+        """The claim's metadata tree, when its names are valid and no journaled claim uses them.
+
+        The tree is found by namespace/name, so a claim of the same name prepared since (another
+        UID, in the journal) keeps its files.
+        """
+        if check_namespace(ref.namespace) or check_claim_name(ref.name):
+            return  # names that could not have made a directory of ours
+        if self._journal.named(ref.namespace, ref.name) is not None:
+            return
+        with contextlib.suppress(FileNotFoundError):
+            shutil.rmtree(claim_metadata_dir(self.plugin_dir, ref.namespace, ref.name))
 
     def _report(self, done: Sequence[_Planned]) -> None:
         if self._status is None:

@@ -253,8 +253,11 @@ class Journal:
         #: CPU -> how many entries pin it (a multiset, so removing one entry is exact)
         self._cpu_users: dict[int, int] = {}
         self._taken: frozenset[int] | None = frozenset()  # the keys of _cpu_users; None: stale
+        #: (namespace, name) -> the UIDs of the entries of that name (metadata paths are per name)
+        self._names: dict[tuple[str, str], list[str]] = {}
 
     def _index(self, entry: JournalEntry) -> None:
+        self._names.setdefault((entry.namespace, entry.name), []).append(entry.uid)
         for held in entry.devices:
             if held.share_id is None:
                 self._holders.setdefault((held.pool_name, held.device_name), []).append(entry.uid)
@@ -264,6 +267,11 @@ class Journal:
             self._taken = None
 
     def _unindex(self, entry: JournalEntry) -> None:
+        named = self._names.get((entry.namespace, entry.name))
+        if named is not None and entry.uid in named:
+            named.remove(entry.uid)
+            if not named:
+                del self._names[(entry.namespace, entry.name)]
         for held in entry.devices:
             if held.share_id is None:
                 uids = self._holders.get((held.pool_name, held.device_name))
@@ -282,7 +290,7 @@ class Journal:
 
     def _reset(self, entries: dict[str, JournalEntry], texts: dict[str, str]) -> None:
         self._entries, self._text, self._dirty = entries, texts, {}
-        self._holders, self._cpu_users, self._taken = {}, {}, frozenset()
+        self._holders, self._cpu_users, self._taken, self._names = {}, {}, frozenset(), {}
         for entry in entries.values():
             self._index(entry)
 
@@ -432,6 +440,16 @@ class Journal:
             return None if uids[0] == except_uid else self._entries[uids[0]]
         for uid in self._entries:
             if uid != except_uid and uid in uids:
+                return self._entries[uid]
+        return None
+
+    def named(self, namespace: str, name: str, *, except_uid: str = "") -> JournalEntry | None:
+        """Another entry (not ``except_uid``) of a claim with this namespace and name, if any.
+
+        A claim deleted and re-created under its name has a new UID but the same metadata paths.
+        """
+        for uid in self._names.get((namespace, name), ()):
+            if uid != except_uid:
                 return self._entries[uid]
         return None
 

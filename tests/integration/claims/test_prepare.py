@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -537,3 +538,66 @@ def test_prepare_makes_metadata_and_state_dirs_with_their_modes(world: World) ->
     assert sorted(p.name for p in claim_dir.iterdir()) == ["cpu", "gpu", "nic"]
     assert all(p.stat().st_mode & 0o777 == 0o755 for p in claim_dir.iterdir())
     assert (world.plugin_dir / "state").stat().st_mode & 0o777 == 0o700
+
+
+def test_claim_recreated_under_the_same_name_waits_for_the_old_one(world: World) -> None:
+    """Metadata paths are keyed by namespace/name (KEP-5304), not by UID.
+
+    A claim deleted and re-created under the same name can reach this node while the old one is
+    still prepared (its pod still terminating). Preparing the new one then would share the old
+    one's metadata files, and the old one's unprepare would delete them from under the new pod.
+    So the new claim fails, naming the old UID (the kubelet retries), until the old is unprepared.
+    """
+    old = world.getter.add(_full_claim())
+    drv = world.driver()
+    assert drv.prepare_claims([old])[UID].ok
+    new_uid = UID.replace("0001", "0009")
+    new = world.getter.add(claim(new_uid, "train", "ml", results=[result("gpu", GPU1)]))
+
+    refused = drv.prepare_claims([new])[new_uid]
+    assert not refused.ok
+    assert f"claim ml/train (uid {new_uid})" in refused.error
+    assert f"uid {UID}" in refused.error and "still prepared" in refused.error
+    assert [e.uid for e in drv.prepared_claims()] == [UID]
+    assert not (world.cdi_dir / f"{DRIVER}_claim_{new_uid}.json").exists()
+
+    assert drv.unprepare_claims([old]) == {UID: ""}
+    assert drv.prepare_claims([new])[new_uid].ok
+    host = world.plugin_dir / "dra-device-metadata" / "ml_train" / "gpu" / "metadata.json"
+    assert json.loads(host.read_text().splitlines()[0])["metadata"]["uid"] == new_uid
+    # a late repeat of the old unprepare must not touch the new claim's files
+    assert world.driver().unprepare_claims([old]) == {UID: ""}
+    assert host.exists()
+    assert (world.cdi_dir / f"{DRIVER}_metadata_{new_uid}_gpu.json").exists()
+
+
+def test_unprepare_without_journal_entry_removes_that_claims_metadata_dir(world: World) -> None:
+    """With the journal lost, unprepare still removes the claim's metadata tree (by namespace/name)."""
+    ref = world.getter.add(_full_claim())
+    assert world.driver().prepare_claims([ref])[UID].ok
+    journal_path(world.plugin_dir).unlink()
+    assert world.driver().unprepare_claims([ref]) == {UID: ""}
+    assert not (world.plugin_dir / "dra-device-metadata" / "ml_train").exists()
+    assert world.cdi_files() == []
+
+
+def test_unprepare_leaves_metadata_that_a_same_name_claim_still_uses(world: World) -> None:
+    """A journal from before the same-name check can hold two UIDs of one name: the metadata
+    files they share stay until the last of them is unprepared; each one's specs go with it."""
+    ref = world.getter.add(_full_claim())
+    drv = world.driver()
+    assert drv.prepare_claims([ref])[UID].ok
+    journal = Journal(journal_path(world.plugin_dir))
+    journal.load()
+    first = journal.get(UID)
+    assert first is not None
+    twin_uid = UID.replace("0001", "0007")
+    journal.put(replace(first, uid=twin_uid, cdi_specs=()))
+    journal.save()
+    host = world.plugin_dir / "dra-device-metadata" / "ml_train" / "nic" / "metadata.json"
+
+    assert drv.unprepare_claims([ref]) == {UID: ""}
+    assert host.exists()
+    assert world.cdi_files() == []
+    assert drv.unprepare_claims([ClaimRef("ml", "train", twin_uid)]) == {twin_uid: ""}
+    assert not (world.plugin_dir / "dra-device-metadata" / "ml_train").exists()

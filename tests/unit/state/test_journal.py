@@ -369,3 +369,23 @@ def test_save_appends_one_record_of_canonical_entries(tmp_path: Path) -> None:
     assert puts == {e.uid: e.to_json() for e in (_entry("u1"), _entry("u2", frozenset({4})), _nic("u\u00e9"))}
     assert _canonical(puts["u1"]) in first  # entries are stored as canonical JSON
     assert records[1] == {"ops": [{"remove": "u2"}]}
+
+
+def test_named_finds_other_claims_of_the_same_name_across_save_and_load(tmp_path: Path) -> None:
+    """``named`` answers "is another UID of this namespace/name prepared?" from an index."""
+    journal = Journal(journal_path(tmp_path))
+    journal.put(_entry("u1"))
+    assert journal.named("ns", "claim") is not None
+    assert journal.named("ns", "claim", except_uid="u1") is None
+    assert journal.named("ns", "other") is None
+    journal.put(_entry("u2"))  # the same name, re-created
+    other = journal.named("ns", "claim", except_uid="u1")
+    assert other is not None and other.uid == "u2"
+    journal.save()
+    reloaded = Journal(journal_path(tmp_path))
+    reloaded.load()
+    other = reloaded.named("ns", "claim", except_uid="u2")
+    assert other is not None and other.uid == "u1"
+    reloaded.remove("u1")
+    assert reloaded.named("ns", "claim", except_uid="u2") is None
+    assert reloaded.named("ns", "claim") is not None
