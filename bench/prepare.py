@@ -9,9 +9,11 @@ resolution, CPU planning, one CDI spec, a metadata file + spec per request and o
 
 Prints one JSON object: p50/p99 (ms) of NodePrepareResources for 1 claim and for 32 claims in one
 call, their ratio, start-to-registered time, the steady RSS of the driver process (also of the
-whole ``numadra run`` process: ``run_*``, from bench/startup.py), and the same
-prepares through ``ClaimsDriver`` alone (``driver_only_*``: no gRPC, no HTTP) to show where the
-time goes.
+whole ``numadra run`` process: ``run_*``, from bench/startup.py), and two figures that show where
+the time goes: the same prepares through ``ClaimsDriver`` alone (``driver_only_*``: no gRPC, no
+HTTP), and the ``floor_*``: the same calls served by a plugin that only reads the claims (same
+fetcher, same apiserver) and prepares nothing, i.e. what gRPC and the claim reads cost on this
+machine before the driver does any work.
 
 Directories follow a node's layout by default: the plugin dir (journal, metadata files, lock) on
 disk under ``--base`` (/tmp here, /var/lib/kubelet/plugins on a node) and the CDI dir on tmpfs
@@ -35,6 +37,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,8 +60,36 @@ class _GetOnly:
         return self._client.get_resource_claim(namespace, name)
 
 
-def _serve(root: Path, cdi_dir: Path, kubeconfig: str, claim_reads: str) -> None:
-    """Child: the driver's prepare path, until stdin closes."""
+class _ReadsOnly:
+    """The floor: reads every claim as ``ClaimsDriver`` does (``ClaimFetcher``), prepares nothing.
+
+    Served in place of the driver, it measures the kubelet's gRPC call plus the claim reads alone;
+    a latency target minus this floor is what is left for the driver's own work.
+    """
+
+    def __init__(self, claims: Any) -> None:
+        from driver.claims.fetch import ClaimFetcher
+
+        self._fetcher = ClaimFetcher(claims)
+
+    def prepare_claims(self, claims: Any) -> dict[str, Any]:
+        from driver.plugin import PrepareResult
+
+        fetched = self._fetcher.fetch(claims)
+        return {
+            uid: PrepareResult(error=got) if isinstance(got, str) else PrepareResult()
+            for uid, got in fetched.items()
+        }
+
+    def unprepare_claims(self, claims: Any) -> dict[str, str]:
+        return {claim.uid: "" for claim in claims}
+
+    def handle_error(self, err: BaseException, msg: str) -> None:
+        raise err
+
+
+def _serve(root: Path, cdi_dir: Path, kubeconfig: str, claim_reads: str, plugin: str) -> None:
+    """Child: the driver's prepare path (or, ``plugin == "floor"``, only its reads) until stdin closes."""
     import logging
 
     from driver.claims import ClaimsDriver
@@ -71,22 +102,27 @@ def _serve(root: Path, cdi_dir: Path, kubeconfig: str, claim_reads: str) -> None
 
     configure_logging("json", logging.INFO)
     inventory = discover(root / "host", use_nvml=False)
-    driver = ClaimsDriver(
-        driver_name=DRIVER,
-        node_name=NODE,
-        inventory=lambda: inventory,
-        claims=shared_client(kubeconfig) if claim_reads == "list" else _GetOnly(shared_client(kubeconfig)),
-        cdi_dir=cdi_dir,
-        plugin_dir=root / "plugin",
-        planner=CpuPlanner(lambda: inventory),
-    )
-    driver.reconcile()
+    claims = shared_client(kubeconfig) if claim_reads == "list" else _GetOnly(shared_client(kubeconfig))
+    served: Any
+    if plugin == "floor":
+        served = _ReadsOnly(claims)
+    else:
+        served = ClaimsDriver(
+            driver_name=DRIVER,
+            node_name=NODE,
+            inventory=lambda: inventory,
+            claims=claims,
+            cdi_dir=cdi_dir,
+            plugin_dir=root / "plugin",
+            planner=CpuPlanner(lambda: inventory),
+        )
+        served.reconcile()
     server = KubeletPluginServer(
         driver_name=DRIVER,
         node_name=NODE,
         registrar_dir=root / "reg",
         plugin_dir=root / "plugin",
-        plugin=driver,
+        plugin=served,
     )
     server.start()
     freeze_startup_heap()  # as ``numadra run`` does once started
@@ -138,6 +174,71 @@ def _in_process(
         "driver_only_1_claim_p50_ms": round(statistics.median(single), 2),
         "driver_only_32_claims_p50_ms": round(statistics.median(batch), 2),
     }
+
+
+@dataclass
+class _Run:
+    single: list[float]
+    batch: list[float]
+    registered_s: float
+    rss_mib: float
+
+
+def _measure(
+    kubelet: Any,
+    child_args: tuple[str, str, str, str],
+    plugin: str,
+    refs: list[Any],
+    background: list[Any],
+    n_single: int,
+    n_batch: int,
+) -> _Run:
+    """Start a serving child, register it, prepare ``background``, then time the two call sizes.
+
+    Each timed prepare is followed by an untimed unprepare of the same claims.
+    """
+    reg_sock = Path(child_args[0]) / "reg" / f"{DRIVER}-reg.sock"
+    started = time.monotonic()
+    child = subprocess.Popen(
+        [sys.executable, __file__, "--serve", *child_args, plugin],
+        stdin=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        while not reg_sock.exists():
+            time.sleep(0.005)
+        reg = kubelet.register(reg_sock)
+        registered_s = time.monotonic() - started
+        endpoint = reg.info.endpoint
+
+        def timed(batch: list[Any]) -> float:
+            t0 = time.perf_counter()
+            out = kubelet.prepare(endpoint, batch)
+            dt = (time.perf_counter() - t0) * 1000
+            errors = [c.error for c in out.claims.values() if c.error]
+            if errors or len(out.claims) != len(batch):
+                raise SystemExit(f"prepare failed: {errors[:3]}")
+            kubelet.unprepare(endpoint, batch)
+            return dt
+
+        for start in range(0, len(background), 32):
+            chunk = background[start : start + 32]
+            out = kubelet.prepare(endpoint, chunk)
+            errors = [c.error for c in out.claims.values() if c.error]
+            if errors:
+                raise SystemExit(f"background prepare failed: {errors[:3]}")
+        for _ in range(20):  # warm-up: connections, imports, caches
+            timed(refs[:1])
+        single = [timed([refs[i % len(refs)]]) for i in range(n_single)]
+        batch = [timed(refs[1:33]) for _ in range(n_batch)]
+        rss = rss_mib(child.pid)
+    finally:
+        assert child.stdin is not None
+        child.stdin.close()
+        child.wait(timeout=10)
+        kubelet.close()  # the next child listens on new sockets
+        reg_sock.unlink(missing_ok=True)
+    return _Run(single, batch, registered_s, rss)
 
 
 def _pct(samples: list[float], q: float) -> float:
@@ -214,7 +315,7 @@ def _real_process(base: str) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument(
-        "--serve", nargs=4, metavar=("ROOT", "CDI", "KUBECONFIG", "READS"), help=argparse.SUPPRESS
+        "--serve", nargs=5, metavar=("ROOT", "CDI", "KUBECONFIG", "READS", "PLUGIN"), help=argparse.SUPPRESS
     )
     parser.add_argument("--single", type=int, default=300, help="prepare calls with 1 claim")
     parser.add_argument("--batch", type=int, default=40, help="prepare calls with 32 claims")
@@ -235,7 +336,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.serve:
-        _serve(Path(args.serve[0]), Path(args.serve[1]), args.serve[2], args.serve[3])
+        _serve(Path(args.serve[0]), Path(args.serve[1]), args.serve[2], args.serve[3], args.serve[4])
         return
 
     from driver.inventory.model import DeviceKind
@@ -299,53 +400,10 @@ def main() -> None:
                 obj["metadata"]["namespace"] = "background"  # other pods' claims, not in the LIST
                 uid = put_claim(obj)
                 background.append(ClaimRef("background", name, uid))
-            started = time.monotonic()
-            child = subprocess.Popen(
-                [
-                    sys.executable,
-                    __file__,
-                    "--serve",
-                    str(root),
-                    str(cdi_root / "cdi"),
-                    kubeconfig,
-                    args.claim_reads,
-                ],
-                stdin=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-            )
-            try:
-                reg_sock = root / "reg" / f"{DRIVER}-reg.sock"
-                while not reg_sock.exists():
-                    time.sleep(0.005)
-                reg = kubelet.register(reg_sock)
-                registered_s = time.monotonic() - started
-                endpoint = reg.info.endpoint
-
-                def timed(batch: list[ClaimRef]) -> float:
-                    t0 = time.perf_counter()
-                    out = kubelet.prepare(endpoint, batch)
-                    dt = (time.perf_counter() - t0) * 1000
-                    errors = [c.error for c in out.claims.values() if c.error]
-                    if errors or len(out.claims) != len(batch):
-                        raise SystemExit(f"prepare failed: {errors[:3]}")
-                    kubelet.unprepare(endpoint, batch)
-                    return dt
-
-                for start in range(0, len(background), 32):
-                    chunk = background[start : start + 32]
-                    out = kubelet.prepare(endpoint, chunk)
-                    errors = [c.error for c in out.claims.values() if c.error]
-                    if errors:
-                        raise SystemExit(f"background prepare failed: {errors[:3]}")
-                for _ in range(20):  # warm-up: connections, imports, caches
-                    timed(refs[:1])
-                single = [timed([refs[i % len(refs)]]) for i in range(args.single)]
-                batch = [timed(refs[1:33]) for _ in range(args.batch)]
-                rss = rss_mib(child.pid)
-            finally:
-                assert child.stdin is not None
-                child.stdin.close()
-                child.wait(timeout=10)
+            child_args = (str(root), str(cdi_root / "cdi"), kubeconfig, args.claim_reads)
+            run = _measure(kubelet, child_args, "driver", refs, background, args.single, args.batch)
+            floor = _measure(kubelet, child_args, "floor", refs, [], args.single, args.batch)
+        single, batch = run.single, run.batch
         result: dict[str, Any] = {
             "claims_per_batch": 32,
             "single_calls": len(single),
@@ -355,10 +413,12 @@ def main() -> None:
             "prepare_32_claims_p50_ms": round(statistics.median(batch), 2),
             "prepare_32_claims_p99_ms": round(_pct(batch, 0.99), 2),
             "ratio_32_to_1_p50": round(statistics.median(batch) / statistics.median(single), 2),
-            "start_to_registered_s": round(registered_s, 3),
-            "driver_steady_rss_mib": round(rss, 1),
+            "start_to_registered_s": round(run.registered_s, 3),
+            "driver_steady_rss_mib": round(run.rss_mib, 1),
             **_real_process(args.base),
             **_in_process(root, cdi_root / "cdi2", objects, refs, max(10, args.batch)),
+            "floor_1_claim_p50_ms": round(statistics.median(floor.single), 2),
+            "floor_32_claims_p50_ms": round(statistics.median(floor.batch), 2),
             "plugin_dir_on": args.base,
             "cdi_dir_on": args.cdi_base,
             "claim_reads": args.claim_reads,
