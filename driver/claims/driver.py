@@ -339,9 +339,13 @@ class ClaimsDriver:
         return todo
 
     def _check_not_in_use(self, view: ClaimView) -> None:
-        """Last line of defence: a whole GPU or NIC is never prepared for two claims at once."""
+        """Last line of defence: a whole GPU or NIC is never prepared for two claims at once.
+
+        Except with ``adminAccess``: the scheduler gives such a claim (monitoring, in a namespace
+        labelled for it) a device beside its other claims, so it neither waits nor blocks.
+        """
         for dev in view.devices:
-            if dev.share_id is not None or dev.kind is DeviceKind.CPU:
+            if dev.share_id is not None or dev.kind is DeviceKind.CPU or dev.admin_access:
                 continue
             other = self._journal.holder(dev.pool, dev.device_name, except_uid=view.uid)
             if other is not None:
@@ -417,6 +421,7 @@ class ClaimsDriver:
             metadata_files=tuple(metas),
             pinning=pinning,
             directories=dirs,
+            admin_devices=tuple(dict.fromkeys(d.device_name for d in view.devices if d.admin_access)),
         )
 
     def _plan(

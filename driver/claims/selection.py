@@ -57,6 +57,9 @@ class AllocatedDevice:
     kind: DeviceKind
     device: InventoryDevice
     config: EffectiveConfig
+    #: ``adminAccess`` (monitoring): the scheduler gave it ignoring other claims, and it
+    #: consumes nothing, so it neither waits for nor blocks other claims of the device
+    admin_access: bool = False
 
     @property
     def base_request(self) -> str:
@@ -159,6 +162,11 @@ def _resolve_result(
     consumed = res.get("consumedCapacity") or {}
     if not _is_map(consumed) or not all(isinstance(v, str) for v in consumed.values()):
         raise ClaimError(uid, f"{where}: malformed consumedCapacity")
+    admin = res.get("adminAccess", False)
+    if admin is None:
+        admin = False
+    if not isinstance(admin, bool):
+        raise ClaimError(uid, f"{where}: adminAccess must be a boolean, got {admin!r}")
     kind = device_kind(found)
     return AllocatedDevice(
         request=request,
@@ -169,6 +177,7 @@ def _resolve_result(
         kind=kind,
         device=found,
         config=effective_config(entries, request, kind),
+        admin_access=admin,
     )
 
 
@@ -244,7 +253,7 @@ def cpu_requests(view: ClaimView) -> list[CpuRequest]:
     """What the pinning planner is asked: one request per base request with cpu devices."""
     grouped: dict[str, list[AllocatedDevice]] = {}
     for dev in view.devices:
-        if dev.kind is DeviceKind.CPU:
+        if dev.kind is DeviceKind.CPU and not dev.admin_access:  # admin access takes no CPUs
             grouped.setdefault(dev.base_request, []).append(dev)
     out: list[CpuRequest] = []
     for base, devs in grouped.items():

@@ -76,9 +76,10 @@ def _run(args: argparse.Namespace) -> int:
         lines.append(f"{e.namespace}/{e.name}  uid {e.uid}")
         for d in e.devices:
             requests = ",".join(d.request_names) or "*"
+            admin = "  (admin access)" if d.device_name in e.admin_devices else ""
             lines.append(
                 f"  {d.pool_name}/{d.device_name}  requests {requests}  "
-                f"cdi {' '.join(d.cdi_device_ids) or '-'}"
+                f"cdi {' '.join(d.cdi_device_ids) or '-'}{admin}"
             )
         for a in e.pinning.assignments if e.pinning else ():
             lines.append(

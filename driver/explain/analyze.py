@@ -112,7 +112,7 @@ def usage_from_journal(
         if entry.uid == exclude_uid:
             continue
         for dev in entry.devices:
-            if dev.device_name not in shared:
+            if dev.device_name not in shared and dev.device_name not in entry.admin_devices:
                 held[dev.device_name] = f"{entry.namespace}/{entry.name}"
         for a in entry.pinning.assignments if entry.pinning else ():
             for cpu in a.cpus:

@@ -82,6 +82,8 @@ class JournalEntry:
     pinning: ClaimPinning | None = None
     #: the directories created for this claim (metadata), removed on unprepare
     directories: tuple[str, ...] = field(default=())
+    #: devices (names, in this driver's pool) held with ``adminAccess``: they block no other claim
+    admin_devices: tuple[str, ...] = field(default=())
 
     def files(self) -> tuple[StoredFile, ...]:
         """Every file of the claim: CDI specs then metadata files."""
@@ -108,6 +110,8 @@ class JournalEntry:
             "directories": list(self.directories),
             "pinning": None,
         }
+        if self.admin_devices:  # only then: entries without admin access keep their old text
+            out["adminDevices"] = list(self.admin_devices)
         if self.pinning is not None:
             out["pinning"] = [
                 {
@@ -157,6 +161,7 @@ class JournalEntry:
             metadata_files=tuple(_file_from_json(f) for f in obj["metadataFiles"]),
             directories=tuple(_str(d) for d in obj["directories"]),
             pinning=pinning,
+            admin_devices=tuple(_str(d) for d in obj.get("adminDevices", ())),
         )
 
 
@@ -216,8 +221,9 @@ def _entry_text(entry: JournalEntry) -> str:
                 ]
             )
         )
+    admin = f'"adminDevices":{_strings(entry.admin_devices)},' if entry.admin_devices else ""
     return (
-        f'{{"cdiSpecs":[{",".join([_file_text(f) for f in entry.cdi_specs])}],'
+        f'{{{admin}"cdiSpecs":[{",".join([_file_text(f) for f in entry.cdi_specs])}],'
         f'"devices":[{devices}],"directories":{_strings(entry.directories)},'
         f'"metadataFiles":[{",".join([_file_text(f) for f in entry.metadata_files])}],'
         f'"name":{_quote(entry.name)},"namespace":{_quote(entry.namespace)},'
@@ -259,7 +265,7 @@ class Journal:
     def _index(self, entry: JournalEntry) -> None:
         self._names.setdefault((entry.namespace, entry.name), []).append(entry.uid)
         for held in entry.devices:
-            if held.share_id is None:
+            if held.share_id is None and held.device_name not in entry.admin_devices:
                 self._holders.setdefault((held.pool_name, held.device_name), []).append(entry.uid)
         if entry.pinning is not None:
             for cpu in entry.pinning.cpus:
@@ -273,7 +279,7 @@ class Journal:
             if not named:
                 del self._names[(entry.namespace, entry.name)]
         for held in entry.devices:
-            if held.share_id is None:
+            if held.share_id is None and held.device_name not in entry.admin_devices:
                 uids = self._holders.get((held.pool_name, held.device_name))
                 if uids is not None and entry.uid in uids:
                     uids.remove(entry.uid)

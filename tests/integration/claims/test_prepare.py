@@ -601,3 +601,40 @@ def test_unprepare_leaves_metadata_that_a_same_name_claim_still_uses(world: Worl
     assert world.cdi_files() == []
     assert drv.unprepare_claims([ClaimRef("ml", "train", twin_uid)]) == {twin_uid: ""}
     assert not (world.plugin_dir / "dra-device-metadata" / "ml_train").exists()
+
+
+def _admin(res: dict[str, Any]) -> dict[str, Any]:
+    return {**res, "adminAccess": True}
+
+
+def test_admin_access_claim_shares_devices_with_workload_claims(world: World) -> None:
+    """``adminAccess`` (DRAAdminAccess, beta and on since 1.34): the scheduler allocates a device
+    to a monitoring claim beside the claim using it, so neither may refuse the other here."""
+    drv = world.driver()
+    work = world.getter.add(claim("u-work", results=[result("gpu", GPU0)]))
+    assert drv.prepare_claims([work])["u-work"].ok
+    monitor = world.getter.add(
+        claim("u-mon", "monitor", results=[_admin(result("gpu", GPU0)), _admin(result("cpu", "cpu-numa0"))])
+    )
+    prepared = drv.prepare_claims([monitor])["u-mon"]
+    assert prepared.ok, prepared.error
+    assert [d.device_name for d in prepared.devices] == [GPU0, "cpu-numa0"]
+    (entry,) = [e for e in drv.prepared_claims() if e.uid == "u-mon"]
+    assert entry.admin_devices == (GPU0, "cpu-numa0")
+    assert entry.pinning is None  # admin access consumes no CPUs
+
+    # the monitoring claim blocks no workload: a new one gets the GPU once the first is gone
+    assert drv.unprepare_claims([work]) == {"u-work": ""}
+    again = world.getter.add(claim("u-work2", results=[result("gpu", GPU0)]))
+    assert world.driver().prepare_claims([again])["u-work2"].ok  # also after a restart (journal)
+    # while two workload claims of one GPU still refuse each other
+    other = world.getter.add(claim("u-work3", results=[result("gpu", GPU0)]))
+    refused = drv.prepare_claims([other])["u-work3"]
+    assert "already prepared for claim default/claim-u-work2" in refused.error
+
+
+def test_admin_access_must_be_a_boolean(world: World) -> None:
+    """A malformed adminAccess is that claim's error, naming the request and device."""
+    ref = world.getter.add(claim("u-bad", results=[{**result("gpu", GPU0), "adminAccess": "yes"}]))
+    error = world.driver().prepare_claims([ref])["u-bad"].error
+    assert f"request 'gpu': device '{GPU0}': adminAccess must be a boolean, got 'yes'" in error

@@ -217,6 +217,15 @@ def test_exclusive_device_prepared_for_another_claim(dgx: list[DeviceView]) -> N
     assert len(gpu.eligible) == 7
 
 
+def test_device_prepared_with_admin_access_is_not_in_use(dgx: list[DeviceView]) -> None:
+    """A monitoring claim (adminAccess) holding a GPU does not make it "in use" for others."""
+    entry = replace(_holding(range(0, 0), 0, devices=(GPU0,)), pinning=None, admin_devices=(GPU0,))
+    usage = usage_from_journal([entry], dgx)
+    assert usage.held_devices == {}
+    gpu = request(explain_claim(claim(exactly("gpu", "gpu")), dgx, driver_name=DRIVER, usage=usage), "gpu")
+    assert GPU0 in gpu.eligible
+
+
 def test_unhealthy_and_tainted_devices(dgx_root: Path) -> None:
     """Health taints read as unhealthy, others as tainted; a matching toleration makes a device eligible."""
     inventory = discover(str(dgx_root), use_nvml=False)

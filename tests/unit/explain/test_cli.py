@@ -176,6 +176,19 @@ def test_state_lists_prepared_claims(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert [c["uid"] for c in doc["claims"]] == ["uid-render"]
 
 
+def test_state_marks_admin_access(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A monitoring claim's devices say "(admin access)" in text and list under adminDevices in JSON."""
+    journal = Journal(journal_path(tmp_path))
+    gpu = PreparedDevice(("gpu",), "ws-1", "gpu-0000-03-00-0", ("numadra.dev/claim=uid-mon-gpu",))
+    journal.put(JournalEntry("ops", "monitor", "uid-mon", (gpu,), admin_devices=("gpu-0000-03-00-0",)))
+    journal.save()
+    assert main(["state", "--plugin-dir", str(tmp_path)]) == 0
+    assert "cdi numadra.dev/claim=uid-mon-gpu  (admin access)" in capsys.readouterr().out
+    assert main(["state", "--plugin-dir", str(tmp_path), "-o", "json"]) == 0
+    (doc,) = json.loads(capsys.readouterr().out)["claims"]
+    assert doc["adminDevices"] == ["gpu-0000-03-00-0"]
+
+
 def test_state_of_an_empty_node(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """No journal file means no prepared claims, not an error."""
     assert main(["state", "--plugin-dir", str(tmp_path)]) == 0

@@ -268,6 +268,7 @@ _entries = st.builds(
     metadata_files=st.lists(_files, max_size=2).map(tuple),
     pinning=st.none() | st.builds(ClaimPinning, _text, st.lists(_assignments, max_size=3).map(tuple)),
     directories=st.lists(_text, max_size=2).map(tuple),
+    admin_devices=st.lists(_text, max_size=2).map(tuple),
 )
 
 
