@@ -37,7 +37,14 @@ from cdi import atomic_write_bytes, make_dir, remove_dir, remove_file, spec_byte
 from cdi.spec import CdiSpecError
 from driver.claims.attributes import PublishedAttributes
 from driver.claims.fetch import ClaimFetcher
-from driver.claims.metadata import METADATA_DIR, claim_metadata_dir, metadata_files, metadata_spec_glob
+from driver.claims.metadata import (
+    METADATA_DIR,
+    NAME_MAX,
+    claim_metadata_dir,
+    metadata_dir_too_long,
+    metadata_files,
+    metadata_spec_glob,
+)
 from driver.claims.names import check_claim_name, check_claim_uid, check_namespace, describe_claim, dir_prefix
 from driver.claims.render import CpuHook, claim_spec, claim_spec_file_name
 from driver.claims.selection import ClaimView, cpu_requests, select_devices
@@ -355,6 +362,20 @@ class ClaimsDriver:
                     f"for claim {other.namespace}/{other.name} (uid {other.uid})",
                 )
 
+    @staticmethod
+    def _skip_metadata(view: ClaimView) -> bool:
+        """Device metadata is optional (KEP-5304, alpha): a claim whose namespace and name are too
+        long for its metadata directory is prepared without it rather than failed."""
+        if not metadata_dir_too_long(view.namespace, view.name):
+            return False
+        _log.warning(
+            "claim prepared without device metadata: namespace and name make a directory name "
+            f"longer than {NAME_MAX} bytes",
+            claim_uid=view.uid,
+            claim=f"{view.namespace}/{view.name}",
+        )
+        return True
+
     def _check_name_free(self, view: ClaimView) -> None:
         """A claim re-created under its old name waits until the old one is unprepared.
 
@@ -390,13 +411,17 @@ class ClaimsDriver:
             )
             spec_path = dir_prefix(self.cdi_dir) + claim_spec_file_name(self.driver_name, view.uid)
             specs.append(StoredFile(spec_path, spec_bytes(spec).decode()))
-            files = metadata_files(
-                view,
-                driver_name=self.driver_name,
-                plugin_dir=self.plugin_dir,
-                cdi_dir=self.cdi_dir,
-                attributes=attrs,
-                previous=previous,
+            files = (
+                []
+                if self._skip_metadata(view)
+                else metadata_files(
+                    view,
+                    driver_name=self.driver_name,
+                    plugin_dir=self.plugin_dir,
+                    cdi_dir=self.cdi_dir,
+                    attributes=attrs,
+                    previous=previous,
+                )
             )
             for meta in files:
                 first = next(i for i, d in enumerate(devices) if d.request_names == (meta.request,))
@@ -605,6 +630,8 @@ class ClaimsDriver:
         """
         if check_namespace(ref.namespace) or check_claim_name(ref.name):
             return  # names that could not have made a directory of ours
+        if metadata_dir_too_long(ref.namespace, ref.name):
+            return  # such a claim is prepared without metadata
         if self._journal.named(ref.namespace, ref.name) is not None:
             return
         with contextlib.suppress(FileNotFoundError):

@@ -43,10 +43,12 @@ __all__ = [
     "API_VERSIONS",
     "CONTAINER_DIR",
     "METADATA_DIR",
+    "NAME_MAX",
     "MetadataFile",
     "claim_metadata_dir",
     "container_path",
     "metadata_cdi_kind",
+    "metadata_dir_too_long",
     "metadata_files",
     "metadata_spec_glob",
     "parse_generation",
@@ -115,6 +117,15 @@ def claim_metadata_dir(plugin_dir: Path, namespace: str, name: str) -> str:
     nothing needs normalising): pathlib objects cost more than the rest of a path's use here.
     """
     return f"{dir_prefix(plugin_dir)}{METADATA_DIR}/{namespace}_{name}"
+
+
+#: the longest file name Linux file systems take (NAME_MAX of ext4, xfs, tmpfs)
+NAME_MAX = 255
+
+
+def metadata_dir_too_long(namespace: str, name: str) -> bool:
+    """True when ``<ns>_<name>`` cannot be a directory name (valid names reach 63 + 1 + 253)."""
+    return len(namespace.encode()) + 1 + len(name.encode()) > NAME_MAX
 
 
 def metadata_spec_glob(driver_name: str, claim_uid: str) -> str:

@@ -638,3 +638,23 @@ def test_admin_access_must_be_a_boolean(world: World) -> None:
     ref = world.getter.add(claim("u-bad", results=[{**result("gpu", GPU0), "adminAccess": "yes"}]))
     error = world.driver().prepare_claims([ref])["u-bad"].error
     assert f"request 'gpu': device '{GPU0}': adminAccess must be a boolean, got 'yes'" in error
+
+
+def test_claim_too_long_for_a_metadata_dir_is_prepared_without_metadata(world: World) -> None:
+    """A valid 63-character namespace and 253-character name make ``<ns>_<name>`` 317 bytes, more
+    than a directory name may have: the claim gets its devices, without the optional metadata."""
+    name = "a" * 200 + "." + "b" * 52
+    namespace = "n" * 63
+    ref = world.getter.add(claim("u-long", name, namespace, results=[result("gpu", GPU0)]))
+    with capture_logs() as logs:
+        prepared = world.driver().prepare_claims([ref])["u-long"]
+    assert prepared.ok, prepared.error
+    (device,) = prepared.devices
+    assert device.cdi_device_ids == (f"{DRIVER}/claim=u-long-{GPU0}",)  # no metadata CDI ID
+    assert world.cdi_files() == [f"{DRIVER}_claim_u-long.json"]
+    assert not (world.plugin_dir / "dra-device-metadata").exists()
+    (warning,) = [e for e in logs if e["log_level"] == "warning"]
+    assert warning["claim_uid"] == "u-long" and "without device metadata" in warning["event"]
+    assert world.driver().unprepare_claims([ref]) == {"u-long": ""}
+    assert world.cdi_files() == []
+    assert world.driver().unprepare_claims([ref]) == {"u-long": ""}  # unknown now: still fine
