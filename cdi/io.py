@@ -26,6 +26,7 @@ __all__ = [
     "remove_file",
     "spec_bytes",
     "spec_json_bytes",
+    "write_all",
     "write_spec",
 ]
 
@@ -47,6 +48,15 @@ def _temp_name(path: str) -> str:
     return f"{head}{sep}.{name}.{os.getpid()}.{threading.get_ident()}.{next(_counter)}.tmp"
 
 
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data``: ``os.write`` may write less (a signal, a full disk on the way)."""
+    written = os.write(fd, data)  # one call for every file this driver writes
+    if written < len(data):
+        view = memoryview(data)[written:]
+        while view:
+            view = view[os.write(fd, view) :]
+
+
 def atomic_write_bytes(
     path: str | os.PathLike[str], data: bytes, mode: int = 0o644, *, sync: bool = True
 ) -> None:
@@ -63,11 +73,7 @@ def atomic_write_bytes(
     try:
         try:
             os.fchmod(fd, mode)
-            written = os.write(fd, data)  # one call for every file this driver writes
-            if written < len(data):
-                view = memoryview(data)[written:]
-                while view:
-                    view = view[os.write(fd, view) :]
+            write_all(fd, data)
             if sync:
                 os.fsync(fd)
         finally:

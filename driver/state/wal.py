@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cdi.io import atomic_write_bytes, fsync_dir
+from cdi.io import atomic_write_bytes, fsync_dir, write_all
 from driver.errors import JournalError
 from driver.log import get_logger
 
@@ -284,9 +284,7 @@ class JournalLog:
         if self._valid != self._seen:
             os.ftruncate(wfd, self._valid)
         try:
-            view = memoryview(record)
-            while view:
-                view = view[os.write(wfd, view) :]
+            write_all(wfd, record)
             os.fdatasync(wfd)
         except BaseException:
             self._seen = -1  # unknown until cut back: a later append must read first
@@ -358,9 +356,7 @@ class JournalLog:
         temp.unlink(missing_ok=True)  # left by a crash of an earlier process with our pid
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            write_all(fd, data)
             os.fsync(fd)
         finally:
             os.close(fd)

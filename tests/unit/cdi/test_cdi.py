@@ -342,3 +342,18 @@ def test_remove_file_takes_plain_strings(tmp_path: Path) -> None:
     path.write_text("{}")
     assert cdi.remove_file(str(path)) is True
     assert cdi.remove_file(str(path)) is False
+
+
+def test_write_all_finishes_short_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``os.write`` may write less than asked; write_all (atomic writes, the journal) goes on."""
+    real_write = os.write
+    calls: list[int] = []
+
+    def short_write(fd: int, data: bytes | memoryview) -> int:
+        calls.append(len(data))
+        return real_write(fd, bytes(data[:3]))
+
+    monkeypatch.setattr(os, "write", short_write)
+    cdi.atomic_write_bytes(tmp_path / "f.json", b'{"a":12345}', sync=False)
+    assert (tmp_path / "f.json").read_bytes() == b'{"a":12345}'
+    assert calls == [11, 8, 5, 2]
