@@ -11,7 +11,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 from driver.plugin import ClaimRef, DriverPlugin, PrepareResult
 
@@ -24,6 +24,7 @@ __all__ = ["MAX_PENDING_OBSERVATIONS", "MeteredPlugin"]
 MAX_PENDING_OBSERVATIONS = 4096
 
 _Op = Literal["prepare", "unprepare"]
+_R = TypeVar("_R")
 
 
 class MeteredPlugin:
@@ -58,30 +59,29 @@ class MeteredPlugin:
 
     def prepare_claims(self, claims: Sequence[ClaimRef]) -> Mapping[str, PrepareResult]:
         """Prepare through the claims driver; count every claim's result."""
-        start = time.perf_counter()
-        try:
-            results = self._inner.prepare_claims(claims)
-        except BaseException:
-            self._observe("prepare", {ref.uid: False for ref in claims}, time.perf_counter() - start)
-            raise
-        finally:
-            self._on_change()
-        self._observe("prepare", {uid: r.ok for uid, r in results.items()}, time.perf_counter() - start)
-        return results
+        return self._metered("prepare", self._inner.prepare_claims, claims, lambda result: result.ok)
 
     def unprepare_claims(self, claims: Sequence[ClaimRef]) -> Mapping[str, str]:
         """Unprepare through the claims driver; count every claim's result."""
+        return self._metered("unprepare", self._inner.unprepare_claims, claims, lambda error: not error)
+
+    def _metered(
+        self,
+        op: _Op,
+        call: Callable[[Sequence[ClaimRef]], Mapping[str, _R]],
+        claims: Sequence[ClaimRef],
+        ok: Callable[[_R], bool],
+    ) -> Mapping[str, _R]:
+        """Run one call; observe each claim's outcome (all failed if it raised), then ``on_change``."""
         start = time.perf_counter()
         try:
-            results = self._inner.unprepare_claims(claims)
+            results = call(claims)
         except BaseException:
-            self._observe("unprepare", {ref.uid: False for ref in claims}, time.perf_counter() - start)
+            self._observe(op, {ref.uid: False for ref in claims}, time.perf_counter() - start)
             raise
         finally:
             self._on_change()
-        self._observe(
-            "unprepare", {uid: not err for uid, err in results.items()}, time.perf_counter() - start
-        )
+        self._observe(op, {uid: ok(r) for uid, r in results.items()}, time.perf_counter() - start)
         return results
 
     def handle_error(self, err: BaseException, msg: str) -> None:
