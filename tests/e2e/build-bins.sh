@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Build the Kubernetes parts used by the e2e tests (tests/e2e/README.md):
-#   etcd, kube-apiserver, kube-scheduler, kube-controller-manager, drakubelet
+#   etcd, kube-apiserver, kube-scheduler, kube-controller-manager, drakubelet, kubelet
+#   (the kubelet is for the node tier, tests/node; its three extra modules are in go.mod
+#   through `go get k8s.io/kubernetes/cmd/kubelet@v1.37.2`: do not `go mod tidy` them away)
 # from the Go module in tests/e2e/k8s, into a cache directory outside the repo:
 #   ${NUMADRA_E2E_BIN:-$HOME/.cache/numadra-e2e/bin}
 #
@@ -8,7 +10,7 @@
 #   --force  rebuild even when the stamp matches
 #   --check  build nothing; exit 0 when the binaries are up to date, 1 otherwise
 #
-# Up to date means: all five binaries exist and the stamp file holds the sha256
+# Up to date means: all six binaries exist and the stamp file holds the sha256
 # of go.mod, go.sum, every .go file under tests/e2e/k8s, this script and the Go
 # version. Without Go the script prints a SKIP line and exits 0, so callers
 # test for the binaries themselves. Exit 1: the build failed.
@@ -21,7 +23,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 mod="$here/k8s"
 bin="${NUMADRA_E2E_BIN:-$HOME/.cache/numadra-e2e/bin}"
 stampfile="$bin/.stamp"
-bins=(etcd kube-apiserver kube-scheduler kube-controller-manager drakubelet)
+bins=(etcd kube-apiserver kube-scheduler kube-controller-manager drakubelet kubelet)
 k8s_version=v1.37.2
 
 force=0 check=0
@@ -108,7 +110,8 @@ log "building ${bins[*]} with $go_version (-p ${NUMADRA_E2E_GO_P:-2}) into $bin"
 		./cmd/etcd ./cmd/drakubelet \
 		k8s.io/kubernetes/cmd/kube-apiserver \
 		k8s.io/kubernetes/cmd/kube-scheduler \
-		k8s.io/kubernetes/cmd/kube-controller-manager
+		k8s.io/kubernetes/cmd/kube-controller-manager \
+		k8s.io/kubernetes/cmd/kubelet
 ) || { log "FAILED after $(($(date +%s) - t0))s"; exit 1; }
 t1=$(date +%s)
 
