@@ -112,12 +112,34 @@ def _make_dirs(entry: JournalEntry) -> None:
             make_dir(parent, 0o755)
 
 
+def reserved_pods(claim: JsonObject) -> tuple[str, ...]:
+    """UIDs of the pods in the claim's ``status.reservedFor`` (other consumer kinds are left out).
+
+    The kubelet prepares a claim only for a pod it finds in this list, so it names the pod being
+    started; the scheduler and the resource claim controller write it, never the pod itself.
+    Pinning is bound to these pods (``driver.pinning.binding``). Malformed items are skipped:
+    the list is the apiserver's, and a claim is never failed for a field only pinning reads.
+    """
+    status = claim.get("status")
+    consumers = status.get("reservedFor") if isinstance(status, Mapping) else None
+    pods: list[str] = []
+    for item in consumers if isinstance(consumers, list) else ():
+        if not isinstance(item, Mapping) or item.get("resource") != "pods" or item.get("apiGroup", ""):
+            continue
+        uid = item.get("uid")
+        if isinstance(uid, str) and uid and uid not in pods:
+            pods.append(uid)
+    return tuple(pods)
+
+
 def _prepared_keys(entry: JournalEntry) -> dict[str, Any]:
     """What the "prepared" line says: the devices and, when pinned, each request's CPUs and nodes.
 
     The planner does not log on its own: one line per claim keeps a prepare cheap.
     """
     keys: dict[str, Any] = {"devices": [d.device_name for d in entry.devices]}
+    if entry.reserved_pods is not None:
+        keys["pods"] = list(entry.reserved_pods)
     if entry.pinning is not None:
         keys["pinning"] = [
             {
@@ -463,7 +485,12 @@ class ClaimsDriver:
         if requests and self._planner is not None:
             taken = self._journal.taken_cpus(except_uid=ref.uid)
             pinning = self._planner.plan(ref.uid, requests, taken)
-        entry = self._render(view, pinning, attrs, None)
+        entry = replace(self._render(view, pinning, attrs, None), reserved_pods=reserved_pods(claim))
+        if not entry.reserved_pods:
+            _log.warning(
+                "claim is reserved for no pod: its containers will not be pinned (NRI refuses them)",
+                claim_uid=ref.uid,
+            )
         self._journal.put(entry)
         return entry
 
@@ -490,6 +517,12 @@ class ClaimsDriver:
         except (ClaimError, CdiSpecError) as exc:
             # prepared before and still journaled: answer from the journal, as the kubelet expects
             _log.warning("repeat prepare could not re-read the claim", claim_uid=ref.uid, error=str(exc))
+        known = entry.reserved_pods or ()
+        pods = tuple(dict.fromkeys((*known, *reserved_pods(claim))))
+        if len(pods) > len(known):  # a pod added to a shared claim, or an entry from before
+            entry = replace(entry, reserved_pods=pods)
+            self._journal.put(entry)
+            changed = True
         for stored in entry.files():
             if self._restore(stored):
                 _log.info("re-created file", claim_uid=ref.uid, path=stored.path)
