@@ -19,7 +19,7 @@ def _reserved(*uids: str, resource: str = "pods", api_group: str = "") -> list[d
     return [{"apiGroup": api_group, "resource": resource, "name": f"pod-{u[-1]}", "uid": u} for u in uids]
 
 
-def _cpu_claim(reserved_for: list[dict[str, Any]] | None) -> dict[str, Any]:
+def _cpu_claim(reserved_for: list[Any] | None) -> dict[str, Any]:
     obj = claim(UID, "cpus", "ml", results=[cpu_result("main", 2)])
     if reserved_for is not None:
         obj["status"]["reservedFor"] = reserved_for
