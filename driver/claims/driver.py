@@ -485,12 +485,8 @@ class ClaimsDriver:
         if requests and self._planner is not None:
             taken = self._journal.taken_cpus(except_uid=ref.uid)
             pinning = self._planner.plan(ref.uid, requests, taken)
+        # the "prepared" line names the pods; none (not from a kubelet) means NRI pins nothing
         entry = replace(self._render(view, pinning, attrs, None), reserved_pods=reserved_pods(claim))
-        if not entry.reserved_pods:
-            _log.warning(
-                "claim is reserved for no pod: its containers will not be pinned (NRI refuses them)",
-                claim_uid=ref.uid,
-            )
         self._journal.put(entry)
         return entry
 
