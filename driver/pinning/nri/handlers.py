@@ -42,6 +42,7 @@ from dataclasses import dataclass, replace
 from driver._proto.nri import api_pb2 as nri
 from driver.errors import PinningError
 from driver.log import get_logger
+from driver.pinning.binding import bind
 from driver.pinning.types import (
     ENV_CLAIM_UID,
     ENV_CPU_MODE,
@@ -426,9 +427,11 @@ class PinningHandlers:
             )
         if binding.pods is None:
             self._warn_unbound(binding)
-        elif pod.uid not in binding.pods or (pod.namespace and pod.namespace != binding.namespace):
-            reserved = ", ".join(sorted(binding.pods)) or "no pod"
-            if binding.pinning is None:  # no CPUs to steal: a later pod of a shared GPU/NIC claim
+        assignment = bind(
+            binding, request=claimed.request, pod_uid=pod.uid, pod_namespace=pod.namespace, who=who
+        )
+        if assignment is None:
+            if binding.pinning is None and binding.pods is not None and pod.uid not in binding.pods:
                 _log.warning(
                     "marker of a claim without CPUs from a pod it was not prepared for; "
                     "handled as a container without a claim",
@@ -436,23 +439,10 @@ class PinningHandlers:
                     container=ctr.id,
                     pod_uid=pod.uid,
                 )
-                return None
-            raise PinningError(
-                f"{who} carries the pinning marker of claim {binding.namespace}/{binding.name} "
-                f"(uid {binding.claim_uid}), which is reserved for {reserved}, not for this pod: "
-                "refusing it (a claim's CPUs are pinned only for the pods that hold the claim)"
-            )
-        if binding.pinning is None:
-            if not binding.mems:
-                return None
-            return Marker(frozenset(), binding.mems, binding.claim_uid, claimed.request, claimed.mode)
-        assignment = binding.assignment(claimed.request)
-        if assignment is None:
-            raise PinningError(
-                f"{who}: claim {binding.claim_uid} has no CPU assignment for request "
-                f"{claimed.request or '<none>'!r} named by its marker"
-            )
-        if claimed.cpus != assignment.cpus or (claimed.mems and claimed.mems != assignment.mems):
+            return None
+        if assignment.cpus and (
+            claimed.cpus != assignment.cpus or (claimed.mems and claimed.mems != assignment.mems)
+        ):
             _log.warning(
                 "marker env differs from the journal; applying the journal's CPUs and nodes",
                 claim_uid=binding.claim_uid,
@@ -460,9 +450,8 @@ class PinningHandlers:
                 env_cpus=format_cpulist(claimed.cpus),
                 cpus=format_cpulist(assignment.cpus),
             )
-        return Marker(
-            assignment.cpus, assignment.mems, binding.claim_uid, assignment.request, assignment.mode
-        )
+        mode = assignment.mode if assignment.cpus else claimed.mode
+        return Marker(assignment.cpus, assignment.mems, binding.claim_uid, assignment.request, mode)
 
     def _warn_unbound(self, binding: ClaimBinding) -> None:
         """Once per claim: an entry from before pods were recorded binds by claim UID alone."""
