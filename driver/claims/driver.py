@@ -421,8 +421,10 @@ class ClaimsDriver:
         pinning: ClaimPinning | None,
         attrs: Mapping[str, Mapping[str, Any]],
         previous: Mapping[str, str] | None,
+        pods: tuple[str, ...] | None = None,
     ) -> JournalEntry:
-        """Everything to write for a claim, as a journal entry (pure apart from reading attrs)."""
+        """Everything to write for a claim, as a journal entry (pure apart from reading attrs);
+        ``pods``: the UIDs of the pods the claim is reserved for (:func:`reserved_pods`)."""
         devices: list[PreparedDevice] = []
         specs: list[StoredFile] = []
         metas: list[StoredFile] = []
@@ -469,6 +471,7 @@ class ClaimsDriver:
             pinning=pinning,
             directories=dirs,
             admin_devices=tuple(dict.fromkeys(d.device_name for d in view.devices if d.admin_access)),
+            reserved_pods=pods,
         )
 
     def _plan(
@@ -486,7 +489,7 @@ class ClaimsDriver:
             taken = self._journal.taken_cpus(except_uid=ref.uid)
             pinning = self._planner.plan(ref.uid, requests, taken)
         # the "prepared" line names the pods; none (not from a kubelet) means NRI pins nothing
-        entry = replace(self._render(view, pinning, attrs, None), reserved_pods=reserved_pods(claim))
+        entry = self._render(view, pinning, attrs, None, reserved_pods(claim))
         self._journal.put(entry)
         return entry
 
