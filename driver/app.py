@@ -274,7 +274,11 @@ class App:
             cpu_hook = partial(cdi_hook, path=cfg.hook_path)
         self._kube = shared_client(cfg.kubeconfig)
         self._on_stop("kube client", self._kube.close)
-        self.planner = CpuPlanner(lambda: self.inventory, cfg.reserved_cpus)
+        self.planner = CpuPlanner(
+            lambda: self.inventory,
+            cfg.reserved_cpus,
+            shared_pool=cfg.nri_shared_pool and cfg.pinning is PinningKind.NRI,
+        )
         if cfg.claim_status:
             self.status = AsyncStatusWriter(self._status_writer)
             self._on_stop("claim status writer", self.status.close)
@@ -405,6 +409,7 @@ class App:
             extra = {"hook_path": cfg.hook_path} if cfg.pinning is PinningKind.HOOK else {}
             self._log.info("cpu pinning", backend=cfg.pinning.value, **extra)
             return
+        from driver.pinning.binding import binding_lookup
         from driver.pinning.factory import build_backend
         from driver.pinning.nri import NriPlugin
 
@@ -414,10 +419,11 @@ class App:
         backend = build_backend(
             PinningKind.NRI,
             nri_socket=cfg.nri_socket,
-            claim_lookup=index.pinning,
+            claim_lookup=binding_lookup(index.entry, lambda: self.inventory),
             node_shared_pool=shared,
         )
         assert isinstance(backend, NriPlugin)
+        planner.watch_pool(backend.handlers.pool_users)
         self.nri = backend
         stop = threading.Event()
         thread = threading.Thread(target=backend.serve_forever, args=(stop,), name="nri-plugin", daemon=True)

@@ -112,12 +112,34 @@ def _make_dirs(entry: JournalEntry) -> None:
             make_dir(parent, 0o755)
 
 
+def reserved_pods(claim: JsonObject) -> tuple[str, ...]:
+    """UIDs of the pods in the claim's ``status.reservedFor`` (other consumer kinds are left out).
+
+    The kubelet prepares a claim only for a pod it finds in this list, so it names the pod being
+    started; the scheduler and the resource claim controller write it, never the pod itself.
+    Pinning is bound to these pods (``driver.pinning.binding``). Malformed items are skipped:
+    the list is the apiserver's, and a claim is never failed for a field only pinning reads.
+    """
+    status = claim.get("status")
+    consumers = status.get("reservedFor") if isinstance(status, Mapping) else None
+    pods: list[str] = []
+    for item in consumers if isinstance(consumers, list) else ():
+        if not isinstance(item, Mapping) or item.get("resource") != "pods" or item.get("apiGroup", ""):
+            continue
+        uid = item.get("uid")
+        if isinstance(uid, str) and uid and uid not in pods:
+            pods.append(uid)
+    return tuple(pods)
+
+
 def _prepared_keys(entry: JournalEntry) -> dict[str, Any]:
     """What the "prepared" line says: the devices and, when pinned, each request's CPUs and nodes.
 
     The planner does not log on its own: one line per claim keeps a prepare cheap.
     """
     keys: dict[str, Any] = {"devices": [d.device_name for d in entry.devices]}
+    if entry.reserved_pods is not None:
+        keys["pods"] = list(entry.reserved_pods)
     if entry.pinning is not None:
         keys["pinning"] = [
             {
@@ -399,8 +421,10 @@ class ClaimsDriver:
         pinning: ClaimPinning | None,
         attrs: Mapping[str, Mapping[str, Any]],
         previous: Mapping[str, str] | None,
+        pods: tuple[str, ...] | None = None,
     ) -> JournalEntry:
-        """Everything to write for a claim, as a journal entry (pure apart from reading attrs)."""
+        """Everything to write for a claim, as a journal entry (pure apart from reading attrs);
+        ``pods``: the UIDs of the pods the claim is reserved for (:func:`reserved_pods`)."""
         devices: list[PreparedDevice] = []
         specs: list[StoredFile] = []
         metas: list[StoredFile] = []
@@ -447,6 +471,7 @@ class ClaimsDriver:
             pinning=pinning,
             directories=dirs,
             admin_devices=tuple(dict.fromkeys(d.device_name for d in view.devices if d.admin_access)),
+            reserved_pods=pods,
         )
 
     def _plan(
@@ -463,7 +488,8 @@ class ClaimsDriver:
         if requests and self._planner is not None:
             taken = self._journal.taken_cpus(except_uid=ref.uid)
             pinning = self._planner.plan(ref.uid, requests, taken)
-        entry = self._render(view, pinning, attrs, None)
+        # the "prepared" line names the pods; none (not from a kubelet) means NRI pins nothing
+        entry = self._render(view, pinning, attrs, None, reserved_pods(claim))
         self._journal.put(entry)
         return entry
 
@@ -490,6 +516,12 @@ class ClaimsDriver:
         except (ClaimError, CdiSpecError) as exc:
             # prepared before and still journaled: answer from the journal, as the kubelet expects
             _log.warning("repeat prepare could not re-read the claim", claim_uid=ref.uid, error=str(exc))
+        known = entry.reserved_pods or ()
+        pods = tuple(dict.fromkeys((*known, *reserved_pods(claim))))
+        if len(pods) > len(known):  # a pod added to a shared claim, or an entry from before
+            entry = replace(entry, reserved_pods=pods)
+            self._journal.put(entry)
+            changed = True
         for stored in entry.files():
             if self._restore(stored):
                 _log.info("re-created file", claim_uid=ref.uid, path=stored.path)

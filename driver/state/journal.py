@@ -84,6 +84,9 @@ class JournalEntry:
     directories: tuple[str, ...] = field(default=())
     #: devices (names, in this driver's pool) held with ``adminAccess``: they block no other claim
     admin_devices: tuple[str, ...] = field(default=())
+    #: UIDs of the pods in the claim's ``status.reservedFor`` when prepared: pinning is bound to
+    #: them; None for entries written before numadra recorded it (pinning then trusts the claim UID)
+    reserved_pods: tuple[str, ...] | None = None
 
     def files(self) -> tuple[StoredFile, ...]:
         """Every file of the claim: CDI specs then metadata files."""
@@ -112,6 +115,8 @@ class JournalEntry:
         }
         if self.admin_devices:  # only then: entries without admin access keep their old text
             out["adminDevices"] = list(self.admin_devices)
+        if self.reserved_pods is not None:  # only when recorded: older entries keep their text
+            out["reservedPods"] = list(self.reserved_pods)
         if self.pinning is not None:
             out["pinning"] = [
                 {
@@ -162,6 +167,9 @@ class JournalEntry:
             directories=tuple(_str(d) for d in obj["directories"]),
             pinning=pinning,
             admin_devices=tuple(_str(d) for d in obj.get("adminDevices", ())),
+            reserved_pods=(
+                None if obj.get("reservedPods") is None else tuple(_str(p) for p in obj["reservedPods"])
+            ),
         )
 
 
@@ -222,12 +230,13 @@ def _entry_text(entry: JournalEntry) -> str:
             )
         )
     admin = f'"adminDevices":{_strings(entry.admin_devices)},' if entry.admin_devices else ""
+    pods = "" if entry.reserved_pods is None else f'"reservedPods":{_strings(entry.reserved_pods)},'
     return (
         f'{{{admin}"cdiSpecs":[{",".join([_file_text(f) for f in entry.cdi_specs])}],'
         f'"devices":[{devices}],"directories":{_strings(entry.directories)},'
         f'"metadataFiles":[{",".join([_file_text(f) for f in entry.metadata_files])}],'
         f'"name":{_quote(entry.name)},"namespace":{_quote(entry.namespace)},'
-        f'"pinning":{pinning},"uid":{_quote(entry.uid)}}}'
+        f'"pinning":{pinning},{pods}"uid":{_quote(entry.uid)}}}'
     )
 
 
