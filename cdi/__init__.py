@@ -7,7 +7,9 @@ it is a spec every CDI loader accepts, with the lowest ``cdiVersion`` possible, 
 from __future__ import annotations
 
 from cdi.io import (
+    SymlinkError,
     atomic_write_bytes,
+    ensure_dir,
     fsync_dir,
     make_dir,
     remove_dir,
@@ -52,7 +54,9 @@ __all__ = [
     "Hook",
     "Mount",
     "Spec",
+    "SymlinkError",
     "atomic_write_bytes",
+    "ensure_dir",
     "fsync_dir",
     "make_dir",
     "min_cdi_version",

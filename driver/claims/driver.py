@@ -54,6 +54,7 @@ from driver.kube.types import ClaimGetter, JsonObject
 from driver.log import get_logger
 from driver.pinning.types import ClaimPinning, CpuRequest, format_cpulist
 from driver.plugin import ClaimRef, PreparedDevice, PrepareResult
+from driver.state.evidence import Evidence
 from driver.state.journal import Journal, JournalEntry, StoredFile, journal_path
 
 __all__ = ["ClaimsDriver", "InventoryProvider", "PinPlanner", "StatusWriter"]
@@ -98,18 +99,18 @@ def _request_dirs(entry: JournalEntry) -> list[str]:
     return list(dict.fromkeys(stored.path.rpartition("/")[0] for stored in entry.metadata_files))
 
 
-def _make_dirs(entry: JournalEntry) -> None:
+def _make_dirs(entry: JournalEntry, roots: Sequence[str]) -> None:
     """Make a new claim's metadata directories before its files are written into them.
 
-    The same directories and modes the on-demand creation in ``ClaimsDriver._write`` makes (the
-    claim dir as a parent: 0o777 minus the umask; request dirs 0o755), but without a failed open
-    and a pathlib walk per claim. Best effort: whatever goes wrong here, the write reports.
+    The same directories and modes (0o755 whatever the umask, no symbolic link followed below
+    ``roots``) the on-demand creation in ``ClaimsDriver._write`` makes, without a failed open per
+    claim. Best effort: whatever goes wrong here, the write reports.
     """
     with contextlib.suppress(OSError):
         for directory in entry.directories:
-            make_dir(directory, 0o777)
+            make_dir(directory, 0o755, roots=roots)
         for parent in _request_dirs(entry):
-            make_dir(parent, 0o755)
+            make_dir(parent, 0o755, roots=roots)
 
 
 def _prepared_keys(entry: JournalEntry) -> dict[str, Any]:
@@ -169,7 +170,14 @@ class ClaimsDriver:
         self._status = status
         self._on_fatal = on_fatal
         self._cpu_hook = cpu_hook
-        self._journal = Journal(journal_path(plugin_dir))
+        #: files and directories are written below these without following symbolic links
+        self._roots = (str(cdi_dir.absolute()), str(plugin_dir.absolute()))
+        self._journal = Journal(
+            journal_path(plugin_dir),
+            evidence=Evidence(
+                cdi_dir=cdi_dir, plugin_dir=plugin_dir, driver_name=driver_name, pool=node_name
+            ),
+        )
         self._attributes = PublishedAttributes(node_name=node_name, driver_name=driver_name)
         self._lock = threading.Lock()
         #: what the last :meth:`reconcile` did per journaled claim: "ok" or "recreated" -> count
@@ -300,8 +308,13 @@ class ClaimsDriver:
     def prepared_claims(self) -> list[JournalEntry]:
         """The journal's entries (for inspection and health: CDI IDs of prepared devices)."""
         with self._lock:
-            self._journal.load()
+            self._journal.load(persist=False)  # no cross-process lock here: never write
             return list(self._journal.entries())
+
+    @property
+    def state_recoveries(self) -> Mapping[str, int]:
+        """Claims rebuilt from evidence since start, by reason (``numadra_state_recoveries_total``)."""
+        return self._journal.recoveries
 
     def close(self) -> None:
         """Stop the GET threads and close the journal's file descriptors."""
@@ -527,7 +540,7 @@ class ClaimsDriver:
         for item in planned:
             uid = item.ref.uid
             try:
-                _make_dirs(item.entry)
+                _make_dirs(item.entry, self._roots)
                 for stored in item.entry.files():
                     self._write(stored)
             except OSError as exc:
@@ -555,11 +568,11 @@ class ClaimsDriver:
     def _write(self, stored: StoredFile) -> None:
         """Atomic, unsynced write (the fsynced journal can re-create it); parents made on demand."""
         data = stored.content.encode()
+        roots = self._roots
         try:
-            atomic_write_bytes(stored.path, data, mode=stored.mode, sync=False)
+            atomic_write_bytes(stored.path, data, mode=stored.mode, sync=False, roots=roots)
         except FileNotFoundError:
-            Path(stored.path).parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-            atomic_write_bytes(stored.path, data, mode=stored.mode, sync=False)
+            atomic_write_bytes(stored.path, data, mode=stored.mode, sync=False, roots=roots, dir_mode=0o755)
 
     def _restore(self, stored: StoredFile) -> bool:
         """Write ``stored`` if the file is missing or differs; True when it was written."""
