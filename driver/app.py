@@ -507,6 +507,8 @@ class App:
             return
         if self.index is not None:
             metrics.set_prepared_claims(self.index.count())
+        if self.claims is not None:
+            metrics.set_state_recoveries(self.claims.state_recoveries)
         if self.monitor is not None:
             kinds = {dev.name: kind.value for kind, dev in self.inventory.devices()}
             counts: Counter[tuple[str, str]] = Counter()

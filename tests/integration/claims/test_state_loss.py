@@ -201,3 +201,55 @@ def test_a_peer_compaction_is_not_a_loss(world: World) -> None:
     assert drv.state_recoveries == {}
     assert read_recoveries(world.plugin_dir / "state") == []
     assert json.loads(json.dumps(drv.state_recoveries)) == {}
+
+
+def test_numadra_state_shows_lost_and_rebuilt_claims(
+    world: World, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`numadra state` names the claim the journal lost, before and after the driver rebuilt it."""
+    from driver.cli import main
+
+    _first_prepared(world)
+    _journal(world).unlink()
+    argv = [
+        "state",
+        "--plugin-dir",
+        str(world.plugin_dir),
+        "--cdi-dir",
+        str(world.cdi_dir),
+        "--node-name",
+        "node-a",
+    ]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "STATE LOST: 1 prepared claim(s) have files on disk but no journal entry" in out
+    assert f"uid {FIRST}  devices {GPU0},cpu-numa0" in out
+    assert not _journal(world).exists()  # the CLI never writes
+    world.driver().reconcile()
+    capsys.readouterr()  # the driver's log lines
+    assert main([*argv, "-o", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["unjournaled"] == []
+    assert [r["uid"] for r in doc["recoveries"]] == [FIRST]
+    assert doc["recoveries"][0]["reason"] == "journal_missing"
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert f"ml/train  uid {FIRST}  (rebuilt from evidence: journal_missing)" in out
+    assert f"uid {FIRST}  ml/train  reason journal_missing  devices {GPU0},cpu-numa0" in out
+
+
+def test_recoveries_are_counted_in_the_metric(world: World) -> None:
+    """numadra_state_recoveries_total{reason} follows the driver's running totals (the exact name
+    the Grafana dashboard uses)."""
+    from driver.observability import Metrics
+
+    drv, _, second = _first_prepared(world)
+    metrics = Metrics("numadra.dev", "node-a")
+    metrics.set_state_recoveries(drv.state_recoveries)
+    assert metrics.sample("numadra_state_recoveries_total", {"reason": "journal_deleted"}) == 0
+    _journal(world).unlink()
+    _assert_second_refused(drv, second)
+    metrics.set_state_recoveries(drv.state_recoveries)
+    metrics.set_state_recoveries(drv.state_recoveries)  # the same totals again add nothing
+    assert metrics.sample("numadra_state_recoveries_total", {"reason": "journal_deleted"}) == 1
+    assert metrics.sample("numadra_state_recoveries_total", {"reason": "journal_missing"}) == 0
