@@ -24,6 +24,7 @@ import errno
 import itertools
 import json
 import os
+import shutil
 import stat
 import threading
 from collections.abc import Sequence
@@ -40,6 +41,7 @@ __all__ = [
     "make_dir",
     "remove_dir",
     "remove_file",
+    "remove_tree",
     "spec_bytes",
     "spec_json_bytes",
     "write_all",
@@ -272,14 +274,41 @@ def write_spec(directory: Path, file_name: str, spec: Spec, *, sync: bool = True
     return path
 
 
-def remove_file(path: str | os.PathLike[str], *, sync: bool = False) -> bool:
-    """Remove ``path``; a missing file is a no-op. Returns True when a file was removed."""
+def _parent_under(target: str, roots: Sequence[str]) -> tuple[int | None, str]:
+    """(descriptor of the target's directory walked without links, name) below a root; else
+    (None, target). FileNotFoundError when a directory on the way is missing."""
+    root = _root_of(target, roots) if roots else None
+    if root is None:
+        return None, target
+    rel_dir, _, name = target[len(root) + 1 :].rpartition("/")
+    return _open_dir_under(root, rel_dir, create=None), name
+
+
+def remove_file(path: str | os.PathLike[str], *, sync: bool = False, roots: Sequence[str] = ()) -> bool:
+    """Remove ``path``; a missing file is a no-op. Returns True when a file was removed.
+
+    With ``roots``: no symbolic link below the root is followed on the way (SymlinkError), so a
+    link planted as a claim's directory never makes numadra delete a file where it points.
+    """
+    target = os.fspath(path)
     try:
-        os.unlink(path)
+        dfd, name = _parent_under(target, roots)
     except FileNotFoundError:
         return False
-    if sync:
-        fsync_dir(Path(os.path.dirname(os.fspath(path)) or "."))
+    try:
+        os.unlink(name, dir_fd=dfd)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        exc.filename = target
+        raise
+    finally:
+        if dfd is not None:
+            if sync:
+                os.fsync(dfd)
+            os.close(dfd)
+    if sync and dfd is None:
+        fsync_dir(Path(os.path.dirname(target) or "."))
     return True
 
 
@@ -306,6 +335,43 @@ def make_dir(path: str | os.PathLike[str], mode: int = 0o777, *, roots: Sequence
             os.mkdir(path, mode)
 
 
-def remove_dir(path: str | os.PathLike[str]) -> None:
-    """Remove an empty directory (``rmdir``; OSError as the syscall raises it)."""
-    os.rmdir(path)
+def remove_dir(path: str | os.PathLike[str], *, roots: Sequence[str] = ()) -> None:
+    """Remove an empty directory (``rmdir``; OSError as the syscall raises it, naming ``path``).
+
+    With ``roots``: nothing below the root is followed, and a link at ``path`` is SymlinkError.
+    """
+    target = os.fspath(path)
+    dfd, name = _parent_under(target, roots)
+    try:
+        os.rmdir(name, dir_fd=dfd)
+    except OSError as exc:
+        if dfd is not None and exc.errno == errno.ENOTDIR and _is_link(dfd, name):
+            raise SymlinkError(target) from None
+        exc.filename = target
+        raise
+    finally:
+        if dfd is not None:
+            os.close(dfd)
+
+
+def remove_tree(path: str | os.PathLike[str], *, roots: Sequence[str] = ()) -> None:
+    """Remove a directory and everything in it, never following a link (``shutil.rmtree``).
+
+    Links inside are removed as links; with ``roots``, a link on the way to ``path`` or at it is
+    :class:`SymlinkError`. A missing tree raises FileNotFoundError, as rmtree does.
+    """
+    target = os.fspath(path)
+    dfd, name = _parent_under(target, roots)
+    try:
+        if dfd is not None and _is_link(dfd, name):
+            raise SymlinkError(target)
+        shutil.rmtree(name, dir_fd=dfd)
+    except SymlinkError:
+        raise
+    except OSError as exc:
+        if exc.filename is None or dfd is not None:
+            exc.filename = target
+        raise
+    finally:
+        if dfd is not None:
+            os.close(dfd)

@@ -23,7 +23,6 @@ inventory unavailable), after which the kubelet retries the whole call.
 from __future__ import annotations
 
 import contextlib
-import shutil
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -33,7 +32,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from cdi import atomic_write_bytes, make_dir, remove_dir, remove_file, spec_bytes
+from cdi import SymlinkError, atomic_write_bytes, make_dir, remove_dir, remove_file, remove_tree, spec_bytes
 from cdi.spec import CdiSpecError
 from driver.claims.attributes import PublishedAttributes
 from driver.claims.fetch import ClaimFetcher
@@ -171,7 +170,7 @@ class ClaimsDriver:
         self._on_fatal = on_fatal
         self._cpu_hook = cpu_hook
         #: files and directories are written below these without following symbolic links
-        self._roots = (str(cdi_dir.absolute()), str(plugin_dir.absolute()))
+        self._roots = (str(cdi_dir), str(plugin_dir))
         self._journal = Journal(
             journal_path(plugin_dir),
             evidence=Evidence(
@@ -586,7 +585,7 @@ class ClaimsDriver:
         return True
 
     @staticmethod
-    def _remove_dirs(entry: JournalEntry) -> None:
+    def _remove_dirs(entry: JournalEntry, roots: Sequence[str]) -> None:
         """Remove the claim's metadata directories (request dirs, then the claim dir).
 
         Plain rmdir of the known directories; a non-empty one (say, the temp file of a write a
@@ -596,22 +595,24 @@ class ClaimsDriver:
         """
         for parent in _request_dirs(entry):
             with contextlib.suppress(OSError):
-                remove_dir(parent)
+                remove_dir(parent, roots=roots)
         for directory in entry.directories:
             try:
-                remove_dir(directory)
+                remove_dir(directory, roots=roots)
             except FileNotFoundError:
                 pass
+            except SymlinkError:
+                raise
             except OSError:
-                shutil.rmtree(directory)
+                remove_tree(directory, roots=roots)
 
     def _remove_entry_files(self, entry: JournalEntry) -> None:
         """Best-effort undo of a failed prepare (the error being reported is the first one)."""
         for stored in entry.files():
             with contextlib.suppress(OSError):
-                remove_file(stored.path)
+                remove_file(stored.path, roots=self._roots)
         with contextlib.suppress(OSError):
-            self._remove_dirs(entry)
+            self._remove_dirs(entry, self._roots)
 
     def _remove_files(self, ref: ClaimRef, entry: JournalEntry | None) -> None:
         """Remove a claim's files: journaled ones, plus any spec file named after its UID."""
@@ -620,19 +621,19 @@ class ClaimsDriver:
             # metadata paths are per namespace/name: leave them to a same-name claim holding them
             shared = self._journal.named(entry.namespace, entry.name, except_uid=entry.uid) is not None
             for stored in entry.cdi_specs if shared else entry.files():
-                remove_file(stored.path)
+                remove_file(stored.path, roots=self._roots)
                 removed.add(stored.path)
             if not shared:
-                self._remove_dirs(entry)
+                self._remove_dirs(entry, self._roots)
         if check_claim_uid(ref.uid):
             return  # not a UID we could have written files for
         spec_path = dir_prefix(self.cdi_dir) + claim_spec_file_name(self.driver_name, ref.uid)
         if spec_path not in removed:
-            remove_file(spec_path)
+            remove_file(spec_path, roots=self._roots)
         if entry is None:  # files without a journal entry (a lost journal): look for leftovers
             with contextlib.suppress(OSError):
                 for path in self.cdi_dir.glob(metadata_spec_glob(self.driver_name, ref.uid)):
-                    remove_file(path)
+                    remove_file(path, roots=self._roots)
             self._remove_unjournaled_metadata(ref)
 
     def _remove_unjournaled_metadata(self, ref: ClaimRef) -> None:
@@ -648,7 +649,7 @@ class ClaimsDriver:
         if self._journal.named(ref.namespace, ref.name) is not None:
             return
         with contextlib.suppress(FileNotFoundError):
-            shutil.rmtree(claim_metadata_dir(self.plugin_dir, ref.namespace, ref.name))
+            remove_tree(claim_metadata_dir(self.plugin_dir, ref.namespace, ref.name), roots=self._roots)
 
     def _report(self, done: Sequence[_Planned]) -> None:
         if self._status is None:

@@ -89,3 +89,26 @@ def test_a_link_planted_as_the_state_dir_is_refused(world: World, tmp_path: Path
     assert not got.ok
     assert "cannot write the journal" in got.error and "symbolic link" in got.error
     assert sorted(p.name for p in victim.iterdir()) == ["keep"]
+
+
+def test_unprepare_never_deletes_through_a_link_planted_after_prepare(world: World, tmp_path: Path) -> None:
+    """The claim dir swapped for a link to a tree of the same shape: unprepare fails naming the
+    link and the victim's files stay; once the link is gone, unprepare completes."""
+    ref = world.getter.add(claim(UID, "train", "ml", results=[result("gpu", GPU0)]))
+    drv = world.driver()
+    assert drv.prepare_claims([ref])[UID].ok
+    claim_dir = world.plugin_dir / "dra-device-metadata" / "ml_train"
+    victim = _victim(tmp_path)
+    (victim / "gpu").mkdir()
+    (victim / "gpu" / "metadata.json").write_text("not yours\n")
+    before = _snapshot(victim)
+    moved = tmp_path / "moved"
+    claim_dir.rename(moved)
+    claim_dir.symlink_to(victim)
+    error = drv.unprepare_claims([ref])[UID]
+    assert error.startswith(f"claim ml/train (uid {UID}): cannot remove {claim_dir}")
+    assert "symbolic link" in error
+    assert _snapshot(victim) == before
+    claim_dir.unlink()
+    assert drv.unprepare_claims([ref]) == {UID: ""}
+    assert world.cdi_files() == []

@@ -110,3 +110,28 @@ def test_a_name_error_is_a_spec_error() -> None:
     """Callers that report spec errors per claim report name errors too (a bad shareID)."""
     with pytest.raises(cdi.CdiSpecError, match="invalid CDI device name 'a/b'"):
         cdi.qualified_name("numadra.dev/claim", "a/b")
+
+
+def test_removals_below_a_root_never_follow_links(tmp_path: Path, victim: Path) -> None:
+    """remove_file / remove_dir / remove_tree refuse a link on the way or at the target."""
+    root = tmp_path / "plugin"
+    (root / "meta").mkdir(parents=True)
+    (victim / "req").mkdir()
+    (victim / "req" / "metadata.json").write_text("keep")
+    (root / "meta" / "ns_name").symlink_to(victim)
+    roots = [str(root)]
+    with pytest.raises(cdi.SymlinkError):
+        cdi.remove_file(root / "meta" / "ns_name" / "req" / "metadata.json", roots=roots)
+    with pytest.raises(cdi.SymlinkError):
+        cdi.remove_dir(root / "meta" / "ns_name" / "req", roots=roots)
+    with pytest.raises(cdi.SymlinkError):
+        cdi.remove_dir(root / "meta" / "ns_name", roots=roots)
+    with pytest.raises(cdi.SymlinkError):
+        cdi.remove_tree(root / "meta" / "ns_name", roots=roots)
+    assert (victim / "req" / "metadata.json").read_text() == "keep"
+    assert cdi.remove_file(root / "meta" / "gone" / "x.json", roots=roots) is False
+    (root / "meta" / "real" / "req").mkdir(parents=True)
+    (root / "meta" / "real" / "req" / "link").symlink_to(victim)
+    cdi.remove_tree(root / "meta" / "real", roots=roots)  # the link inside goes, not its target
+    assert not (root / "meta" / "real").exists()
+    assert (victim / "req" / "metadata.json").read_text() == "keep"
