@@ -149,7 +149,7 @@ class Evidence:
 
     # -- scanning ---------------------------------------------------------------------------------
 
-    def _scan(self, known: Container[str]) -> dict[str, _Claim]:
+    def _scan(self, known: Container[str], known_files: Container[str]) -> dict[str, _Claim]:
         claims: dict[str, _Claim] = {}
         with contextlib.suppress(FileNotFoundError, NotADirectoryError), os.scandir(self.cdi_dir) as it:
             for item in it:
@@ -168,15 +168,19 @@ class Evidence:
             for claim_dir in dirs:
                 if claim_dir.name.startswith(".") or not claim_dir.is_dir(follow_symlinks=False):
                     continue
-                self._scan_claim_dir(claim_dir.path, known, claims)
+                self._scan_claim_dir(claim_dir.path, known, known_files, claims)
         return claims
 
-    def _scan_claim_dir(self, path: str, known: Container[str], claims: dict[str, _Claim]) -> None:
+    def _scan_claim_dir(
+        self, path: str, known: Container[str], known_files: Container[str], claims: dict[str, _Claim]
+    ) -> None:
         with contextlib.suppress(OSError), os.scandir(path) as requests:
             for request in requests:
                 if not _REQUEST.fullmatch(request.name) or not request.is_dir(follow_symlinks=False):
                     continue
                 stream = f"{request.path}/{_METADATA_FILE}"
+                if stream in known_files:
+                    continue  # a journaled claim's file: no need to read it for its UID
                 try:
                     uid = _first_object(_read(stream))["metadata"]["uid"]
                 except (OSError, ValueError, KeyError, TypeError):
@@ -184,14 +188,16 @@ class Evidence:
                 if isinstance(uid, str) and uid not in known and _uid_ok(uid):
                     claims.setdefault(uid, _Claim()).streams[request.name] = stream
 
-    def unjournaled(self, known: Container[str]) -> list[Found]:
+    def unjournaled(self, known: Container[str], known_files: Container[str] = ()) -> list[Found]:
         """Claims with files on disk that ``known`` (the journal's UIDs) lacks, rebuilt; UID order.
+
+        ``known_files``: metadata streams of journaled claims, which need not be read for their UID.
 
         Raises :class:`JournalError` when such a claim's CDI spec cannot be read as the spec
         numadra writes: its devices are then unknown, and carrying on could hand them out twice.
         """
         found: list[Found] = []
-        for uid, claim in sorted(self._scan(known).items()):
+        for uid, claim in sorted(self._scan(known, known_files).items()):
             entry = self._rebuild(uid, claim)
             paths = [p for p in (claim.spec, *claim.metadata_specs.values(), *claim.streams.values()) if p]
             found.append(Found(uid=uid, entry=entry, paths=tuple(paths)))

@@ -416,7 +416,8 @@ class Journal:
         if self._evidence is None:
             self._check_due = ""
             return
-        found = self._evidence.unjournaled(self._entries)
+        streams = {f.path for entry in self._entries.values() for f in entry.metadata_files}
+        found = self._evidence.unjournaled(self._entries, streams)
         if self.read_only or not persist:
             self.unjournaled = found
             if self.read_only:

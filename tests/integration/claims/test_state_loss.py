@@ -172,9 +172,9 @@ def test_an_intact_journal_costs_no_scan(world: World, monkeypatch: pytest.Monke
     calls: list[object] = []
     real = evidence.Evidence.unjournaled
 
-    def counting(self: evidence.Evidence, known: Any) -> Any:
+    def counting(self: evidence.Evidence, known: Any, known_files: Any = ()) -> Any:
         calls.append(known)
-        return real(self, known)
+        return real(self, known, known_files)
 
     monkeypatch.setattr(evidence.Evidence, "unjournaled", counting)
     for _ in range(3):
