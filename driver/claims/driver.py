@@ -53,7 +53,7 @@ from driver.kube.types import ClaimGetter, JsonObject
 from driver.log import get_logger
 from driver.pinning.types import ClaimPinning, CpuRequest, format_cpulist
 from driver.plugin import ClaimRef, PreparedDevice, PrepareResult
-from driver.state.evidence import Evidence
+from driver.state.evidence import Evidence, holds_only
 from driver.state.journal import Journal, JournalEntry, StoredFile, journal_path
 
 __all__ = ["ClaimsDriver", "InventoryProvider", "PinPlanner", "StatusWriter"]
@@ -204,7 +204,7 @@ class ClaimsDriver:
                     continue
                 try:
                     entry = self._journal.get(ref.uid)
-                    if entry is not None:
+                    if entry is not None and not holds_only(entry):
                         devices, changed = self._repeat(entry, got, ref, inventory, attrs)
                         dirty |= changed
                         results[ref.uid] = PrepareResult(devices=devices)

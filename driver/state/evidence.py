@@ -50,7 +50,7 @@ from driver.pinning.types import (
 from driver.plugin import PreparedDevice
 from driver.state.journal import JournalEntry, StoredFile
 
-__all__ = ["Evidence", "Found"]
+__all__ = ["Evidence", "Found", "holds_only"]
 
 #: the spec and metadata classes (``driver.claims.render.CLAIM_CDI_CLASS``, ``metadata_cdi_kind``);
 #: spelled here so that reading state does not import the claims package
@@ -81,6 +81,13 @@ def _names_ok(namespace: str, name: str) -> bool:
         and len(name) <= 253
         and _DNS_SUBDOMAIN.fullmatch(name) is not None
     )
+
+
+def holds_only(entry: JournalEntry) -> bool:
+    """True for an entry rebuilt from metadata alone: it holds its devices, but the CDI spec that
+    gives them to a container is gone, so a repeat prepare must render the claim anew (every
+    prepared claim with devices has that spec otherwise)."""
+    return bool(entry.devices) and not entry.cdi_specs
 
 
 @dataclass(frozen=True, slots=True)

@@ -148,6 +148,12 @@ def test_metadata_alone_still_holds_the_devices(world: World) -> None:
     drv.reconcile()
     _assert_second_refused(drv, second)
     assert drv.state_recoveries == {"journal_missing": 1}
+    # the kubelet's repeat prepare renders the claim anew: the container gets its devices again
+    again = drv.prepare_claims([first])[FIRST]
+    assert again.ok, again.error
+    assert f"numadra.dev/claim={FIRST}-{GPU0}" in {i for d in again.devices for i in d.cdi_device_ids}
+    assert (world.cdi_dir / f"numadra.dev_claim_{FIRST}.json").exists()
+    _assert_second_refused(drv, second)
     assert drv.unprepare_claims([first]) == {FIRST: ""}
     assert not (world.plugin_dir / "dra-device-metadata" / "ml_train").exists()
     assert drv.prepare_claims([second])[SECOND].ok
