@@ -47,7 +47,15 @@ from driver.errors import JournalError
 from driver.log import get_logger
 from driver.pinning.types import ClaimPinning, CpuAssignment, CpuMode, format_cpulist
 from driver.plugin import PreparedDevice
-from driver.state.wal import RESET_START, JournalLog, Put, journal_recovery_error
+from driver.state.wal import (
+    RESET_DELETED,
+    RESET_EMPTY,
+    RESET_START,
+    RESET_TRUNCATED,
+    JournalLog,
+    Put,
+    journal_recovery_error,
+)
 
 if TYPE_CHECKING:
     from driver.state.evidence import Evidence, Found
@@ -424,6 +432,14 @@ class Journal:
                 self._check_due = ""
             return
         reason = recovery_reason(self._check_due)
+        if self._check_due in (RESET_DELETED, RESET_TRUNCATED, RESET_EMPTY):
+            # never silently: even when no prepared claim was lost (no files of one on disk)
+            _log.error(
+                "journal was damaged under numadra; cross-checked with the files of prepared claims",
+                journal=str(self.path),
+                what=self._check_due,
+                rebuilt=len(found),
+            )
         for item in found:
             self.put(item.entry)
         if found:

@@ -259,3 +259,17 @@ def test_recoveries_are_counted_in_the_metric(world: World) -> None:
     metrics.set_state_recoveries(drv.state_recoveries)  # the same totals again add nothing
     assert metrics.sample("numadra_state_recoveries_total", {"reason": "journal_deleted"}) == 1
     assert metrics.sample("numadra_state_recoveries_total", {"reason": "journal_missing"}) == 0
+
+
+def test_a_journal_deleted_with_nothing_to_rebuild_is_still_logged(
+    world: World, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No claim had files (all unprepared), yet the deletion is an error in the log, not silence."""
+    drv, first, _ = _first_prepared(world)
+    assert drv.unprepare_claims([first]) == {FIRST: ""}
+    capsys.readouterr()
+    _journal(world).unlink()
+    assert drv.prepare_claims([first])[FIRST].ok
+    out = capsys.readouterr().out
+    assert "journal was damaged under numadra" in out and "what=deleted" in out and "rebuilt=0" in out
+    assert drv.state_recoveries == {}
