@@ -83,7 +83,13 @@ def _open_dir_under(root: str, rel_dir: str, *, create: int | None) -> int:
     ``create``: make missing components with this mode (set exactly, whatever the umask).
     Raises :class:`SymlinkError` naming the first link met, OSError as the syscalls raise it.
     """
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        if create is None:
+            raise
+        os.makedirs(root, create, exist_ok=True)  # the operator's directory, made on first use
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     where = root
     try:
         for part in rel_dir.split("/") if rel_dir else ():

@@ -112,3 +112,12 @@ def test_unprepare_never_deletes_through_a_link_planted_after_prepare(world: Wor
     claim_dir.unlink()
     assert drv.unprepare_claims([ref]) == {UID: ""}
     assert world.cdi_files() == []
+
+
+def test_a_cdi_dir_that_does_not_exist_yet_is_made(world: World) -> None:
+    """The walk starts at the CDI dir; a missing one is made on the first prepare, as before."""
+    ref = world.getter.add(claim(UID, "train", "ml", results=[result("gpu", GPU0)]))
+    drv = world.driver()
+    world.cdi_dir.rmdir()
+    assert drv.prepare_claims([ref])[UID].ok
+    assert world.cdi_files() == [f"numadra.dev_claim_{UID}.json", f"numadra.dev_metadata_{UID}_gpu.json"]

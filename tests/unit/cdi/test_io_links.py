@@ -135,3 +135,12 @@ def test_removals_below_a_root_never_follow_links(tmp_path: Path, victim: Path) 
     cdi.remove_tree(root / "meta" / "real", roots=roots)  # the link inside goes, not its target
     assert not (root / "meta" / "real").exists()
     assert (victim / "req" / "metadata.json").read_text() == "keep"
+
+
+def test_a_missing_root_is_made_on_first_write(tmp_path: Path) -> None:
+    """--cdi-dir that does not exist yet: made on the first write, as before the walk existed."""
+    root = tmp_path / "run" / "cdi"
+    with pytest.raises(FileNotFoundError):
+        cdi.atomic_write_bytes(root / "spec.json", b"{}", roots=[str(root)])
+    cdi.atomic_write_bytes(root / "spec.json", b"{}", roots=[str(root)], dir_mode=0o755)
+    assert (root / "spec.json").read_bytes() == b"{}"
