@@ -13,6 +13,7 @@ import re
 
 __all__ = [
     "CdiNameError",
+    "CdiSpecError",
     "parse_qualified_name",
     "qualified_name",
     "split_kind",
@@ -29,8 +30,16 @@ _DEVICE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_.:-]*[A-Za-z0-9])?$")
 _FILE_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
-class CdiNameError(ValueError):
-    """A CDI name breaks the naming rules; the message quotes the name and the rule."""
+class CdiSpecError(ValueError):
+    """A spec would be rejected by a CDI loader; the message names the device and field."""
+
+
+class CdiNameError(CdiSpecError):
+    """A CDI name breaks the naming rules; the message quotes the name and the rule.
+
+    A spec error like any other: a name built from a claim's input (a device name with the
+    allocation's ``shareID``) is that claim's error, reported as one, never an "internal error".
+    """
 
 
 def validate_vendor(vendor: str) -> None:

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from cdi.naming import CdiNameError, validate_device_name, validate_kind
+from cdi.naming import CdiNameError, CdiSpecError, validate_device_name, validate_kind
 
 __all__ = [
     "HOOK_NAMES",
@@ -39,10 +39,6 @@ HOOK_NAMES = frozenset(
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _NODE_TYPES = frozenset({"", "b", "c", "u", "p"})
 _PERMISSIONS = re.compile(r"^[rwm]{1,3}$")
-
-
-class CdiSpecError(ValueError):
-    """A spec would be rejected by a CDI loader; the message names the device and field."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -248,7 +248,7 @@ class App:
         from driver.health.statusqueue import AsyncStatusWriter
         from driver.inventory.discovery import discover
         from driver.kube.client import shared_client
-        from driver.kubelet.paths import SERIALIZE_LOCK_NAME
+        from driver.kubelet.paths import SERIALIZE_LOCK_NAME, refuse_live_sockets, socket_paths
         from driver.kubelet.serialize import SerializeLock
         from driver.kubelet.server import KubeletPluginServer
         from driver.observability.metered import MeteredPlugin
@@ -256,6 +256,8 @@ class App:
         from driver.state.index import PreparedIndex
 
         cfg = self.config
+        # first, before touching any state: a live instance on our socket paths is not replaced
+        refuse_live_sockets(socket_paths(cfg.registrar_dir, self.plugin_dir, cfg.driver_name, cfg.pod_uid))
         self._inventory = discover(cfg.host_root)  # NVML only when the root is this host's
         inventory = self._inventory
         self._log.info(
@@ -513,6 +515,8 @@ class App:
             return
         if self.index is not None:
             metrics.set_prepared_claims(self.index.count())
+        if self.claims is not None:
+            metrics.set_state_recoveries(self.claims.state_recoveries)
         if self.monitor is not None:
             kinds = {dev.name: kind.value for kind, dev in self.inventory.devices()}
             counts: Counter[tuple[str, str]] = Counter()

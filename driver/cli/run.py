@@ -12,15 +12,17 @@ names both the flag and the variable.
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
+import resource
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from driver import DEFAULT_DRIVER_NAME
-from driver.errors import ConfigError
+from driver.errors import ConfigError, DriverError
 from driver.kubelet.paths import DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRAR_DIR
 
 if TYPE_CHECKING:
@@ -28,7 +30,7 @@ if TYPE_CHECKING:
     from driver.health.taints import TaintEffect
     from driver.log import LogFormat
 
-__all__ = ["FLAGS", "Flag", "config_from_args", "register"]
+__all__ = ["FLAGS", "MIN_OPEN_FILES", "Flag", "check_open_files", "config_from_args", "register"]
 
 #: the service account credential the in-cluster config reads
 _IN_POD_CREDENTIAL = "/var/run/secrets/kubernetes.io/serviceaccount/token"
@@ -246,10 +248,40 @@ def config_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = N
     )
 
 
+#: descriptors ``numadra run`` needs at the least: gRPC (epoll, wakeups, two listening sockets and
+#: one per kubelet connection), the journal (two), the lock, the apiserver connections, the NRI
+#: socket, metrics connections and udev; an idle driver holds about 40, and bursts of claim reads
+#: add one per connection
+MIN_OPEN_FILES = 256
+
+
+def check_open_files(minimum: int = MIN_OPEN_FILES) -> None:
+    """Raise the soft ``RLIMIT_NOFILE`` to ``minimum`` if the hard limit allows; else ConfigError.
+
+    A limit too low to run failed deep inside gRPC with a traceback; this is one line instead.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= minimum:
+        return
+    if hard == resource.RLIM_INFINITY or hard >= minimum:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (minimum, hard))
+        return
+    raise ConfigError(
+        f"open file limit (RLIMIT_NOFILE) is {soft} (hard {hard}); numadra run needs at least "
+        f"{minimum}: raise it (ulimit -n, or the container runtime's LimitNOFILE)"
+    )
+
+
 def _run(args: argparse.Namespace) -> int:
     from driver.app import App
     from driver.log import configure_logging
 
     config = config_from_args(args)
+    check_open_files()
     configure_logging(config.log_format, getattr(logging, config.log_level.upper()))
-    return App(config).run()
+    try:
+        return App(config).run()
+    except OSError as exc:
+        if exc.errno in (errno.EMFILE, errno.ENFILE):  # the limit reached later, under load
+            raise DriverError(f"out of file descriptors: {exc}; raise the open file limit") from exc
+        raise

@@ -42,7 +42,7 @@ from driver.kubelet.health import (
     HealthV1alpha1Servicer,
     HealthV1Servicer,
 )
-from driver.kubelet.paths import MAX_SOCKET_PATH_BYTES, SocketPaths, socket_paths
+from driver.kubelet.paths import MAX_SOCKET_PATH_BYTES, SOCKET_MODE, SocketPaths, socket_paths
 from driver.kubelet.registration import RegistrationResult, RegistrationServicer, supported_versions
 from driver.kubelet.serialize import SerializeLock
 from driver.log import get_logger
@@ -226,6 +226,7 @@ class KubeletPluginServer:
         try:
             server.add_insecure_port(f"unix://{temp}")
             server.start()
+            temp.chmod(SOCKET_MODE)  # grpc binds under the umask (0777 under umask 000)
             if temp != final:
                 temp.replace(final)
             self._own(final)
