@@ -5,10 +5,13 @@ Start order, and why:
 1. discover the inventory from the host root (everything else describes it);
 2. load the journal: a corrupt one stops the start with one line naming the recovery (exit 1);
 3. build the :class:`~driver.claims.ClaimsDriver` and reconcile (a reboot emptied ``/var/run/cdi``);
-4. start the kubelet plugin server. Only what this step needs is imported before it (grpc, the
+4. take the first health reading (every device, before the registration socket exists: a kubelet
+   that opens its health stream right after registering gets a complete first message), then
+   start the kubelet plugin server. Only what this step needs is imported before it (grpc, the
    protos, the claims logic): the kubernetes client and prometheus come later, so the plugin
    registers within about a second, also while the apiserver is unreachable;
-5. start the health monitor (first poll), whose taints feed the publisher before its first sync;
+5. start the health monitor's polling thread, whose taints feed the publisher before its first
+   sync;
 6. publish the slices from a background thread that retries with backoff (prepares meanwhile fail
    per claim, saying the apiserver is unreachable);
 7. watch udev for hot-plug and rescan periodically: a changed inventory is republished and seen
@@ -244,6 +247,7 @@ class App:
     def _start_core(self) -> None:
         """Steps 1-4: inventory, journal, claims driver, kubelet server (the registration path)."""
         from driver.claims import ClaimsDriver
+        from driver.health.clear import clear_dir
         from driver.health.monitor import HealthMonitor
         from driver.health.statusqueue import AsyncStatusWriter
         from driver.inventory.discovery import discover
@@ -316,7 +320,9 @@ class App:
             host_root=str(cfg.host_root),
             interval=cfg.health_interval,
             prepared_cdi_ids=index.cdi_ids,
+            clear_dir=clear_dir(self.plugin_dir),
         )
+        self.monitor.poll_once()  # the first reading, before the kubelet can ask for it
         self.kubelet = KubeletPluginServer(
             driver_name=cfg.driver_name,
             node_name=cfg.node_name,

@@ -22,7 +22,7 @@ EXIT_FAILURE = 1
 EXIT_USAGE = 2
 
 #: subcommand modules, in the order ``numadra --help`` lists them
-SUBCOMMANDS: tuple[str, ...] = ("version", "discover", "run", "hook", "explain", "state")
+SUBCOMMANDS: tuple[str, ...] = ("version", "discover", "run", "hook", "explain", "state", "health")
 
 Handler = Callable[[argparse.Namespace], int]
 
