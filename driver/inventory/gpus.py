@@ -33,7 +33,9 @@ __all__ = [
     "CANDIDATE_CLASSES",
     "COMPUTE_DRIVERS",
     "PCI_VENDORS",
+    "VENDOR_GPU_CLASSES",
     "Classified",
+    "VendorGpuClass",
     "classify_gpu",
     "is_candidate",
 ]
@@ -48,6 +50,26 @@ COMPUTE_DRIVERS: Mapping[str, frozenset[str]] = {
     "amd": frozenset({"amdgpu"}),
     "intel": frozenset({"i915", "xe"}),
 }
+
+
+@dataclass(frozen=True, slots=True)
+class VendorGpuClass:
+    """A vendor's DeviceClass (deploy/): its GPUs only, under its device plugin's resource name."""
+
+    prefix: str  # the class is ``<prefix>.<driver name>``
+    vendor: str  # the ``vendor`` attribute it selects
+    kernel_driver: str  # the ``driver`` attribute it also selects ("" for any)
+    extended_resource: str  # the device plugin's resource name, served through DRA
+
+
+#: the vendor classes deploy/ installs; Intel has one resource per kernel driver, as its plugin does
+VENDOR_GPU_CLASSES: tuple[VendorGpuClass, ...] = (
+    VendorGpuClass("nvidia-gpu", "nvidia", "", "nvidia.com/gpu"),
+    VendorGpuClass("amd-gpu", "amd", "", "amd.com/gpu"),
+    VendorGpuClass("intel-i915-gpu", "intel", "i915", "gpu.intel.com/i915"),
+    VendorGpuClass("intel-xe-gpu", "intel", "xe", "gpu.intel.com/xe"),
+)
+
 #: well-known board graphics, named in the skip reason so that an operator recognizes them
 _BOARD_GRAPHICS: Mapping[int, str] = {0x1A03: "ASPEED BMC graphics", 0x102B: "Matrox board graphics"}
 _NVIDIA_SHARED_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
