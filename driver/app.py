@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from driver import DEFAULT_DRIVER_NAME
 from driver.errors import ConfigError, DriverError, KubeError, RecoverableError, SliceError
 from driver.heap import freeze_startup_heap
-from driver.inventory.model import Inventory
+from driver.inventory.model import Inventory, IsolatedCpus, kept_out_cpus
 from driver.kubelet.paths import DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRAR_DIR, default_plugin_dir
 from driver.log import LogFormat, get_logger
 from driver.pinning.backend import PinningKind
@@ -100,6 +100,7 @@ class RunConfig:
     log_format: LogFormat = "console"
     log_level: str = "info"  # debug | info | warning | error
     reserved_cpus: frozenset[int] = frozenset()
+    isolated_cpus: IsolatedCpus = "include"  # see driver.inventory.model.kept_out_cpus
     node_allocatable: bool = False
     taint_unhealthy: TaintEffect = "NoSchedule"
     nri_socket: Path = DEFAULT_NRI_SOCKET
@@ -278,7 +279,10 @@ class App:
             cpu_hook = partial(cdi_hook, path=cfg.hook_path)
         self._kube = shared_client(cfg.kubeconfig)
         self._on_stop("kube client", self._kube.close)
-        self.planner = CpuPlanner(lambda: self.inventory, cfg.reserved_cpus)
+        # isolcpus= is a boot parameter: the set found now holds for the whole run
+        self.planner = CpuPlanner(
+            lambda: self.inventory, kept_out_cpus(inventory, cfg.reserved_cpus, cfg.isolated_cpus)
+        )
         if cfg.claim_status:
             self.status = AsyncStatusWriter(self._status_writer)
             self._on_stop("claim status writer", self.status.close)
@@ -387,7 +391,7 @@ class App:
             inventory,
             node_name=self.config.node_name,
             driver_name=self.config.driver_name,
-            reserved_cpus=self.config.reserved_cpus,
+            reserved_cpus=kept_out_cpus(inventory, self.config.reserved_cpus, self.config.isolated_cpus),
             taints=taints,
             node_allocatable=self.config.node_allocatable,
         )

@@ -11,6 +11,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Literal
 
 __all__ = [
     "Cpu",
@@ -18,11 +19,13 @@ __all__ = [
     "Gpu",
     "Inventory",
     "InventoryDevice",
+    "IsolatedCpus",
     "Nic",
     "NumaNode",
     "PciTopology",
     "SkippedDevice",
     "cpu_device_name",
+    "kept_out_cpus",
     "pci_device_name",
 ]
 
@@ -205,3 +208,23 @@ class Inventory:
             if cpu.id == cpu_id:
                 return cpu
         return None
+
+
+#: whether CPUs of the kernel's ``isolcpus=`` (``/sys/devices/system/cpu/isolated``) are handed out
+IsolatedCpus = Literal["include", "exclude"]
+
+
+def kept_out_cpus(inventory: Inventory, reserved: frozenset[int], isolated: IsolatedCpus) -> frozenset[int]:
+    """CPUs kept out of the ``cpus`` capacity and of every claim: ``--reserved-cpus``, plus the
+    isolated CPUs with ``--isolated-cpus exclude``.
+
+    Why isolated CPUs count by default (``include``): ``isolcpus=`` is set on purpose, mostly on
+    nodes whose isolated CPUs are *for* latency-critical pods (the housekeeping CPUs are then the
+    kubelet's reserved ones), which is also how the kubelet's CPU manager treats them. The price:
+    the kernel does not balance threads across isolated CPUs, so a workload given several of them
+    must pin its own threads. ``exclude`` is for nodes whose isolated CPUs belong to something else
+    (a DPDK vswitch, real-time host tasks): they are then neither published nor handed out.
+    """
+    if isolated == "exclude":
+        return reserved | frozenset(c.id for c in inventory.cpus if c.isolated)
+    return reserved

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -240,3 +241,13 @@ def test_discover_table_lists_what_was_skipped_and_why(capsys: pytest.CaptureFix
         "  gpu  gpu-0000-4d-00-0  intel 8086:56c0  index 2  root pci0000:4d  "
         "/dev/dri/card4 /dev/dri/renderD130" in out
     )
+
+
+def test_discover_json_stays_data_when_a_gpu_is_skipped_with_a_warning(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The warning naming a half-described GPU goes to stderr; stdout stays parseable JSON."""
+    assert main(["discover", "--host-root", str(host_tree("hostile")), "--node-name", "h"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["kind"] == "List"
+    assert "0000:0b:00.0" in err and "no readable Device Minor" in err
