@@ -369,6 +369,8 @@ class App:
         )
         self.taints = HealthTaints(self.publisher, cfg.taint_unhealthy)
         self.monitor.add_listener(self.taints)
+        if self.status is not None:  # status.devices follow the same model as the taints
+            self.monitor.add_listener(self.status.set_health)
         self.monitor.start()
         self._on_stop("health monitor", self.monitor.stop)
         self.publisher.republish(self.inventory)

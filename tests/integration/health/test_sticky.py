@@ -18,12 +18,13 @@ import pytest
 
 from driver.health.monitor import HealthMonitor
 from driver.health.signals import SignalReader
+from driver.health.status import ClaimStatusWriter
 from driver.health.taints import HealthTaints
 from driver.inventory.discovery import discover
 from driver.inventory.model import DeviceKind, Inventory, pci_device_name
 from driver.kube.backoff import Backoff
 from driver.kube.client import KubeClient
-from driver.plugin import HealthState
+from driver.plugin import HealthState, PreparedDevice
 from driver.slices.publisher import SlicePublisher
 from driver.testing.fakeapiserver import FakeApiServer
 from driver.testing.hosttree import write_host_tree
@@ -167,3 +168,40 @@ def test_failing_xid_source_is_no_signal(node: Node) -> None:
     node.xids.fail = True
     node.polls(INTERVAL_S * 2)
     assert node.state(GPU) == (HealthState.HEALTHY, "")
+
+
+def test_stream_taint_and_claim_status_tell_the_same_story(node: Node, client: KubeClient) -> None:
+    """One fatal fault: the health snapshot (kubelet stream), the slice taint and the prepared
+    claim's status.devices all say PciAerFatal, also long after; after the reset all say healthy."""
+    claim = node.api.put_object(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": "train", "namespace": "team", "generation": 1, "uid": "uid-train"},
+            "spec": {},
+            "status": {"allocation": {"devices": {"results": [
+                {"request": "gpu", "driver": DRIVER, "pool": NODE, "device": GPU},
+            ]}}},
+        }
+    )  # fmt: skip
+    writer = ClaimStatusWriter(client, driver_name=DRIVER, inventory=node.inventory, ip_source=lambda _: [])
+    node.monitor.add_listener(writer.set_health)
+    writer.report_prepared(claim, [PreparedDevice(("gpu",), NODE, GPU, (f"{DRIVER}/claim=x-{GPU}",))])
+
+    def claim_conditions() -> dict[str, tuple[str, str]]:
+        stored = node.api.get_object("ResourceClaim", "train", "team")
+        assert stored is not None
+        (entry,) = stored["status"]["devices"]
+        return {c["type"]: (c["status"], c["reason"]) for c in entry["conditions"]}
+
+    assert claim_conditions() == {"Ready": ("True", "Prepared"), "Healthy": ("True", "Healthy")}
+    bump_aer(node.root, GPU_BDF, 1)
+    node.polls(20.0)
+    assert node.state(GPU) == (HealthState.UNHEALTHY, "PciAerFatal")
+    assert [t["value"] for t in node.taints(GPU)] == ["PciAerFatal"]
+    assert claim_conditions() == {"Ready": ("True", "Prepared"), "Healthy": ("False", "PciAerFatal")}
+    bump_aer(node.root, GPU_BDF, 0)
+    node.polls(INTERVAL_S * THRESHOLD)
+    assert node.state(GPU) == (HealthState.HEALTHY, "")
+    assert node.taints(GPU) == []
+    assert claim_conditions() == {"Ready": ("True", "Prepared"), "Healthy": ("True", "Healthy")}
