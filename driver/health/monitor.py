@@ -87,9 +87,17 @@ class HealthMonitor:
 
     # -- configuration ---------------------------------------------------------------------------
     def set_inventory(self, inventory: Inventory) -> None:
-        """Follow a changed inventory (devices gone from it drop out of the model) and poll now."""
+        """Follow a changed inventory (devices gone from it drop out of the model) and poll now.
+
+        A PCI function that left the inventory (hot-unplug seen by a rescan) counts as gone for its
+        sticky fault: if it comes back, it is a new instance.
+        """
         with self._cond:
+            before = {d.pci.bus_id for _, d in self._inventory.devices() if not isinstance(d, NumaNode)}
+            after = {d.pci.bus_id for _, d in inventory.devices() if not isinstance(d, NumaNode)}
             self._inventory = inventory
+        for bus_id in before - after:
+            self._reader.note_gone(bus_id)
         self.poke()
 
     def add_listener(self, listener: Listener) -> None:

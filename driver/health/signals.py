@@ -116,6 +116,13 @@ class SignalReader:
         """The sticky fault of a PCI function, or None."""
         return self._fatal.get(bus_id)
 
+    def note_gone(self, bus_id: str) -> None:
+        """The function left the inventory (a rescan after hot-unplug): a later return is a reset."""
+        fault = self._fatal.get(bus_id)
+        if fault is not None:
+            fault.gone = True
+        self._aer_fatal.pop(bus_id, None)
+
     def clear_fatal(self, bus_id: str) -> FatalFault | None:
         """Forget a sticky fault (an operator's explicit clear); returns what was forgotten.
 

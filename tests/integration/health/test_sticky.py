@@ -9,6 +9,7 @@ fake apiserver.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -205,3 +206,17 @@ def test_stream_taint_and_claim_status_tell_the_same_story(node: Node, client: K
     assert node.state(GPU) == (HealthState.HEALTHY, "")
     assert node.taints(GPU) == []
     assert claim_conditions() == {"Ready": ("True", "Prepared"), "Healthy": ("True", "Healthy")}
+
+
+def test_function_that_left_the_inventory_and_came_back_is_a_reset(node: Node) -> None:
+    """Hot-unplug seen by a rescan (the device leaves the inventory, so it is never read as gone)
+    and a replug seen by the next rescan: the returning function is a new instance."""
+    node.xids.emit(GPU_BDF, 79)  # an Xid fault: its AER counter says nothing about a reset
+    node.polls(INTERVAL_S)
+    assert node.state(GPU) == (HealthState.UNHEALTHY, "GpuXid79")
+    without = dataclasses.replace(node.inventory, gpus=())
+    node.monitor.set_inventory(without)
+    node.polls(INTERVAL_S)
+    node.monitor.set_inventory(node.inventory)
+    node.polls(INTERVAL_S * THRESHOLD)
+    assert node.state(GPU) == (HealthState.HEALTHY, "")
