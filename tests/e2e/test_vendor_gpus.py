@@ -123,10 +123,14 @@ def _spec_env_and_nodes(cluster: Cluster, claim_uid: str) -> tuple[dict[str, str
     return env, [n["path"] for n in edits.get("deviceNodes", [])]
 
 
-def _delete_all(cluster: Cluster, namespace: str, bound: list[str], waiting: list[str]) -> None:
-    for name in bound:
-        cluster.delete_pod(namespace, name)
-    for name in waiting:  # never prepared: nothing to unprepare
+def _cleanup(cluster: Cluster, namespace: str) -> None:
+    """Delete every pod of the namespace, also after a failed scenario (a pod left holding a GPU
+    would fail the next one): bound pods through drakubelet's unprepare, the others at once."""
+    for pod in cluster.admin.items(f"/api/v1/namespaces/{namespace}/pods"):
+        name = pod["metadata"]["name"]
+        if pod["spec"].get("nodeName"):
+            cluster.delete_pod(namespace, name)
+            continue
         path = f"/api/v1/namespaces/{namespace}/pods/{name}"
         cluster.admin.delete(path)
         wait_for(_gone(cluster, path), 60, f"pod {name} to be removed", interval=0.2)
@@ -136,12 +140,21 @@ def _gone(cluster: Cluster, path: str) -> Callable[[], bool]:
     return lambda: not cluster.admin.exists(path)
 
 
-def test_nvidia_gpu_resource_goes_only_to_nvidia_gpus(mixed_node: Cluster, record_property: Any) -> None:
+@pytest.fixture
+def namespace(mixed_node: Cluster) -> Iterator[str]:
+    ns = mixed_node.new_namespace("vendor")
+    yield ns
+    _cleanup(mixed_node, ns)
+
+
+def test_nvidia_gpu_resource_goes_only_to_nvidia_gpus(
+    mixed_node: Cluster, namespace: str, record_property: Any
+) -> None:
     """5 pods x nvidia.com/gpu: 1 on 4 NVIDIA + 3 other GPUs + 2 board chips: 4 bound, each on its
     own NVIDIA GPU with matching /dev/nvidiaN and NVIDIA_VISIBLE_DEVICES; the 5th Unschedulable."""
     cluster = mixed_node
     assert not BOARD_CHIPS & cluster.published_devices()
-    ns = cluster.new_namespace("vendor")
+    ns = namespace
     names = [f"cuda-{k}" for k in range(len(NVIDIA) + 1)]
     for name in names:
         _gpu_pod(cluster, ns, name)
@@ -162,10 +175,11 @@ def test_nvidia_gpu_resource_goes_only_to_nvidia_gpus(mixed_node: Cluster, recor
         assert env["NVIDIA_VISIBLE_DEVICES"] == str(minor)
         assert env["NUMADRA_GPU_PCI_BUS_IDS"] == bus_id
     assert sorted(got.values()) == sorted(NVIDIA), got
-    _delete_all(cluster, ns, bound, waiting)
 
 
-def test_gpu_with_fatal_error_is_not_allocated_until_reset(mixed_node: Cluster, record_property: Any) -> None:
+def test_gpu_with_fatal_error_is_not_allocated_until_reset(
+    mixed_node: Cluster, namespace: str, record_property: Any
+) -> None:
     """AER fatal on one NVIDIA GPU: tainted; 4 pods get the 3 others, the 4th waits, also after 10 s
     more (the old untaint came after ~6 s); the counter of a reset device instance untaints it and
     the waiting pod gets exactly that GPU."""
@@ -187,7 +201,7 @@ def test_gpu_with_fatal_error_is_not_allocated_until_reset(mixed_node: Cluster, 
     assert [(t["key"], t["value"], t["effect"]) for t in taint_of(broken)] == [
         ("numadra.dev/unhealthy", "PciAerFatal", "NoSchedule")
     ]
-    ns = cluster.new_namespace("fatal")
+    ns = namespace
     names = [f"cuda-{k}" for k in range(len(NVIDIA))]
     for name in names:
         _gpu_pod(cluster, ns, name)
@@ -203,4 +217,3 @@ def test_gpu_with_fatal_error_is_not_allocated_until_reset(mixed_node: Cluster, 
     wait_for(lambda: not taint_of(broken), 30, f"the taint on {broken} to go after the reset", interval=0.2)
     pod = cluster.wait_bound(ns, waiting[0], timeout=60)
     assert _gpu_of(cluster, ns, pod["metadata"]["name"])[0] == broken
-    _delete_all(cluster, ns, [*bound, waiting[0]], [])
