@@ -162,7 +162,7 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
 
 def _base_objects() -> list[dict[str, Any]]:
     kustomization = yaml.safe_load((BASE / "kustomization.yaml").read_text())
-    objects = []
+    objects: list[dict[str, Any]] = []
     for name in kustomization["resources"]:
         objects.extend(doc for doc in yaml.safe_load_all((BASE / name).read_text()) if doc)
     for obj in objects:
