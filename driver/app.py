@@ -5,10 +5,13 @@ Start order, and why:
 1. discover the inventory from the host root (everything else describes it);
 2. load the journal: a corrupt one stops the start with one line naming the recovery (exit 1);
 3. build the :class:`~driver.claims.ClaimsDriver` and reconcile (a reboot emptied ``/var/run/cdi``);
-4. start the kubelet plugin server. Only what this step needs is imported before it (grpc, the
+4. take the first health reading (every device, before the registration socket exists: a kubelet
+   that opens its health stream right after registering gets a complete first message), then
+   start the kubelet plugin server. Only what this step needs is imported before it (grpc, the
    protos, the claims logic): the kubernetes client and prometheus come later, so the plugin
    registers within about a second, also while the apiserver is unreachable;
-5. start the health monitor (first poll), whose taints feed the publisher before its first sync;
+5. start the health monitor's polling thread, whose taints feed the publisher before its first
+   sync;
 6. publish the slices from a background thread that retries with backoff (prepares meanwhile fail
    per claim, saying the apiserver is unreachable);
 7. watch udev for hot-plug and rescan periodically: a changed inventory is republished and seen
@@ -38,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from driver import DEFAULT_DRIVER_NAME
 from driver.errors import ConfigError, DriverError, KubeError, RecoverableError, SliceError
 from driver.heap import freeze_startup_heap
-from driver.inventory.model import Inventory
+from driver.inventory.model import Inventory, IsolatedCpus, kept_out_cpus
 from driver.kubelet.paths import DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRAR_DIR, default_plugin_dir
 from driver.log import LogFormat, get_logger
 from driver.pinning.backend import PinningKind
@@ -97,6 +100,7 @@ class RunConfig:
     log_format: LogFormat = "console"
     log_level: str = "info"  # debug | info | warning | error
     reserved_cpus: frozenset[int] = frozenset()
+    isolated_cpus: IsolatedCpus = "include"  # see driver.inventory.model.kept_out_cpus
     node_allocatable: bool = False
     taint_unhealthy: TaintEffect = "NoSchedule"
     nri_socket: Path = DEFAULT_NRI_SOCKET
@@ -244,6 +248,7 @@ class App:
     def _start_core(self) -> None:
         """Steps 1-4: inventory, journal, claims driver, kubelet server (the registration path)."""
         from driver.claims import ClaimsDriver
+        from driver.health.clear import clear_dir
         from driver.health.monitor import HealthMonitor
         from driver.health.statusqueue import AsyncStatusWriter
         from driver.inventory.discovery import discover
@@ -276,9 +281,10 @@ class App:
             cpu_hook = partial(cdi_hook, path=cfg.hook_path)
         self._kube = shared_client(cfg.kubeconfig)
         self._on_stop("kube client", self._kube.close)
+        # isolcpus= is a boot parameter: the set found now holds for the whole run
         self.planner = CpuPlanner(
             lambda: self.inventory,
-            cfg.reserved_cpus,
+            kept_out_cpus(inventory, cfg.reserved_cpus, cfg.isolated_cpus),
             shared_pool=cfg.nri_shared_pool and cfg.pinning is PinningKind.NRI,
         )
         if cfg.claim_status:
@@ -322,7 +328,9 @@ class App:
             host_root=str(cfg.host_root),
             interval=cfg.health_interval,
             prepared_cdi_ids=index.cdi_ids,
+            clear_dir=clear_dir(self.plugin_dir),
         )
+        self.monitor.poll_once()  # the first reading, before the kubelet can ask for it
         self.kubelet = KubeletPluginServer(
             driver_name=cfg.driver_name,
             node_name=cfg.node_name,
@@ -365,6 +373,8 @@ class App:
         )
         self.taints = HealthTaints(self.publisher, cfg.taint_unhealthy)
         self.monitor.add_listener(self.taints)
+        if self.status is not None:  # status.devices follow the same model as the taints
+            self.monitor.add_listener(self.status.set_health)
         self.monitor.start()
         self._on_stop("health monitor", self.monitor.stop)
         self.publisher.republish(self.inventory)
@@ -387,7 +397,7 @@ class App:
             inventory,
             node_name=self.config.node_name,
             driver_name=self.config.driver_name,
-            reserved_cpus=self.config.reserved_cpus,
+            reserved_cpus=kept_out_cpus(inventory, self.config.reserved_cpus, self.config.isolated_cpus),
             taints=taints,
             node_allocatable=self.config.node_allocatable,
         )

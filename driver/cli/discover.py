@@ -60,6 +60,12 @@ def register(sub: Any) -> None:
         help='CPUs kept out of the "cpus" capacity, kernel list format ("0-1,64")',
     )
     p.add_argument(
+        "--isolated-cpus",
+        choices=("include", "exclude"),
+        default="include",
+        help="whether isolcpus= CPUs count in the cpus capacity (default include)",
+    )
+    p.add_argument(
         "--node-allocatable",
         action="store_true",
         help="add the alpha nodeAllocatableResources mapping (KEP-5517) to cpu devices",
@@ -76,6 +82,7 @@ def register(sub: Any) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from driver.inventory.discovery import discover
+    from driver.inventory.model import kept_out_cpus
     from driver.inventory.table import render_table
     from driver.slices.builder import build_slices
 
@@ -86,6 +93,7 @@ def _run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise ConfigError(f"--reserved-cpus {args.reserved_cpus!r}: {exc}") from exc
     inventory = discover(args.host_root)
+    reserved = kept_out_cpus(inventory, reserved, args.isolated_cpus)
     if args.output == "table":
         sys.stdout.write(render_table(inventory, reserved_cpus=reserved))
         return 0

@@ -28,6 +28,7 @@ from driver.kubelet.paths import DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRAR_DIR
 if TYPE_CHECKING:
     from driver.app import HotplugSource, RunConfig
     from driver.health.taints import TaintEffect
+    from driver.inventory.model import IsolatedCpus
     from driver.log import LogFormat
 
 __all__ = ["FLAGS", "MIN_OPEN_FILES", "Flag", "check_open_files", "config_from_args", "register"]
@@ -78,6 +79,12 @@ FLAGS: tuple[Flag, ...] = (
     _flag("--log-format", "console", "log format", choices=("json", "console")),
     _flag("--log-level", "info", "log level", choices=("debug", "info", "warning", "error")),
     _flag("--reserved-cpus", "", 'CPUs never handed out, kernel list format ("0-1,64")'),
+    _flag(
+        "--isolated-cpus",
+        "include",
+        "whether the kernel's isolcpus= CPUs count in the cpus capacity and are handed out",
+        choices=("include", "exclude"),
+    ),
     Flag(
         "--node-allocatable",
         _env("--node-allocatable"),
@@ -236,6 +243,7 @@ def config_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = N
         log_format=cast("LogFormat", raw["log_format"]),
         log_level=raw["log_level"],
         reserved_cpus=reserved,
+        isolated_cpus=cast("IsolatedCpus", raw["isolated_cpus"]),
         node_allocatable=raw["node_allocatable"].lower() in _TRUE,
         taint_unhealthy=cast("TaintEffect", raw["taint_unhealthy"]),
         nri_socket=Path(raw["nri_socket"]),

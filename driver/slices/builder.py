@@ -155,7 +155,8 @@ def _gpu_device(gpu: Gpu) -> Device:
         "pciDeviceID": _string(f"{gpu.device_id:04x}"),
     }
     _set_string(attrs, "productName", gpu.product_name)
-    _set_int(attrs, "index", gpu.index)
+    _set_string(attrs, "driver", gpu.driver)  # the Intel classes select i915 or xe on it
+    _set_int(attrs, "index", gpu.index)  # the vendor's own number (NVIDIA device minor), see Gpu
     _pci_attributes(attrs, gpu.pci.bus_id, gpu.pci.pcie_root, gpu.pci.numa_node)
     device: Device = {"name": gpu.name, "attributes": attrs}
     if gpu.memory_bytes:

@@ -162,7 +162,7 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
 
 def _base_objects() -> list[dict[str, Any]]:
     kustomization = yaml.safe_load((BASE / "kustomization.yaml").read_text())
-    objects = []
+    objects: list[dict[str, Any]] = []
     for name in kustomization["resources"]:
         objects.extend(doc for doc in yaml.safe_load_all((BASE / name).read_text()) if doc)
     for obj in objects:
@@ -226,9 +226,20 @@ def test_every_base_object_is_accepted(installed: Api) -> None:
     status, classes = installed.call("GET", "/apis/resource.k8s.io/v1/deviceclasses")
     assert status == 200
     names = sorted(c["metadata"]["name"] for c in classes["items"])
-    assert names == ["cpu.numadra.dev", "gpu.numadra.dev", "nic.numadra.dev"]
-    gpu = next(c for c in classes["items"] if c["metadata"]["name"] == "gpu.numadra.dev")
-    assert gpu["spec"]["extendedResourceName"] == "nvidia.com/gpu"  # not dropped: the field is served
+    assert names == [
+        "amd-gpu.numadra.dev",
+        "cpu.numadra.dev",
+        "gpu.numadra.dev",
+        "intel-i915-gpu.numadra.dev",
+        "intel-xe-gpu.numadra.dev",
+        "nic.numadra.dev",
+        "nvidia-gpu.numadra.dev",
+    ]
+    by_name = {c["metadata"]["name"]: c["spec"] for c in classes["items"]}
+    assert "extendedResourceName" not in by_name["gpu.numadra.dev"]
+    # not dropped: the field is served
+    assert by_name["nvidia-gpu.numadra.dev"]["extendedResourceName"] == "nvidia.com/gpu"
+    assert by_name["intel-xe-gpu.numadra.dev"]["extendedResourceName"] == "gpu.intel.com/xe"
 
 
 def test_driver_may_write_its_own_nodes_slices(installed: Api) -> None:

@@ -102,16 +102,34 @@ def test_custom_driver_name_and_kubelet_dir_reach_every_object() -> None:
     (role,) = [o for o in objects if o["kind"] == "ClusterRole"]
     assert ["numa.example.com"] in [r.get("resourceNames") for r in role["rules"]]
     classes = sorted(o["metadata"]["name"] for o in objects if o["kind"] == "DeviceClass")
-    assert classes == ["cpu.numa.example.com", "gpu.numa.example.com", "nic.numa.example.com"]
+    assert classes == [
+        "amd-gpu.numa.example.com",
+        "cpu.numa.example.com",
+        "gpu.numa.example.com",
+        "intel-i915-gpu.numa.example.com",
+        "intel-xe-gpu.numa.example.com",
+        "nic.numa.example.com",
+        "nvidia-gpu.numa.example.com",
+    ]
     (vap,) = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"]
     assert 'variables.objectDriver == "numa.example.com"' in yaml.safe_dump(vap)
 
 
-def test_extended_resource_name_can_be_turned_off() -> None:
-    """deviceClasses.gpu.extendedResourceName="" drops the field (clusters that keep the device plugin)."""
-    objects = _helm("--set", "deviceClasses.gpu.extendedResourceName=")
-    (gpu,) = [o for o in objects if o["kind"] == "DeviceClass" and o["metadata"]["name"].startswith("gpu.")]
-    assert "extendedResourceName" not in gpu["spec"]
+def test_extended_resource_name_can_be_turned_off_per_vendor() -> None:
+    """deviceClasses.nvidiaGpu.extendedResourceName="" drops only NVIDIA's mapping (that node pool
+    keeps the device plugin); the class stays for claims and the other vendors keep theirs."""
+    objects = _helm("--set", "deviceClasses.nvidiaGpu.extendedResourceName=")
+    spec = {o["metadata"]["name"]: o["spec"] for o in objects if o["kind"] == "DeviceClass"}
+    assert "extendedResourceName" not in spec["nvidia-gpu.numadra.dev"]
+    assert spec["amd-gpu.numadra.dev"]["extendedResourceName"] == "amd.com/gpu"
+    assert "extendedResourceName" not in spec["gpu.numadra.dev"]
+
+
+def test_old_generic_extended_resource_value_fails_the_render() -> None:
+    """The removed deviceClasses.gpu.extendedResourceName is an error, not silently ignored."""
+    with pytest.raises(subprocess.CalledProcessError) as exc:
+        _helm("--set", "deviceClasses.gpu.extendedResourceName=nvidia.com/gpu")
+    assert "deviceClasses.nvidiaGpu" in exc.value.stderr
 
 
 def test_unknown_pinning_backend_fails_the_render() -> None:

@@ -210,7 +210,45 @@ def test_device_classes_are_the_ones_explain_assumes() -> None:
         c["metadata"]["name"]: tuple(s["cel"]["expression"] for s in c["spec"]["selectors"]) for c in classes
     } == {name: cls.selectors for name, cls in defaults.items()}
     extended = {c["metadata"]["name"]: c["spec"].get("extendedResourceName") for c in classes}
-    assert extended == {"gpu.numadra.dev": "nvidia.com/gpu", "nic.numadra.dev": None, "cpu.numadra.dev": None}
+    assert extended == {
+        "gpu.numadra.dev": None,
+        "nic.numadra.dev": None,
+        "cpu.numadra.dev": None,
+        "nvidia-gpu.numadra.dev": "nvidia.com/gpu",
+        "amd-gpu.numadra.dev": "amd.com/gpu",
+        "intel-i915-gpu.numadra.dev": "gpu.intel.com/i915",
+        "intel-xe-gpu.numadra.dev": "gpu.intel.com/xe",
+    }
+
+
+def _gpu(vendor: str, kernel_driver: str) -> CelDevice:
+    attrs = {"type": "gpu", "vendor": vendor, "driver": kernel_driver}
+    return CelDevice(DEFAULT_DRIVER_NAME, {DEFAULT_DRIVER_NAME: attrs}, {})
+
+
+@pytest.mark.parametrize(
+    ("cls", "selected"),
+    [
+        pytest.param("nvidia-gpu", {("nvidia", "nvidia")}, id="nvidia"),
+        pytest.param("amd-gpu", {("amd", "amdgpu")}, id="amd"),
+        pytest.param("intel-i915-gpu", {("intel", "i915")}, id="intel-i915"),
+        pytest.param("intel-xe-gpu", {("intel", "xe")}, id="intel-xe"),
+        pytest.param(
+            "gpu", {("nvidia", "nvidia"), ("amd", "amdgpu"), ("intel", "i915"), ("intel", "xe")}, id="generic"
+        ),
+    ],
+)
+def test_vendor_class_selects_only_its_vendors_gpus(cls: str, selected: set[tuple[str, str]]) -> None:
+    """nvidia.com/gpu (and each vendor's resource) can only ever be an NVIDIA (that vendor's) GPU."""
+    (obj,) = [
+        o for o in _objects() if o["kind"] == "DeviceClass" and o["metadata"]["name"] == f"{cls}.numadra.dev"
+    ]
+    (expr,) = [s["cel"]["expression"] for s in obj["spec"]["selectors"]]
+    gpus = [("nvidia", "nvidia"), ("amd", "amdgpu"), ("intel", "i915"), ("intel", "xe")]
+    got = {g for g in gpus if evaluate(expr, _gpu(*g)).matches is True}
+    assert got == selected
+    nic = CelDevice(DEFAULT_DRIVER_NAME, {DEFAULT_DRIVER_NAME: {"type": "nic", "vendor": "nvidia"}}, {})
+    assert evaluate(expr, nic).matches is False
 
 
 @pytest.mark.parametrize("dtype", ["gpu", "nic", "cpu"])
