@@ -248,8 +248,6 @@ class App:
     def _start_core(self) -> None:
         """Steps 1-4: inventory, journal, claims driver, kubelet server (the registration path)."""
         from driver.claims import ClaimsDriver
-        from driver.health.clear import clear_dir
-        from driver.health.monitor import HealthMonitor
         from driver.health.statusqueue import AsyncStatusWriter
         from driver.inventory.discovery import discover
         from driver.kube.client import shared_client
@@ -322,14 +320,7 @@ class App:
         index.refresh()
         self.index = index
         self.plugin = MeteredPlugin(self.claims, self._journal_changed)
-        self.monitor = HealthMonitor(
-            inventory,
-            pool_name=cfg.node_name,
-            host_root=str(cfg.host_root),
-            interval=cfg.health_interval,
-            prepared_cdi_ids=index.cdi_ids,
-            clear_dir=clear_dir(self.plugin_dir),
-        )
+        self.monitor = self._health_monitor(inventory, index)
         self.monitor.poll_once()  # the first reading, before the kubelet can ask for it
         self.kubelet = KubeletPluginServer(
             driver_name=cfg.driver_name,
@@ -343,6 +334,23 @@ class App:
         )
         self.kubelet.start()
         self._on_stop("kubelet plugin server", self.kubelet.stop)
+
+    def _health_monitor(self, inventory: Inventory, index: PreparedIndex) -> HealthMonitor:
+        """The health model; its fatal faults are kept in the plugin dir across restarts."""
+        from driver.health.clear import clear_dir
+        from driver.health.monitor import HealthMonitor
+        from driver.health.signals import HEALTH_FAULTS_FILE
+
+        cfg = self.config
+        return HealthMonitor(
+            inventory,
+            pool_name=cfg.node_name,
+            host_root=str(cfg.host_root),
+            interval=cfg.health_interval,
+            prepared_cdi_ids=index.cdi_ids,
+            clear_dir=clear_dir(self.plugin_dir),
+            faults_path=str(self.plugin_dir / HEALTH_FAULTS_FILE),
+        )
 
     def _status_writer(self) -> ClaimStatusWriter:
         """The claim status writer (built on first use, on the status worker thread)."""

@@ -58,6 +58,7 @@ class HealthMonitor:
         reader: SignalReader | None = None,
         prepared_cdi_ids: Callable[[str], tuple[str, ...]] | None = None,
         clear_dir: str | None = None,
+        faults_path: str | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if interval <= 0 or healthy_threshold < 1:
@@ -65,7 +66,7 @@ class HealthMonitor:
         self.pool_name = pool_name
         self.interval = interval
         self.healthy_threshold = healthy_threshold
-        self._reader = reader or SignalReader(host_root)
+        self._reader = reader or SignalReader(host_root, faults_path=faults_path)
         self._cdi_ids = prepared_cdi_ids
         self._clear_dir = clear_dir
         self._clock = clock

@@ -25,17 +25,30 @@ So a fatal fault is kept until there is evidence of a reset:
   per device instance, so a lower value is a new instance;
 
 or until an operator clears it (:mod:`driver.health.clear`, ``numadra health clear``).
+
+Faults outlive the driver process. With ``faults_path`` (``<plugin-dir>/health-faults.json``,
+mode 0600) every trip, reset and clear rewrites that file atomically, and a new process starts
+from it: a rolling update or a crash must not untaint a broken GPU, because the first reading of a
+fresh process has no earlier counter to compare with and would find the device "healthy". The file
+records the host's boot id: after a reboot every device was reset, so the faults of an earlier
+boot are dropped (logged). A fault whose function disappeared and came back while no driver ran
+cannot be told from one that did not: it stays (fail safe) until the counter says otherwise or an
+operator clears it. A damaged file is logged as an error and its valid entries are kept.
 """
 
 from __future__ import annotations
 
 import importlib
+import json
+import math
 import os
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from cdi.io import atomic_write_bytes
 from driver.health.netinfo import netdev_dir
 from driver.health.xid import NvmlXidSource, XidSource
 from driver.inventory._sysfs import is_live_host, list_dir, read_text
@@ -43,13 +56,21 @@ from driver.inventory.model import Gpu, InventoryDevice, Nic, NumaNode
 from driver.log import get_logger
 from driver.plugin import HealthState
 
-__all__ = ["FatalFault", "Reading", "SignalReader"]
+__all__ = ["HEALTH_FAULTS_FILE", "FatalFault", "Reading", "SignalReader"]
+
+#: the file in the plugin dir that keeps fatal faults across driver restarts
+HEALTH_FAULTS_FILE = "health-faults.json"
 
 _log = get_logger("health.signals")
 
 # ruff: noqa: PTH110, PTH112, PTH118 - os.path on purpose: many small reads per poll (see _sysfs)
 
 _IFF_UP = 0x1
+#: what a persisted fault's key and reason must look like (the file can be damaged or planted)
+_BUS_ID = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
+_REASON = re.compile(r"[A-Za-z0-9]{1,64}")
+_FAULTS_VERSION = 1
+_FAULTS_MAX_BYTES = 1 << 20
 _LINK_DOWN_STATES = frozenset({"down", "lowerlayerdown", "notpresent"})
 
 
@@ -95,11 +116,16 @@ class SignalReader:
         use_nvml: bool | None = None,
         xid_source: XidSource | None = None,
         clock: Callable[[], float] = time.time,
+        faults_path: str | None = None,
     ) -> None:
         self.host_root = host_root
         self._aer_fatal: dict[str, int] = {}
         self._fatal: dict[str, FatalFault] = {}
         self._clock = clock
+        self._faults_path = faults_path
+        self._boot_id = read_text(self._path("proc/sys/kernel/random/boot_id"))
+        if faults_path is not None:
+            self._fatal = _load_faults(faults_path, self._boot_id)
         self._nvml: Any = None
         if use_nvml if use_nvml is not None else is_live_host(host_root):
             self._nvml = _load_nvml()
@@ -118,9 +144,7 @@ class SignalReader:
 
     def note_gone(self, bus_id: str) -> None:
         """The function left the inventory (a rescan after hot-unplug): a later return is a reset."""
-        fault = self._fatal.get(bus_id)
-        if fault is not None:
-            fault.gone = True
+        self._mark_gone(bus_id)
         self._aer_fatal.pop(bus_id, None)
 
     def clear_fatal(self, bus_id: str) -> FatalFault | None:
@@ -129,12 +153,44 @@ class SignalReader:
         The AER baseline is re-read at the next reading, so the old count is not a new fault.
         """
         self._aer_fatal.pop(bus_id, None)
-        return self._fatal.pop(bus_id, None)
+        fault = self._fatal.pop(bus_id, None)
+        if fault is not None:
+            self._save_faults()
+        return fault
 
     def _trip(self, bus_id: str, reason: str, total: int | None) -> Reading:
         self._fatal[bus_id] = FatalFault(reason, total, self._clock())
         _log.warning("fatal device fault: kept unhealthy until a reset", device=bus_id, reason=reason)
+        self._save_faults()
         return Reading(HealthState.UNHEALTHY, reason, sticky=True)
+
+    def _mark_gone(self, bus_id: str) -> None:
+        fault = self._fatal.get(bus_id)
+        if fault is not None and not fault.gone:
+            fault.gone = True
+            self._save_faults()
+
+    def _save_faults(self) -> None:
+        """Rewrite the faults file (see the module docstring); a failure is logged, never raised:
+        the fault still holds in this process, and the next change writes again."""
+        if self._faults_path is None:
+            return
+        doc = {
+            "version": _FAULTS_VERSION,
+            "bootID": self._boot_id,
+            "faults": {
+                bus_id: {"reason": f.reason, "tripTotal": f.trip_total, "since": f.since, "gone": f.gone}
+                for bus_id, f in sorted(self._fatal.items())
+            },
+        }
+        path = self._faults_path
+        data = json.dumps(doc, sort_keys=True).encode()
+        try:
+            atomic_write_bytes(path, data, 0o600, roots=(os.path.dirname(path),))  # noqa: PTH120
+        except OSError as exc:
+            _log.error(
+                "cannot record fatal device faults", path=path, error=str(exc), faults=sorted(self._fatal)
+            )
 
     def _reset_seen(self, bus_id: str, fault: FatalFault, total: int | None) -> bool:
         """True (and the fault forgotten) when the function shows evidence of a reset."""
@@ -148,6 +204,7 @@ class SignalReader:
         _log.info(
             "fatal device fault cleared by a reset", device=bus_id, reason=fault.reason, evidence=evidence
         )
+        self._save_faults()
         return True
 
     # -- readings -------------------------------------------------------------------------------
@@ -159,8 +216,7 @@ class SignalReader:
         pci_dir = self._path("sys/bus/pci/devices", bus_id)
         fault = self._fatal.get(bus_id)
         if not os.path.exists(pci_dir):
-            if fault is not None:
-                fault.gone = True
+            self._mark_gone(bus_id)
             self._aer_fatal.pop(bus_id, None)  # a device that comes back is a new instance
             return Reading(HealthState.UNHEALTHY, "DeviceRemoved")
         total = _aer_total(pci_dir)
@@ -244,6 +300,89 @@ def _aer_total(pci_dir: str) -> int | None:
         if name.strip() == "TOTAL_ERR_FATAL" and value.isascii() and value.isdigit():
             total = int(value)
     return total
+
+
+def _read_faults_file(path: str) -> bytes | None:
+    """The file's bytes, None when absent or unreadable (logged). Opened without following a
+    link: a planted link must not make us read another file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        _log.error("cannot read recorded fatal device faults", path=path, error=str(exc))
+        return None
+    try:
+        return os.read(fd, _FAULTS_MAX_BYTES + 1)
+    except OSError as exc:
+        _log.error("cannot read recorded fatal device faults", path=path, error=str(exc))
+        return None
+    finally:
+        os.close(fd)
+
+
+def _load_faults(path: str, boot_id: str | None) -> dict[str, FatalFault]:
+    """The faults an earlier process recorded (see the module docstring); {} when there are none.
+
+    Every entry is checked; a bad one is logged and skipped, the others kept.
+    """
+    data = _read_faults_file(path)
+    if data is None:
+        return {}
+    try:
+        if len(data) > _FAULTS_MAX_BYTES:
+            raise ValueError(f"larger than {_FAULTS_MAX_BYTES} bytes")
+        doc = json.loads(data)
+        if not isinstance(doc, dict) or doc.get("version") != _FAULTS_VERSION:
+            raise ValueError(f"not a version {_FAULTS_VERSION} faults document")
+        faults = doc.get("faults")
+        if not isinstance(faults, dict):
+            raise ValueError("'faults' is not an object")
+    except ValueError as exc:
+        _log.error("recorded fatal device faults are damaged; none restored", path=path, error=str(exc))
+        return {}
+    recorded_boot = doc.get("bootID")
+    if boot_id is not None and isinstance(recorded_boot, str) and recorded_boot != boot_id:
+        if faults:
+            _log.info(
+                "fatal device faults of an earlier boot dropped: a reboot reset every device",
+                path=path,
+                devices=sorted(str(k) for k in faults),
+            )
+        return {}
+    kept: dict[str, FatalFault] = {}
+    for bus_id, item in faults.items():
+        fault = _fault_from(bus_id, item)
+        if fault is None:
+            _log.error(
+                "recorded fatal device fault is malformed; skipped", path=path, device=str(bus_id)[:64]
+            )
+            continue
+        kept[bus_id] = fault
+    if kept:
+        _log.warning("fatal device faults restored: kept unhealthy until a reset", devices=sorted(kept))
+    return kept
+
+
+def _fault_from(bus_id: object, item: object) -> FatalFault | None:
+    """One recorded fault, or None when any field is off."""
+    if not isinstance(bus_id, str) or not _BUS_ID.fullmatch(bus_id) or not isinstance(item, dict):
+        return None
+    reason, total, since, gone = (
+        item.get("reason"),
+        item.get("tripTotal"),
+        item.get("since"),
+        item.get("gone"),
+    )
+    if not isinstance(reason, str) or not _REASON.fullmatch(reason):
+        return None
+    if total is not None and (type(total) is not int or total < 0):
+        return None
+    if not isinstance(since, int | float) or isinstance(since, bool) or not math.isfinite(since):
+        return None
+    if not isinstance(gone, bool):
+        return None
+    return FatalFault(reason, total, float(since), gone)
 
 
 def _load_nvml() -> Any:
