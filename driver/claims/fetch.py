@@ -11,7 +11,8 @@ A LIST without ``resourceVersion`` is a consistent read, exactly like a GET, so 
 same; only its size differs. To keep a crowded namespace from costing more than the GETs it
 replaces, the LIST asks for one page of at most ``4 x claims`` (at least 64) objects: a claim on
 that page is taken from it, a claim missing from a complete listing does not exist (the GET's
-404), and a claim missing from an incomplete page is fetched with its own GET. Any LIST failure
+404), and a claim missing from an incomplete page, or from a page with junk items (not objects,
+no name), is fetched with its own GET. Any LIST failure
 falls back to GETs for the whole namespace; a 403 (RBAC without ``list``) turns LISTs off for the
 process after one warning, so a cluster that grants only ``get`` still works.
 """
@@ -114,14 +115,29 @@ class ClaimFetcher:
             _log.exception("claim LIST failed unexpectedly", namespace=namespace, claim_uids=_uids(group))
             self._list_failed(namespace, group, exc)
             return list(group)
-        by_name = {_name_of(item): item for item in items}
-        by_name.pop("", None)
+        by_name: dict[str, JsonObject] = {}
+        junk = 0
+        for item in items:
+            name = _name_of(item)
+            if name:
+                by_name[name] = item
+            else:
+                junk += 1
+        if junk:
+            # An item without a readable name may be one of ours: its absence proves nothing, and
+            # the GET of each claim not found gives that claim its own answer (or error).
+            _log.warning(
+                "claim LIST returned items without a name; fetching the claims not found one GET each",
+                namespace=namespace,
+                claim_uids=_uids(group),
+                junk_items=junk,
+            )
         missing: list[ClaimRef] = []
         for ref in group:
             claim = by_name.get(ref.name)
             if claim is not None:
                 fetched[ref.uid] = claim
-            elif continue_token:
+            elif continue_token or junk:
                 missing.append(ref)  # maybe on a later page: its own GET is cheaper than paging
             else:
                 fetched[ref.uid] = _not_found(ref)
@@ -187,7 +203,10 @@ def _by_namespace(refs: Iterable[ClaimRef]) -> dict[str, list[ClaimRef]]:
     return groups
 
 
-def _name_of(item: Mapping[str, Any]) -> str:
+def _name_of(item: object) -> str:
+    """The item's ``metadata.name``, or "" for anything that is not a named object."""
+    if not isinstance(item, Mapping):
+        return ""
     meta = item.get("metadata")
     name = meta.get("name") if isinstance(meta, Mapping) else None
     return name if isinstance(name, str) else ""
