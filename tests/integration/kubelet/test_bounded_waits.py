@@ -92,9 +92,7 @@ def _call(fn: Callable[[], Any]) -> Any:
 def test_unprepare_answers_while_prepares_are_stuck_on_the_apiserver(
     claims_server: KubeletPluginServer, hostile: HostileApiServer
 ) -> None:
-    refs = [
-        ClaimRef("default", f"stuck-{i}", f"{i:08x}-0000-4000-8000-000000000000") for i in range(STUCK)
-    ]
+    refs = [ClaimRef("default", f"stuck-{i}", f"{i:08x}-0000-4000-8000-000000000000") for i in range(STUCK)]
     with KubeletClient() as client, ThreadPoolExecutor(STUCK) as pool:
         socket = claims_server.dra_socket
         futures = [pool.submit(_call, partial(client.prepare, socket, [ref], timeout=45)) for ref in refs]
