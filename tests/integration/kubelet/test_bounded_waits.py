@@ -118,20 +118,23 @@ def test_unprepare_answers_while_prepares_are_stuck_on_the_apiserver(
 def test_open_health_streams_do_not_starve_prepare(
     make_server: Callable[..., KubeletPluginServer], fake: FakePlugin
 ) -> None:
+    """20 kubelets' worth of open health streams; a prepare still answers. Before: the streams took
+    the 16 workers and the prepare waited for its 10 s deadline."""
     server = make_server(fake, health_resend_interval=60)
     server.start()
     opened: list[Any] = []
-    with KubeletClient() as client:
+    with KubeletClient() as client, ThreadPoolExecutor(20) as pool:
         try:
-            outcomes = []
+            firsts = []
             for _ in range(20):
                 stream = client.watch_health(server.dra_socket)
                 opened.append(stream)
-                outcomes.append(_call(partial(next, stream)))
+                firsts.append(pool.submit(_call, partial(next, stream)))
             ref = ClaimRef("default", "c", "c0000000-0000-4000-8000-000000000000")
             response = client.prepare(server.dra_socket, [ref], timeout=10)
             assert response.claims[ref.uid].error == ""
             assert client.unprepare(server.dra_socket, [ref], timeout=10).claims[ref.uid].error == ""
+            outcomes = [f.result(timeout=10) for f in firsts]
         finally:
             for stream in opened:
                 stream.cancel()

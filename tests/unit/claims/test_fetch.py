@@ -255,3 +255,32 @@ def test_junk_list_items_fall_back_to_gets(fetchers: list[ClaimFetcher], junk: A
     assert "not found in the apiserver" in str(got["uid-d"])
     assert ("get", "ns", "d") in source.calls
     assert not any(call[0] == "get" and call[2] != "d" for call in source.calls)
+
+
+class StuckGetter(RecordingGetter):
+    """GETs that never answer until released (reads queued behind stuck ones), with a read deadline."""
+
+    read_deadline = 0.2
+
+    def __init__(self, names: dict[str, list[str]]) -> None:
+        super().__init__(names)
+        self.release = threading.Event()
+
+    def get_resource_claim(self, namespace: str, name: str) -> JsonObject:
+        self.release.wait(30)
+        return super().get_resource_claim(namespace, name)
+
+
+def test_a_call_stops_waiting_for_queued_gets(fetchers: list[ClaimFetcher]) -> None:
+    """GETs stuck in the shared I/O pool (its threads all taken) give each claim an error once the
+    call has waited two read deadlines: the kubelet gets an answer, not its own 45 s timeout."""
+    source = StuckGetter({"ns": ["a", "b", "c"]})
+    fetcher = ClaimFetcher(source, max_workers=1)  # one thread: b and c queue behind a
+    fetchers.append(fetcher)
+    try:
+        got = fetcher.fetch(_refs("ns", ["a", "b", "c"]))
+    finally:
+        source.release.set()
+    assert set(got) == {"uid-a", "uid-b", "uid-c"}
+    for uid, value in got.items():
+        assert isinstance(value, str) and "no answer from the apiserver" in value, (uid, value)
