@@ -430,6 +430,8 @@ class Transport:
                 conn.close()
                 raise
         except TimeoutError as exc:
+            if time.monotonic() < deadline:
+                raise  # a connect or per-read timeout, its message says which
             raise TimeoutError(f"GET exceeded its deadline of {self.deadline:g} s: {exc}") from exc
         self._checkin(conn, response.keep_alive)
         return response
