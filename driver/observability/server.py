@@ -33,7 +33,7 @@ from http import HTTPStatus
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from driver.errors import ConfigError
+from driver.errors import ConfigError, DriverError
 from driver.log import get_logger
 from driver.observability.address import parse_address
 from driver.observability.metrics import Metrics
@@ -134,6 +134,9 @@ class MetricsServer:
         )
         self._thread.start()
         ready.wait(10)
+        if self._server is None:
+            self.stop()
+            raise DriverError(f"metrics server on {self._host}:{self._port} did not start")
         _log.info("metrics server listening", url=self.url, max_connections=self.max_connections)
 
     def stop(self) -> None:
