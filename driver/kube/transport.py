@@ -58,6 +58,8 @@ _HEX = frozenset(b"0123456789abcdefABCDEF")
 #: interim (1xx) answers read before the real one; a GET gets none in practice (it sends no
 #: ``Expect``), so more than a few is a server that will never answer
 _MAX_INTERIM = 8
+#: a socket timeout is only reset when it would change by this much (seconds)
+_REARM = 0.1
 
 
 class UnsupportedConfigError(ValueError):
@@ -330,7 +332,7 @@ def _content_length(raw: str) -> int:
 class _Connection:
     """One socket and its reader; used by one thread at a time (checked out of the pool)."""
 
-    __slots__ = ("_deadline", "_timeout", "reader", "reused", "sock")
+    __slots__ = ("_armed", "_deadline", "_timeout", "reader", "reused", "sock")
 
     def __init__(self, sock: socket.socket, timeout: float) -> None:
         self.sock = sock
@@ -338,13 +340,14 @@ class _Connection:
         self.reused = False
         self._timeout = timeout  # per read
         self._deadline = 0.0  # monotonic time by which the current answer must be complete
+        self._armed = -1.0  # the socket's timeout as last set
 
     def exchange(self, request: bytes, deadline: float) -> Response:
         """Send ``request`` and read its answer, all of it before ``deadline`` (monotonic)."""
         self.reader.received = 0
         self._deadline = deadline
         try:
-            self.sock.settimeout(self._left())
+            self._arm()
             self.sock.sendall(request)
             return self.reader.read_response()
         except TimeoutError as exc:  # plain sockets say "timed out", TLS ones "The read operation..."
@@ -354,15 +357,22 @@ class _Connection:
                 ) from exc
             raise TimeoutError(f"no answer within the read timeout of {self._timeout:g} s") from exc
 
-    def _left(self) -> float:
-        """The timeout of the next socket operation: the per-read one, cut at the deadline."""
+    def _arm(self) -> None:
+        """Set the timeout of the next socket operation: the per-read one, cut at the deadline.
+
+        ``settimeout`` is a system call; it is skipped while the value would change by less than
+        0.1 s, which is what a fast answer sees (the deadline is then kept to within 0.1 s).
+        """
         left = self._deadline - time.monotonic()
         if left <= 0:
             raise TimeoutError("deadline passed")
-        return min(self._timeout, left)
+        timeout = min(self._timeout, left)
+        if not -_REARM < timeout - self._armed < _REARM:
+            self.sock.settimeout(timeout)
+            self._armed = timeout
 
     def _recv(self, size: int) -> bytes:
-        self.sock.settimeout(self._left())
+        self._arm()
         return self.sock.recv(size)
 
     def looks_idle(self) -> bool:
