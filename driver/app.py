@@ -110,6 +110,7 @@ class RunConfig:
     hotplug: HotplugSource = "udev"
     hook_path: str = DEFAULT_HOOK_PATH
     claim_status: bool = True
+    claim_read_timeout: float = 10.0  # overall deadline of one claim GET or LIST
     publish_backoff_cap: float = 30.0
 
     @property
@@ -278,6 +279,7 @@ class App:
 
             cpu_hook = partial(cdi_hook, path=cfg.hook_path)
         self._kube = shared_client(cfg.kubeconfig)
+        self._kube.read_deadline = cfg.claim_read_timeout
         self._on_stop("kube client", self._kube.close)
         # isolcpus= is a boot parameter: the set found now holds for the whole run
         self.planner = CpuPlanner(

@@ -112,6 +112,12 @@ FLAGS: tuple[Flag, ...] = (
     _flag(
         "--hook-path", "/opt/numadra/bin/numadra", "host path of numadra that CDI hooks run (--pinning hook)"
     ),
+    _flag(
+        "--claim-read-timeout",
+        "10",
+        "seconds a claim GET or LIST may take in all, slow answers included (at most 20: a prepare "
+        "makes up to two reads in a row within the kubelet's 45 s)",
+    ),
     Flag(
         "--claim-status",
         _env("--claim-status"),
@@ -190,6 +196,21 @@ def _seconds(raw: Mapping[str, str], dest: str, *, zero_ok: bool) -> float:
     return value
 
 
+#: two claim reads in a row (a LIST, then GETs for what it lacked) plus a second stay inside the
+#: kubelet's 45 s NodePrepareResources timeout
+_MAX_READ_TIMEOUT = 20.0
+
+
+def _read_timeout(raw: Mapping[str, str]) -> float:
+    value = _seconds(raw, "claim_read_timeout", zero_ok=False)
+    if value > _MAX_READ_TIMEOUT:
+        raise ConfigError(
+            f"{_where('claim_read_timeout')} must be at most {_MAX_READ_TIMEOUT:g} seconds (two reads "
+            f"must fit in the kubelet's 45 s call timeout), got {raw['claim_read_timeout']!r}"
+        )
+    return value
+
+
 def _check_cluster_access(kubeconfig: str | None, env: Mapping[str, str]) -> None:
     """Fail at start, not in a background thread: the kubeconfig exists, or we run in a pod."""
     if kubeconfig is not None:
@@ -253,6 +274,7 @@ def config_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = N
         hotplug=cast("HotplugSource", raw["hotplug"]),
         hook_path=raw["hook_path"],
         claim_status=raw["claim_status"].lower() in _TRUE,
+        claim_read_timeout=_read_timeout(raw),
     )
 
 

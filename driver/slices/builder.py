@@ -28,6 +28,7 @@ from driver import DEFAULT_DRIVER_NAME
 from driver.errors import SliceError
 from driver.inventory.model import Gpu, Inventory, Nic, NumaNode
 from driver.kube.quantity import format_quantity
+from driver.names import is_dns_subdomain
 from driver.slices._limits import (
     INT64_MAX,
     INT64_MIN,
@@ -37,7 +38,6 @@ from driver.slices._limits import (
     MAX_TAINTS,
     STANDARD_DOMAIN,
     clip_utf8,
-    is_dns_subdomain,
     sanitize_subdomain,
 )
 
