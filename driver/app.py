@@ -356,6 +356,7 @@ class App:
             build=self._build_slices,
             on_error=self._on_publish_error,
             backoff=Backoff(cap=cfg.publish_backoff_cap),
+            start_jitter=2.0,  # a restarted fleet LISTs over 2 s, not in one burst (docs/scale.md)
         )
         self.taints = HealthTaints(self.publisher, cfg.taint_unhealthy)
         self.monitor.add_listener(self.taints)
