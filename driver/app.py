@@ -508,6 +508,11 @@ class App:
             return
         if self.index is not None:
             metrics.set_prepared_claims(self.index.count())
+            taken = self.index.claimed_cpus() | self.config.reserved_cpus
+            free = {n.id: sum(1 for cpu in n.cpus if cpu not in taken) for n in self.inventory.numa_nodes}
+            metrics.set_cpus_free(free)
+        if self.kubelet is not None:
+            metrics.set_registered(self.kubelet.registered.is_set())
         if self.monitor is not None:
             kinds = {dev.name: kind.value for kind, dev in self.inventory.devices()}
             counts: Counter[tuple[str, str]] = Counter()

@@ -5,6 +5,7 @@ Variants compared (kustomize target  <->  helm values):
   base      deploy/kustomize/base              <-> defaults
   cgroupfs  deploy/kustomize/overlays/cgroupfs <-> --set pinning.backend=cgroupfs
   list-claims deploy/kustomize/overlays/list-claims <-> --set rbac.listClaims=true
+  monitoring deploy/kustomize/overlays/monitoring <-> --set monitoring.enabled=true
 
 Helm renders with release "numadra" in namespace "numadra-system", the names the kustomize base
 hard-codes. Before comparing, objects are sorted by (apiVersion, kind, namespace, name) and the
@@ -37,6 +38,7 @@ VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "base": ("deploy/kustomize/base", ()),
     "cgroupfs": ("deploy/kustomize/overlays/cgroupfs", ("--set", "pinning.backend=cgroupfs")),
     "list-claims": ("deploy/kustomize/overlays/list-claims", ("--set", "rbac.listClaims=true")),
+    "monitoring": ("deploy/kustomize/overlays/monitoring", ("--set", "monitoring.enabled=true")),
 }
 
 
