@@ -49,7 +49,7 @@ sys.path.insert(0, str(REPO))
 DRIVER = "numadra.dev"
 VERBS = ("get_node", "list", "watch", "create", "update", "delete")
 WRITES = ("create", "update", "delete")
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)\{([^}]*)\}\s+([0-9.eE+-]+)$")
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{([^}]*)\})?\s+([0-9.eE+-]+)$")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
@@ -274,7 +274,7 @@ def _scrape(admin: Any) -> dict[str, float]:
         m = _SAMPLE.match(line)
         if m is None:
             continue
-        name, labels, value = m.group(1), dict(_LABEL.findall(m.group(2))), float(m.group(3))
+        name, labels, value = m.group(1), dict(_LABEL.findall(m.group(2) or "")), float(m.group(3))
         resource = labels.get("resource", "")
         if name == "apiserver_request_total" and resource in ("resourceslices", "nodes"):
             add(f"requests:{labels.get('verb')}:{resource}", value)
@@ -290,8 +290,12 @@ def _scrape(admin: Any) -> dict[str, float]:
             and "resourceslice" in (labels.get("kind", "") + resource).lower()
         ):
             add("watch_event_bytes:resourceslices", value)
-        elif name == "apiserver_storage_objects" and "resourceslices" in labels.get("resource", ""):
+        elif name in ("apiserver_resource_objects", "apiserver_storage_objects") and resource.startswith(
+            "resourceslices"
+        ):
             add("stored:resourceslices", value)
+        elif name == "process_cpu_seconds_total":
+            add("apiserver_cpu_seconds", value)
         elif name in ("apiserver_storage_size_bytes", "apiserver_storage_db_total_size_in_bytes"):
             out["etcd_db_bytes"] = max(out.get("etcd_db_bytes", 0.0), value)
     return out
@@ -303,6 +307,12 @@ def _delta(after: Mapping[str, float], before: Mapping[str, float], prefix: str)
         for k in sorted(after)
         if k.startswith(prefix) and after[k] - before.get(k, 0.0)
     }
+
+
+def _load(after: Mapping[str, float], before: Mapping[str, float]) -> dict[str, float]:
+    """Watch events sent for slices (all watchers: the nodes' and the scheduler's) and apiserver CPU."""
+    keys = ("watch_events:resourceslices", "watch_event_bytes:resourceslices", "apiserver_cpu_seconds")
+    return {k.replace(":", "_"): round(after.get(k, 0.0) - before.get(k, 0.0), 2) for k in keys}
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -419,6 +429,7 @@ def run_fleet(args: argparse.Namespace, cp: Any, trees: dict[str, Path], n: int)
         "calls_per_node": _per_node(calls, n),
         "writes_per_node": round(sum(calls.get(v, 0) for v in WRITES) / n, 3),
         "apiserver_requests": _delta(m1, m0, "requests:"),
+        **_load(m1, m0),
         "open_watches": m1.get("open:WATCH:resourceslices", 0.0),
         "tls_connections_per_node": round(_tls_connections([p.pid for p in workers.procs], port) / n, 2),
     }
@@ -435,6 +446,7 @@ def run_fleet(args: argparse.Namespace, cp: Any, trees: dict[str, Path], n: int)
         "writes_per_node_hour": round(sum(idle_calls.get(v, 0) for v in WRITES) / node_hours, 3),
         "lists_per_node_hour": round(idle_calls.get("list", 0) / node_hours, 3),
         "apiserver_requests": _delta(m2, m1, "requests:"),
+        **_load(m2, m1),
         "watch_timeout_s": {
             "min": min(timeouts, default=0),
             "max": max(timeouts, default=0),
@@ -444,7 +456,8 @@ def run_fleet(args: argparse.Namespace, cp: Any, trees: dict[str, Path], n: int)
         "watch_renewals_per_node_hour_expected": round(3600 / (1.5 * args.watch_timeout), 2),
     }
     # -- restarts
-    for phase, jitter in (("restart", args.start_jitter), ("restart_no_jitter", 0.0)):
+    restarts = [("restart", args.start_jitter), ("restart_no_jitter", 0.0)]
+    for phase, jitter in reversed(restarts) if args.reverse_restarts else restarts:
         workers.stop()
         m_before = _scrape(admin)
         workers, t0 = spawn(phase, jitter)
@@ -458,6 +471,7 @@ def run_fleet(args: argparse.Namespace, cp: Any, trees: dict[str, Path], n: int)
             "calls_per_node": _per_node(calls, n),
             "writes_per_node": round(sum(calls.get(v, 0) for v in WRITES) / n, 3),
             "apiserver_requests": _delta(m_after, m_before, "requests:"),
+            **_load(m_after, m_before),
         }
     workers.stop()
     # -- bytes
@@ -490,6 +504,9 @@ def main() -> int:
     parser.add_argument("--start-jitter", type=float, default=2.0, help="as numadra run (default 2 s)")
     parser.add_argument("--watch-timeout", type=int, default=300, help="minimum watch timeout (default 300)")
     parser.add_argument("--shapes", default="dgx,huge,workstation,cloud_vm", help="host tree shapes")
+    parser.add_argument(
+        "--reverse-restarts", action="store_true", help="restart without jitter first (order check)"
+    )
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker is not None:
