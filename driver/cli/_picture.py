@@ -27,7 +27,7 @@ def health_of(inventory: Inventory, host_root: str) -> dict[str, tuple[str, str]
     from driver.health.signals import SignalReader
     from driver.plugin import HealthState
 
-    reader = SignalReader(host_root, use_nvml=False)
+    reader = SignalReader(host_root)  # NVML on a live host with NVIDIA GPUs, as the driver
     out: dict[str, tuple[str, str]] = {}
     devices: list[Gpu | Nic] = [*inventory.gpus, *inventory.nics]
     for device in devices:
