@@ -261,6 +261,53 @@ def _show(value: Any) -> str:
     return str(value)
 
 
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _int64(value: int) -> int:
+    """CEL ints are int64: a result outside that range is an overflow error, not a bigger number."""
+    if not _INT64_MIN <= value <= _INT64_MAX:
+        raise _CelError("integer overflow")
+    return value
+
+
+def _int_arithmetic(op: str, left: int, right: int) -> int:
+    """CEL's int64 arithmetic: ``/`` truncates toward zero and ``%`` takes the dividend's sign."""
+    if op == "+":
+        return _int64(left + right)
+    if op == "-":
+        return _int64(left - right)
+    if op == "*":
+        return _int64(left * right)
+    if right == 0:
+        raise _CelError("division by zero" if op == "/" else "modulus by zero")
+    quotient = abs(left) // abs(right)
+    if (left < 0) != (right < 0):
+        quotient = -quotient
+    return _int64(quotient) if op == "/" else left - right * quotient
+
+
+def _equal(left: Any, right: Any) -> bool:
+    """CEL equality: numbers by value across int and double, lists item by item, else same type."""
+    if _is_number(left) and _is_number(right):
+        return bool(left == right)
+    if isinstance(left, list) and isinstance(right, list):
+        return len(left) == len(right) and all(_equal(a, b) for a, b in zip(left, right, strict=True))
+    if isinstance(left, _Map) and isinstance(right, _Map):
+        return left.entries.keys() == right.entries.keys() and all(
+            _equal(v, right.entries[k]) for k, v in left.entries.items()
+        )
+    return type(left) is type(right) and bool(left == right)
+
+
 class _Evaluator:
     def __init__(self, text: str, device: CelDevice) -> None:
         self.text = text
@@ -297,7 +344,9 @@ class _Evaluator:
             value = self.eval(node.args[0])
             if node.value == "!":
                 return not self._bool(value, node.args[0])
-            if isinstance(value, int | float) and not isinstance(value, bool):
+            if _is_int(value):
+                return _int64(-value)
+            if _is_number(value):
                 return -value
             raise _CelError(f"cannot negate {_show(value)}")
         if kind == "binary":
@@ -354,31 +403,24 @@ class _Evaluator:
         left, right = self.eval(node.args[0]), self.eval(node.args[1])
         if op == "in":
             if isinstance(right, list):
-                return left in right
+                return any(_equal(left, item) for item in right)
             if isinstance(right, _Map):
-                return left in right.entries
+                return isinstance(left, str) and left in right.entries
             raise _CelError(f"'in' needs a list or map, got {_show(right)}")
         if op in ("==", "!="):
-            numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (left, right))
-            equal = (numbers or type(left) is type(right)) and left == right
+            equal = _equal(left, right)
             return equal if op == "==" else not equal
         if op in ("<", "<=", ">", ">="):
-            ok_types = (isinstance(left, int | float) and isinstance(right, int | float)) or (
-                isinstance(left, str) and isinstance(right, str)
+            ok_types = (
+                (_is_number(left) and _is_number(right))
+                or (isinstance(left, str) and isinstance(right, str))
+                or (isinstance(left, bool) and isinstance(right, bool))  # CEL orders false < true
             )
-            if not ok_types or isinstance(left, bool) or isinstance(right, bool):
+            if not ok_types:
                 raise _CelError(f"no such overload: {_show(left)} {op} {_show(right)}")
             return {"<": left < right, "<=": left <= right, ">": left > right, ">=": left >= right}[op]
-        if isinstance(left, int) and isinstance(right, int) and not isinstance(left, bool):
-            if op in ("/", "%") and right == 0:
-                raise _CelError("division by zero")
-            return {
-                "+": left + right,
-                "-": left - right,
-                "*": left * right,
-                "/": left // right,
-                "%": left % right,
-            }[op]
+        if _is_int(left) and _is_int(right):
+            return _int_arithmetic(op, left, right)
         if op == "+" and isinstance(left, str) and isinstance(right, str):
             return left + right
         raise _UnsupportedError(f"operator {op} on {_show(left)} and {_show(right)}")
@@ -443,8 +485,13 @@ class _Evaluator:
                 return a > b
             if name == "isLessThan":
                 return a < b
-        if isinstance(target, _Qty) and not values and name in ("asInteger", "asApproximateFloat"):
-            return int(target.value) if name == "asInteger" else float(target.value)
+        if isinstance(target, _Qty) and not values and name == "asInteger":
+            # Kubernetes refuses a conversion that loses anything (1500m, or beyond int64)
+            if target.value.denominator != 1:
+                raise _CelError(f"{_show(target)} is not an integer (asInteger() would lose precision)")
+            return _int64(target.value.numerator)
+        if isinstance(target, _Qty) and not values and name == "asApproximateFloat":
+            return float(target.value)
         if isinstance(target, str) and len(values) == 1 and isinstance(values[0], str):
             if name == "startsWith":
                 return target.startswith(values[0])

@@ -172,3 +172,87 @@ def test_culprits_name_the_failing_values() -> None:
     outcome = evaluate(f'device.driver == "numadra.dev" && {TYPE} == "gpu"', NIC)
     assert outcome.culprits == (TYPE,)
     assert evaluate(f'{TYPE} == "nic"', NIC).culprits == ()
+
+
+# Bugs the differential test (test_cel_differential.py) found against the CEL runtime, one each.
+DRIVER = "numadra.dev"
+BOOLS = CelDevice(DRIVER, {DRIVER: {"type": "x", "flag": True, "off": False, "zero": 0}}, {})
+NUMA = 'device.attributes["resource.kubernetes.io"].numaNode'
+
+
+@pytest.mark.parametrize("op", ["+", "-", "*"])
+def test_arithmetic_with_zero_does_not_crash(op: str) -> None:
+    """``x + 0`` used to compute ``x % 0`` too and raise ZeroDivisionError out of explain."""
+    assert evaluate(f"{NUMA} {op} 0 == {0 if op == '*' else 1}", NIC).matches is True
+
+
+@pytest.mark.parametrize(
+    ("expression", "device", "expected"),
+    [
+        pytest.param(f"{NUMA} in [true]", NIC, False, id="1-is-not-true"),
+        pytest.param(f'device.attributes["{DRIVER}"].flag in [1]', BOOLS, False, id="true-is-not-1"),
+        pytest.param(f'device.attributes["{DRIVER}"].zero in [false]', BOOLS, False, id="0-is-not-false"),
+        pytest.param(f'device.attributes["{DRIVER}"].flag in [true]', BOOLS, True, id="true-is-true"),
+        pytest.param(f'device.attributes["{DRIVER}"].zero in [0.0]', BOOLS, True, id="0-is-0.0"),
+        pytest.param(f'device.attributes["{DRIVER}"].zero in [[0], 0]', BOOLS, True, id="nested"),
+    ],
+)
+def test_in_uses_cel_equality(expression: str, device: CelDevice, expected: bool) -> None:
+    """``in`` compared with Python's ``==``, where True == 1: a bool matched an int."""
+    assert evaluate(expression, device).matches is expected
+
+
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        (f'device.attributes["{DRIVER}"].off < device.attributes["{DRIVER}"].flag', True),
+        (f'device.attributes["{DRIVER}"].flag <= false', False),
+        (f'true >= device.attributes["{DRIVER}"].flag', True),
+    ],
+)
+def test_bools_are_ordered(expression: str, expected: bool) -> None:
+    """CEL orders false < true; this was reported as a CEL error."""
+    outcome = evaluate(expression, BOOLS)
+    assert (outcome.matches, outcome.error) == (expected, False)
+
+
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        pytest.param(f"-{NUMA} - 6 == -7", True, id="setup"),
+        pytest.param(f"(-{NUMA} - 6) / 2 == -3", True, id="div-truncates-toward-zero"),
+        pytest.param(f"(-{NUMA} - 6) % 2 == -1", True, id="mod-has-the-dividends-sign"),
+        pytest.param(f"7 % (-{NUMA} - 1) == 1", True, id="mod-negative-divisor"),
+    ],
+)
+def test_integer_division_is_cels(expression: str, expected: bool) -> None:
+    """``/`` floored and ``%`` took the divisor's sign (Python's rules): -7 / 2 gave -4, not -3."""
+    assert evaluate(expression, NIC).matches is expected
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        f"{NUMA} + 9223372036854775807 > 0",
+        f"{NUMA} * 9223372036854775807 * 2 > 0",
+        f"-({NUMA} - 9223372036854775807 - 2) > 0",
+    ],
+)
+def test_int64_overflow_is_an_error(expression: str) -> None:
+    """Results beyond int64 were Python big ints; CEL fails the expression (so does the scheduler)."""
+    outcome = evaluate(expression, NIC)
+    assert (outcome.matches, outcome.error) == (False, True)
+    assert "overflow" in outcome.why
+
+
+def test_as_integer_refuses_to_lose_precision() -> None:
+    """``quantity("1500m").asInteger()`` was 1; Kubernetes fails on a lossy conversion."""
+    half = CelDevice(DRIVER, {DRIVER: {"type": "cpu"}}, {DRIVER: {"cpus": Fraction(3, 2)}})
+    outcome = evaluate(f'device.capacity["{DRIVER}"].cpus.asInteger() == 1', half)
+    assert (outcome.matches, outcome.error) == (False, True)
+    assert evaluate(f'device.capacity["{DRIVER}"].cpus.asInteger() == 112', CPU).matches is True
+
+
+def test_bool_is_not_an_int_operand() -> None:
+    """``1 + true`` was 2 (Python's bool is an int); CEL has no such overload."""
+    assert evaluate(f'{NUMA} + device.attributes["{DRIVER}"].rdma == 2', NIC).matches is not True
