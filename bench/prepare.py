@@ -1,26 +1,43 @@
-"""Prepare latency of the whole node path: kubelet gRPC -> ClaimsDriver -> claim GET -> files.
+"""Prepare latency of the whole node path, side by side with a Go driver on the official helper.
 
-The driver runs in a child process exactly as ``numadra run`` wires the prepare path
-(``KubeletPluginServer`` + ``ClaimsDriver`` + ``KubeClient`` + ``CpuPlanner``) on an inventory
-discovered from a generated DGX-class host tree. This process plays the kubelet (gRPC client over
-the unix socket) and the apiserver (the fake apiserver on loopback HTTP). Each claim holds one
-NIC VF and a 2-CPU share of a ``cpu-numa<N>`` device, so every prepare does a GET, config
-resolution, CPU planning, one CDI spec, a metadata file + spec per request and one journal write.
+Four plugins serve the same claims from the same apiserver, each in its own process with its own
+plugin, registration and CDI dirs, and this process plays the kubelet (gRPC over unix sockets):
 
-Prints one JSON object: p50/p99 (ms) of NodePrepareResources for 1 claim and for 32 claims in one
-call, their ratio, start-to-registered time, the steady RSS of the driver process (also of the
-whole ``numadra run`` process: ``run_*``, from bench/startup.py), and two figures that show where
-the time goes: the same prepares through ``ClaimsDriver`` alone (``driver_only_*``: no gRPC, no
-HTTP), and the ``floor_*``: the same calls served by a plugin that only reads the claims (same
-fetcher, same apiserver) and prepares nothing, i.e. what gRPC and the claim reads cost on this
-machine before the driver does any work.
+* ``numadra``: the driver's prepare path exactly as ``numadra run --claim-status=false`` wires it
+  (``KubeletPluginServer`` + ``ClaimsDriver`` + ``KubeClient`` + ``CpuPlanner``) on an inventory
+  discovered from a generated DGX-class host tree;
+* ``numadra_status``: the same with the asynchronous claim status writer that ``numadra run``
+  turns on by default (``--claim-status``): one server-side apply of ``status.devices`` per
+  prepared claim and one per unprepared claim, off the kubelet's path;
+* ``go``: bench/goprep, a minimal driver on ``k8s.io/dynamic-resource-allocation/kubeletplugin``
+  v0.37.2 (built into a cache dir by bench/_gopeer.py) doing the same file work per claim: one CDI
+  spec, the helper's metadata file and metadata CDI spec per request, one checkpoint write per call;
+* ``floor``: numadra's claim reads alone (same fetcher, prepares nothing): what gRPC and the claim
+  reads cost on this machine before any driver work.
 
-Directories follow a node's layout by default: the plugin dir (journal, metadata files, lock) on
-disk under ``--base`` (/tmp here, /var/lib/kubelet/plugins on a node) and the CDI dir on tmpfs
-under ``--cdi-base`` (/dev/shm here, /var/run/cdi on a node); ``--cdi-base /tmp`` puts both on
-disk, ``--base /dev/shm`` both on tmpfs. ``--claim-reads get`` hides the client's LIST, as the
-default RBAC (get only) does, so 32 claims are 32 GETs. ``--background N`` keeps N other claims
-(one exclusive CPU each) prepared during the measurement, as on a busy node.
+Each claim holds one NIC VF and a 2-CPU share of a ``cpu-numa<N>`` device, so every numadra
+prepare does a GET, config resolution, CPU planning, one CDI spec, a metadata file + spec per
+request and one journal write. The calls are interleaved: every round makes the same call on each
+plugin in turn (the order rotates), so load on the shared machine hits all of them alike. The
+figures of each plugin are in ``peers``; ``ratios_vs_go`` divides numadra's by the Go peer's and
+gives the issue's target for each (``claim_status_cpu_per_claim`` is numadra with the status
+writer over numadra without it; RSS and start-to-registered are numadra's own, with the ratio to
+Go beside). ``cpu_ms_per_claim`` is the process's CPU time over the 1-claim rounds (a prepare and
+an unprepare each) once it went quiet, per claim. ``start_to_registered_s`` is the median over
+``--starts`` cold starts of each plugin child: spawn until GetInfo and NotifyRegistrationStatus
+succeeded (the numadra child imports the prepare path and discovers the host tree first; the
+``run_*`` figures are the whole ``numadra run`` process, from bench/startup.py).
+
+Two more figures show where numadra's time goes: ``driver_only_*``, the same prepares through
+``ClaimsDriver`` in this process (no gRPC, no HTTP), and ``floor_*``.
+
+Directories follow a node's layout by default: the plugin dirs (journal, metadata files, lock,
+the Go peer's checkpoint) on disk under ``--base`` (/tmp here, /var/lib/kubelet/plugins on a node)
+and the CDI dirs on tmpfs under ``--cdi-base`` (/dev/shm here, /var/run/cdi on a node);
+``--cdi-base /tmp`` puts both on disk, ``--base /dev/shm`` both on tmpfs. ``--claim-reads get``
+hides numadra's LIST, as the default RBAC (get only) does, so 32 claims are 32 GETs (the Go helper
+always GETs each claim). ``--background N`` keeps N other claims (one exclusive CPU each) prepared
+in every plugin during the measurement, as on a busy node.
 """
 
 from __future__ import annotations
@@ -227,7 +244,12 @@ class _Child:
         self.reg_sock.unlink(missing_ok=True)
         self.kubelet = kubelet = KubeletClient()
         started = time.monotonic()
-        self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        logs = os.environ.get("NUMADRA_BENCH_LOGS")  # a dir: keep each child's stderr there
+        sink = (Path(logs) / f"{self.name}.log").open("ab") if logs else subprocess.DEVNULL
+        self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stderr=sink)
+        if logs:
+            assert not isinstance(sink, int)
+            sink.close()  # the child holds its own copy
         while True:
             if self.reg_sock.exists():
                 try:
