@@ -3,9 +3,11 @@
 Four plugins serve the same claims from the same apiserver, each in its own process with its own
 plugin, registration and CDI dirs, and this process plays the kubelet (gRPC over unix sockets):
 
-* ``numadra``: the driver's prepare path exactly as ``numadra run --claim-status=false`` wires it
-  (``KubeletPluginServer`` + ``ClaimsDriver`` + ``KubeClient`` + ``CpuPlanner``) on an inventory
-  discovered from a generated DGX-class host tree;
+* ``numadra``: the prepare path of ``numadra run --claim-status=false`` (``KubeletPluginServer``
+  + ``ClaimsDriver`` + ``KubeClient`` + ``CpuPlanner``) on an inventory discovered from a generated
+  DGX-class host tree; the server holds the cross-process flock around each whole call (``numadra
+  run`` lets ``ClaimsDriver`` hold it around its journal sections only: one flock per call
+  either way, as these calls come one at a time);
 * ``numadra_status``: the same with the asynchronous claim status writer that ``numadra run``
   turns on by default (``--claim-status``): one server-side apply of ``status.devices`` per
   prepared claim and one per unprepared claim, off the kubelet's path;
