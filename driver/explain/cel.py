@@ -71,6 +71,32 @@ class _Tok:
     end: int
 
 
+_ESCAPE = re.compile(
+    r"\\(?:([abfnrtv\\'\"`?])|x([0-9A-Fa-f]{2})|u([0-9A-Fa-f]{4})|U([0-9A-Fa-f]{8})|([0-3][0-7]{2})|(.))"
+)
+_SIMPLE_ESCAPES = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v"}
+
+
+def _unescape(body: str) -> str:
+    """The value of a CEL string literal's body: its escapes decoded, every other character kept.
+
+    (Python's ``unicode_escape`` codec reads its input as Latin-1, so it turned "é" into "Ã©".)
+    """
+
+    def one(m: re.Match[str]) -> str:
+        simple, hex2, hex4, hex8, octal, other = m.groups()
+        if simple is not None:
+            return _SIMPLE_ESCAPES.get(simple, simple)
+        if other is not None:
+            raise _UnsupportedError(f"unknown escape \\{other} in a string literal")
+        code = int(hex2 or hex4 or hex8, 16) if octal is None else int(octal, 8)
+        if code > 0x10FFFF or 0xD800 <= code <= 0xDFFF:
+            raise _UnsupportedError(f"escape of an invalid code point {code:#x}")
+        return chr(code)
+
+    return _ESCAPE.sub(one, body)
+
+
 def _lex(text: str) -> list[_Tok]:
     pos, out = 0, []
     while pos < len(text):
@@ -85,7 +111,7 @@ def _lex(text: str) -> list[_Tok]:
         if kind == "num":
             value = float(raw) if "." in raw else int(raw)
         elif kind == "str":
-            value = bytes(raw[1:-1], "utf-8").decode("unicode_escape")
+            value = _unescape(raw[1:-1])
         out.append(_Tok(kind or "op", value, m.start(kind or "op"), m.end()))
         pos = m.end()
     out.append(_Tok("end", None, len(text), len(text)))

@@ -256,3 +256,25 @@ def test_as_integer_refuses_to_lose_precision() -> None:
 def test_bool_is_not_an_int_operand() -> None:
     """``1 + true`` was 2 (Python's bool is an int); CEL has no such overload."""
     assert evaluate(f'{NUMA} + device.attributes["{DRIVER}"].rdma == 2', NIC).matches is not True
+
+
+@pytest.mark.parametrize(
+    ("literal", "value"),
+    [
+        pytest.param('"é"', "é", id="utf-8-kept"),
+        pytest.param('"Ü\\u00dc"', "ÜÜ", id="u-escape"),
+        pytest.param('"\\x41\\101"', "AA", id="hex-and-octal"),
+        pytest.param('"\\U0001F600"', "\U0001f600", id="U-escape"),
+        pytest.param("'it\\'s'", "it's", id="quote"),
+        pytest.param('"a\\tb\\\\"', "a\tb\\", id="tab-and-backslash"),
+    ],
+)
+def test_string_literals_decode_as_cel_does(literal: str, value: str) -> None:
+    """Non-ASCII literals went through Latin-1 ("é" became "Ã©"), so they never matched a device."""
+    device = CelDevice(DRIVER, {DRIVER: {"productName": value}}, {})
+    assert evaluate(f'device.attributes["{DRIVER}"].productName == {literal}', device).matches is True
+    assert evaluate(f"size({literal}) == {len(value)}", device).matches is True
+
+
+def test_an_unknown_escape_is_not_guessed() -> None:
+    assert evaluate('device.driver == "\\q"', NIC).matches is None
