@@ -152,7 +152,7 @@ def _ours(expression: str, device: CelDevice) -> _Answer | None:
 
 # ----------------------------------------------------------------------------------- the devices
 def _devices() -> list[tuple[str, CelDevice]]:
-    """One device per distinct attribute set of the DGX-class and hostile hosts, plus two by hand."""
+    """One device per attribute set of each of the DGX-class and hostile hosts, plus two by hand."""
     import tempfile
 
     out: dict[tuple[Any, ...], tuple[str, CelDevice]] = {}
@@ -162,7 +162,7 @@ def _devices() -> list[tuple[str, CelDevice]]:
             write_host_tree(host, TOPOLOGIES[topology])
             inventory = discover(host, use_nvml=False)
             for view in devices_from_inventory(inventory, "node", DRIVER):
-                shape = tuple(sorted((d, tuple(sorted(v))) for d, v in view.attributes.items()))
+                shape = (topology, *sorted((d, tuple(sorted(v))) for d, v in view.attributes.items()))
                 out.setdefault(shape, (f"{topology}/{view.name}", view.cel()))
     out[("bools",)] = (
         "by-hand/bools",
@@ -271,8 +271,12 @@ def _generated(count: int, seed: int = 15) -> list[str]:
             return rng.choice([value, value[:cut], value.upper(), value + "x", len(value)])
         return rng.choice(plain)
 
+    escaped = ['"\\u00dc"', '"\\x41"', '"\\101"', '"a\\tb"', '"\\\\"', "'\\''", '"\\U0001F600"']
+
     def lit() -> str:
         kind = rng.random()
+        if kind < 0.05:
+            return rng.choice(escaped)
         if kind < 0.1:
             return "[" + ", ".join(_literal(rng.choice(plain)) for _ in range(rng.randrange(4))) + "]"
         if kind < 0.15:
