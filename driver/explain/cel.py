@@ -321,6 +321,38 @@ def _int_arithmetic(op: str, left: int, right: int) -> int:
     return _int64(quotient) if op == "/" else left - right * quotient
 
 
+#: syntax Python's ``re`` and RE2 (the regex engine of Kubernetes' CEL) read differently or only
+#: one of them has: lookaround, comments, conditionals, backreferences, \Z, possessive
+#: quantifiers, POSIX classes (a backslash before them is not told apart: no answer then either)
+_NOT_RE2 = re.compile(r"\(\?[=!<>(#]|\(\?P=|\\[1-9]|\\Z|[*+?}]\+|\[:")
+#: the flags of ``(?flags)`` and ``(?flags:...)`` groups (named groups ``(?P<`` are skipped)
+_INLINE_FLAGS = re.compile(r"\(\?([^():]*)[):]")
+
+
+@lru_cache(maxsize=64)
+def _compiled(pattern: str) -> re.Pattern[str]:
+    try:
+        return re.compile(pattern, re.ASCII)  # RE2's \d \w \s \b are ASCII-only, like re.ASCII
+    except re.error as exc:
+        raise _UnsupportedError(f"regular expression {pattern!r}: {exc}") from exc
+
+
+def _re2_pattern(pattern: str, target: str) -> re.Pattern[str]:
+    """``pattern`` compiled by Python's ``re`` where it means what RE2 makes of it; else unsupported.
+
+    RE2 rejects what Python alone reads (a lookahead: the scheduler fails the allocation), and
+    Python rejects what RE2 alone reads (\\z, \\pL): either way explain does not guess.
+    """
+    flags = "".join(f for f in _INLINE_FLAGS.findall(pattern) if not f.startswith("P<"))
+    if (
+        _NOT_RE2.search(pattern)
+        or set(flags) - set("ims-")  # both know i, m and s
+        or ("i" in flags and not (pattern + target).isascii())  # re.ASCII folds ASCII case only
+    ):
+        raise _UnsupportedError(f"regular expression {pattern!r} uses syntax RE2 reads otherwise")
+    return _compiled(pattern)
+
+
 def _equal(left: Any, right: Any) -> bool:
     """CEL equality: numbers by value across int and double, lists item by item, else same type."""
     if _is_number(left) and _is_number(right):
@@ -526,7 +558,7 @@ class _Evaluator:
             if name == "contains":
                 return values[0] in target
             if name == "matches":
-                return re.search(values[0], target) is not None
+                return _re2_pattern(values[0], target).search(target) is not None
         if name == "size" and not values:
             return self._size(target)
         raise _UnsupportedError(f"method {name}() on {_show(target)}")

@@ -278,3 +278,41 @@ def test_string_literals_decode_as_cel_does(literal: str, value: str) -> None:
 
 def test_an_unknown_escape_is_not_guessed() -> None:
     assert evaluate('device.driver == "\\q"', NIC).matches is None
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        pytest.param("[", id="invalid-for-both"),
+        pytest.param("0\\\\z", id="re2-only-escape"),
+        pytest.param("\\\\pL", id="re2-only-class"),
+        pytest.param("(?=e)", id="python-only-lookahead"),
+        pytest.param("(e)\\\\1", id="python-only-backreference"),
+        pytest.param("0\\\\Z", id="python-only-end"),
+        pytest.param("[[:alpha:]]", id="posix-class"),
+        pytest.param("(?x)e", id="python-only-flag"),
+    ],
+)
+def test_regex_syntax_re2_reads_otherwise_is_not_guessed(pattern: str) -> None:
+    """matches() ran Python's re: an invalid or RE2-only pattern raised out of explain, and
+    Python-only syntax answered where the scheduler's RE2 fails the expression."""
+    assert evaluate(f'{TYPE}.matches("{pattern}")', NIC).matches is None
+
+
+@pytest.mark.parametrize(
+    ("pattern", "expected"),
+    [
+        pytest.param("^n\\\\w+$", True, id="word"),
+        pytest.param("(?i)^NIC$", True, id="ascii-ignorecase"),
+        pytest.param("(?P<kind>ni)c", True, id="named-group"),
+        pytest.param("\\\\d", False, id="no-digit"),
+    ],
+)
+def test_regex_both_engines_read_alike(pattern: str, expected: bool) -> None:
+    assert evaluate(f'{TYPE}.matches("{pattern}")', NIC).matches is expected
+
+
+def test_regex_digit_class_is_ascii_as_in_re2() -> None:
+    """Python's \\d also matches other scripts' digits; RE2's (and so the scheduler's) does not."""
+    device = CelDevice(DRIVER, {DRIVER: {"type": "x", "serial": "\u0663"}}, {})  # ARABIC-INDIC 3
+    assert evaluate(f'device.attributes["{DRIVER}"].serial.matches("\\\\d")', device).matches is False
