@@ -271,6 +271,19 @@ def _generated(count: int, seed: int = 15) -> list[str]:
             return rng.choice([value, value[:cut], value.upper(), value + "x", len(value)])
         return rng.choice(plain)
 
+    regexes = [
+        "(?=e)",
+        "(e)\\1",
+        "0\\z",
+        "0\\Z",
+        "[",
+        "(?i)ENP",
+        "(?i)ü",
+        "\\d+",
+        "[[:alpha:]]",
+        "\\pL",
+        "(?P<n>e)",
+    ]
     escaped = ['"\\u00dc"', '"\\x41"', '"\\101"', '"a\\tb"', '"\\\\"', "'\\''", '"\\U0001F600"']
 
     def lit() -> str:
@@ -297,7 +310,7 @@ def _generated(count: int, seed: int = 15) -> list[str]:
             return f"{path} {rng.choice(['/', '%', '+', '-', '*'])} {m} {op} {n}"
         if shape == 3:
             method = rng.choice(["startsWith", "endsWith", "contains", "matches"])
-            arg = rng.choice([*strings, "^enp[0-9]+", "[0-9]$", "H1.0"])
+            arg = rng.choice([*strings, "^enp[0-9]+", "[0-9]$", "H1.0", *regexes])
             return f"{path}.{method}({_literal(arg)})"
         if shape == 4:
             return f"size({path}) {op} {rng.choice(ints)}"
