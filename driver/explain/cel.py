@@ -108,7 +108,11 @@ def _lex(text: str) -> list[_Tok]:
         kind = m.lastgroup if m.lastgroup != "unsigned" else "num"
         raw = m.group(kind or "op")
         value: Any = raw
-        if kind == "num":
+        if kind == "num" and m.group("unsigned"):
+            if "." in raw:
+                raise _UnsupportedError(f"cannot read {m.group(0).strip()!r}")
+            value = _Uint(int(raw))
+        elif kind == "num":
             value = float(raw) if "." in raw else int(raw)
         elif kind == "str":
             value = _unescape(raw[1:-1])
@@ -261,6 +265,13 @@ class _Qty:
 
 
 @dataclass(frozen=True, slots=True)
+class _Uint:
+    """A CEL uint (``3u``): equal to and ordered with ints and doubles, never added to them."""
+
+    value: int
+
+
+@dataclass(frozen=True, slots=True)
 class _Map:
     """A map value; ``strict`` maps raise "no such key" on a missing key (attribute domains)."""
 
@@ -284,10 +295,13 @@ def _show(value: Any) -> str:
         return format_quantity(value.value)
     if isinstance(value, _Map):
         return f"<{value.what}>"
+    if isinstance(value, _Uint):
+        return f"{value.value}u"
     return str(value)
 
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_UINT64_MAX = 2**64 - 1
 
 
 def _is_int(value: Any) -> bool:
@@ -295,7 +309,12 @@ def _is_int(value: Any) -> bool:
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+    """int, uint or double: CEL compares these with each other by value."""
+    return isinstance(value, int | float | _Uint) and not isinstance(value, bool)
+
+
+def _number(value: int | float | _Uint) -> int | float:
+    return value.value if isinstance(value, _Uint) else value
 
 
 def _int64(value: int) -> int:
@@ -353,10 +372,23 @@ def _re2_pattern(pattern: str, target: str) -> re.Pattern[str]:
     return _compiled(pattern)
 
 
+def _uint_arithmetic(op: str, left: int, right: int) -> _Uint:
+    """CEL's uint64 arithmetic: below zero or above 2**64 - 1 is an overflow error."""
+    if op in ("/", "%"):
+        if right == 0:
+            raise _CelError("division by zero" if op == "/" else "modulus by zero")
+        value = left // right if op == "/" else left % right  # both >= 0: no sign rules
+    else:
+        value = left + right if op == "+" else left - right if op == "-" else left * right
+    if not 0 <= value <= _UINT64_MAX:
+        raise _CelError("unsigned integer overflow")
+    return _Uint(value)
+
+
 def _equal(left: Any, right: Any) -> bool:
     """CEL equality: numbers by value across int and double, lists item by item, else same type."""
     if _is_number(left) and _is_number(right):
-        return bool(left == right)
+        return bool(_number(left) == _number(right))
     if isinstance(left, list) and isinstance(right, list):
         return len(left) == len(right) and all(_equal(a, b) for a, b in zip(left, right, strict=True))
     if isinstance(left, _Map) and isinstance(right, _Map):
@@ -404,7 +436,7 @@ class _Evaluator:
                 return not self._bool(value, node.args[0])
             if _is_int(value):
                 return _int64(-value)
-            if _is_number(value):
+            if isinstance(value, float):
                 return -value
             raise _CelError(f"cannot negate {_show(value)}")
         if kind == "binary":
@@ -476,9 +508,15 @@ class _Evaluator:
             )
             if not ok_types:
                 raise _CelError(f"no such overload: {_show(left)} {op} {_show(right)}")
+            if _is_number(left):
+                left, right = _number(left), _number(right)
             return {"<": left < right, "<=": left <= right, ">": left > right, ">=": left >= right}[op]
         if _is_int(left) and _is_int(right):
             return _int_arithmetic(op, left, right)
+        if isinstance(left, _Uint) and isinstance(right, _Uint):
+            return _uint_arithmetic(op, left.value, right.value)
+        if isinstance(left, _Uint) != isinstance(right, _Uint) and _is_number(left) and _is_number(right):
+            raise _CelError(f"no such overload: {_show(left)} {op} {_show(right)} (uint with int or double)")
         if op == "+" and isinstance(left, str) and isinstance(right, str):
             return left + right
         raise _UnsupportedError(f"operator {op} on {_show(left)} and {_show(right)}")

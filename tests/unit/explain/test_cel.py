@@ -316,3 +316,25 @@ def test_regex_digit_class_is_ascii_as_in_re2() -> None:
     """Python's \\d also matches other scripts' digits; RE2's (and so the scheduler's) does not."""
     device = CelDevice(DRIVER, {DRIVER: {"type": "x", "serial": "\u0663"}}, {})  # ARABIC-INDIC 3
     assert evaluate(f'device.attributes["{DRIVER}"].serial.matches("\\\\d")', device).matches is False
+
+
+@pytest.mark.parametrize(
+    ("expression", "matches", "error"),
+    [
+        pytest.param(f"{NUMA} == 1u", True, False, id="uint-equals-int"),
+        pytest.param(f"{NUMA} < 2u", True, False, id="uint-orders-with-int"),
+        pytest.param(f"{NUMA} + 1u == 2", False, True, id="int-plus-uint-is-an-error"),
+        pytest.param("3u - 4u < 5u", False, True, id="uint-underflow"),
+        pytest.param("18446744073709551615u + 1u > 0u", False, True, id="uint-overflow"),
+        pytest.param("7u / 2u == 3u", True, False, id="uint-division"),
+    ],
+)
+def test_uints_are_not_ints(expression: str, matches: bool, error: bool) -> None:
+    """``3u`` was read as the int 3, so int + uint added up where CEL has no such overload."""
+    outcome = evaluate(expression, NIC)
+    assert (outcome.matches, outcome.error) == (matches, error)
+
+
+def test_a_uint_is_not_negated() -> None:
+    outcome = evaluate("-(1u) < 0", NIC)
+    assert (outcome.matches, outcome.error) == (False, True)
