@@ -12,9 +12,9 @@ from xml.etree import ElementTree as ET
 
 from driver.inventory.discovery import discover
 from driver.inventory.svg import build_svg, overlay_from_claims
-from driver.testing.chromium import find_chromium, screenshot
-from driver.testing.hosttree import write_host_tree
-from driver.testing.topologies import dgx
+from tests.support.chromium import find_chromium, screenshot
+from tests.support.hosttree import write_host_tree
+from tests.support.topologies import dgx
 
 OUT = Path("docs/topology-dgx.png")
 

@@ -14,7 +14,6 @@ import pytest
 from driver.claims.render import claim_spec_file_name
 from driver.pinning.types import ENV_CPUS, parse_cpulist
 from driver.plugin import ClaimRef
-from driver.testing.kubeletclient import KubeletClient
 from tests.integration.pinning.fake_nri_runtime import POD as NRI_POD
 from tests.integration.pinning.fake_nri_runtime import FakeNriRuntime
 from tests.integration.pinning.fake_nri_runtime import container as nri_container
@@ -32,6 +31,7 @@ from tests.integration.run.conftest import (
     load_slack,
     wait_for,
 )
+from tests.support.kubeletclient import KubeletClient
 
 
 def _put_claim(node: RunNode, name: str, cpus: int = 2, gpu: str = GPU, pod_uid: str = "") -> ClaimRef:
