@@ -134,8 +134,8 @@ def _serve(host: Path, root: Path, cdi_dir: Path, kubeconfig: str, claim_reads: 
     else:
         status = None
         if plugin == "status":
-            from driver.health.status import ClaimStatusWriter
-            from driver.health.statusqueue import AsyncStatusWriter
+            from driver.claims.status import ClaimStatusWriter
+            from driver.claims.statusqueue import AsyncStatusWriter
 
             def writer() -> ClaimStatusWriter:
                 return ClaimStatusWriter(client, driver_name=DRIVER, inventory=inventory, host_root=str(host))

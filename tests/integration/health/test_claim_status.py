@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from driver.claims.status import ClaimStatusWriter
 from driver.health.signals import Reading, SignalReader
-from driver.health.status import ClaimStatusWriter
 from driver.inventory.discovery import discover
 from driver.inventory.model import DeviceKind, Inventory, pci_device_name
 from driver.kube.client import KubeClient

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
+from driver.claims.status import ClaimStatusWriter
 from driver.health.monitor import HealthMonitor
 from driver.health.signals import SignalReader
-from driver.health.status import ClaimStatusWriter
 from driver.health.taints import HealthTaints
 from driver.inventory.discovery import discover
 from driver.inventory.model import DeviceKind, Inventory, pci_device_name
