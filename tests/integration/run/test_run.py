@@ -250,13 +250,25 @@ def test_reboot_wiping_cdi_dir_is_repaired_at_start(node: RunNode) -> None:
     )
 
 
-def test_corrupt_journal_exits_1_with_one_line_and_the_recovery(node: RunNode) -> None:
-    """A corrupt journal: exit 1, last line names the file and the recovery, no traceback, no sockets."""
-    journal = node.plugin_dir / "state" / "journal.json"
+@pytest.mark.parametrize(
+    ("name", "content"),
+    [
+        pytest.param("journal.log", '{"kind":"NumadraJournal","version":2}\n0000 {"ops":[]}\n', id="corrupt"),
+        pytest.param(
+            "journal.json",
+            '{"kind": "NumadraJournal", "version": 1, "body": {"claims": {}}, "checksum": "sha256:0"}',
+            id="version-1",
+        ),
+    ],
+)
+def test_corrupt_journal_exits_1_with_one_line_and_the_recovery(
+    node: RunNode, name: str, content: str
+) -> None:
+    """A corrupt journal, or a version 1 one (never released, not read): exit 1, the last line names
+    the file and the recovery, no traceback, no sockets."""
+    journal = node.plugin_dir / "state" / name
     journal.parent.mkdir(parents=True)
-    journal.write_text(
-        '{"kind": "NumadraJournal", "version": 1, "body": {"claims": {}}, "checksum": "sha256:0"}'
-    )
+    journal.write_text(content)
     process = node.spawn()
     assert process.wait() == 1
     text = process.log_text()
