@@ -1,7 +1,7 @@
 # numadra's task runner: one target per test tier, in the order CI runs them.
 #
 #   make venv          .venv with the package and its test extras (everything below uses it)
-#   make lint          ruff check, ruff format --check, mypy --strict
+#   make lint          ruff check, ruff format --check, mypy --strict, lint-imports (layers)
 #   make deploy        deploy/ rendered by kustomize and helm (built from Go modules) must agree
 #   make unit          tests/unit: pure logic, generated host trees, no root needed
 #   make integration   tests/integration: real sockets, gRPC, files, cgroups (root for cgroups)
@@ -36,6 +36,7 @@ lint:
 	$(BIN)/ruff check $(LINTED)
 	$(BIN)/ruff format --check $(LINTED)
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache --no-logo
 
 # rewrite in place what `lint` only checks (then read the diff)
 fmt:

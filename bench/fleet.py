@@ -512,9 +512,9 @@ def main() -> int:
     if args.worker is not None:
         return worker(args.worker)
 
-    from driver.testing.hosttree import write_host_tree
-    from driver.testing.topologies import TOPOLOGIES
     from tests.e2e.controlplane import ControlPlane, binary_dir, missing_binaries
+    from tests.support.hosttree import write_host_tree
+    from tests.support.topologies import TOPOLOGIES
 
     bins = binary_dir()
     missing = missing_binaries(bins)

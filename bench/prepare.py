@@ -134,8 +134,8 @@ def _serve(host: Path, root: Path, cdi_dir: Path, kubeconfig: str, claim_reads: 
     else:
         status = None
         if plugin == "status":
-            from driver.health.status import ClaimStatusWriter
-            from driver.health.statusqueue import AsyncStatusWriter
+            from driver.claims.status import ClaimStatusWriter
+            from driver.claims.statusqueue import AsyncStatusWriter
 
             def writer() -> ClaimStatusWriter:
                 return ClaimStatusWriter(client, driver_name=DRIVER, inventory=inventory, host_root=str(host))
@@ -241,7 +241,7 @@ class _Child:
 
     def start(self) -> None:
         """Spawn and register (GetInfo polled as the kubelet does once the socket is there)."""
-        from driver.testing.kubeletclient import KubeletClient
+        from tests.support.kubeletclient import KubeletClient
 
         self.reg_sock.unlink(missing_ok=True)
         self.kubelet = kubelet = KubeletClient()
@@ -380,7 +380,7 @@ def _apiserver(kind: str, workdir: Path) -> Iterator[tuple[str, Callable[[dict[s
     compete with the bench's own gRPC client for the GIL.
     """
     if kind == "fake":
-        from driver.testing.fakeapiserver import FakeApiServer
+        from tests.support.fakeapiserver import FakeApiServer
 
         with FakeApiServer() as api:
 
@@ -528,8 +528,8 @@ def main() -> None:
     from bench._gopeer import GoPeerError, go_peer_binary
     from driver.inventory.model import DeviceKind
     from driver.plugin import ClaimRef
-    from driver.testing.hosttree import write_host_tree
-    from driver.testing.topologies import TOPOLOGIES
+    from tests.support.hosttree import write_host_tree
+    from tests.support.topologies import TOPOLOGIES
 
     try:
         go_binary = go_peer_binary()

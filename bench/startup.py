@@ -69,7 +69,7 @@ def _argv(root: Path, kubeconfig: str) -> list[str]:
 
 def _start(root: Path, kubeconfig: str, kubelet: Any) -> tuple[subprocess.Popen[bytes], float, str]:
     """Spawn the process; return it, seconds until registered, and the DRA endpoint."""
-    from driver.testing.kubeletclient import KubeletClient
+    from tests.support.kubeletclient import KubeletClient
 
     assert isinstance(kubelet, KubeletClient)
     reg_sock = root / "reg" / f"{DRIVER}-reg.sock"
@@ -108,10 +108,10 @@ def measure(base: str = "/tmp", starts: int = 5, prepares: int = 100) -> dict[st
     from driver.inventory.discovery import discover
     from driver.inventory.model import DeviceKind
     from driver.plugin import ClaimRef
-    from driver.testing.fakeapiserver import FakeApiServer
-    from driver.testing.hosttree import write_host_tree
-    from driver.testing.kubeletclient import KubeletClient
-    from driver.testing.topologies import TOPOLOGIES
+    from tests.support.fakeapiserver import FakeApiServer
+    from tests.support.hosttree import write_host_tree
+    from tests.support.kubeletclient import KubeletClient
+    from tests.support.topologies import TOPOLOGIES
 
     root = Path(tempfile.mkdtemp(prefix="bs", dir=base))
     try:

@@ -48,9 +48,9 @@ from driver.pinning.backend import PinningKind
 
 if TYPE_CHECKING:
     from driver.claims import ClaimsDriver
+    from driver.claims.status import ClaimStatusWriter
+    from driver.claims.statusqueue import AsyncStatusWriter
     from driver.health.monitor import HealthMonitor
-    from driver.health.status import ClaimStatusWriter
-    from driver.health.statusqueue import AsyncStatusWriter
     from driver.health.taints import HealthTaints, TaintEffect
     from driver.kube.client import KubeClient
     from driver.kubelet.server import KubeletPluginServer
@@ -249,7 +249,7 @@ class App:
     def _start_core(self) -> None:
         """Steps 1-4: inventory, journal, claims driver, kubelet server (the registration path)."""
         from driver.claims import ClaimsDriver
-        from driver.health.statusqueue import AsyncStatusWriter
+        from driver.claims.statusqueue import AsyncStatusWriter
         from driver.inventory.discovery import discover
         from driver.kube.client import shared_client
         from driver.kubelet.paths import SERIALIZE_LOCK_NAME, refuse_live_sockets, socket_paths
@@ -356,7 +356,7 @@ class App:
 
     def _status_writer(self) -> ClaimStatusWriter:
         """The claim status writer (built on first use, on the status worker thread)."""
-        from driver.health.status import ClaimStatusWriter
+        from driver.claims.status import ClaimStatusWriter
 
         assert self._kube is not None
         cfg = self.config

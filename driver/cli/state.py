@@ -1,7 +1,7 @@
 """``numadra state``: the claims prepared on this node, as the journal records them.
 
-Reads ``<plugin-dir>/state/journal.log`` (read-only, also a version 1 ``journal.json`` without
-adopting it; safe while the driver runs: a call being appended is not read until it is complete)
+Reads ``<plugin-dir>/state/journal.log`` (read-only; safe while the driver runs: a call being
+appended is not read until it is complete)
 and lists each claim with its devices, CDI device IDs and CPU/memory pinning.
 
 It also shows state that was lost: claims the driver rebuilt from the files it wrote for them

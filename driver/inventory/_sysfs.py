@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from driver.pinning.types import parse_cpulist
+from driver.inventory.cpulist import parse_cpulist
 
 # ruff: noqa: PTH115, PTH118, PTH119, PTH120, PTH208 - os functions on purpose, see above
 

@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 from xml.etree import ElementTree as ET
 
+from driver.inventory.cpulist import format_cpulist
 from driver.inventory.model import Cpu, Gpu, Inventory, Nic, NumaNode
 from driver.inventory.table import _memory_total, _page, _size
-from driver.pinning.types import format_cpulist
 
 __all__ = ["PALETTE", "Overlay", "build_svg", "overlay_from_claims", "render_html", "render_svg"]
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from driver.inventory.cpulist import format_cpulist
 from driver.inventory.model import Cpu, Gpu, Inventory, Nic, NumaNode, SkippedDevice
-from driver.pinning.types import format_cpulist
 
 __all__ = ["render_table"]
 

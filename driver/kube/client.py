@@ -7,7 +7,7 @@ Why this shape:
   raw body with ``json.loads``. Decoding into its pydantic models costs milliseconds per claim and
   the claim GET sits on the 5 ms prepare path.
 * The claim reads (GET one, LIST a namespace) go further: they use :mod:`driver.kube.transport`,
-  kept-alive sockets with minimal HTTP parsing, configured from the same ``Configuration`` and
+  a pool of kept-alive stdlib ``http.client`` connections, configured from the same ``Configuration`` and
   authorized through its own ``auth_settings()`` per request (token refresh keeps working). Where
   the configuration asks for what that transport cannot do (a proxy...), they stay on the official
   client. Writes, slices, nodes and watches always use the official client.

@@ -10,6 +10,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
+from driver.inventory.cpulist import format_cpulist, parse_cpulist
+
 __all__ = [
     "ENV_CLAIM_UID",
     "ENV_CPUS",
@@ -138,35 +140,3 @@ def env_markers(env: Iterable[str]) -> dict[str, str]:
         if sep and key.startswith(ENV_PREFIX):
             out[key] = value
     return out
-
-
-def parse_cpulist(text: str) -> frozenset[int]:
-    """Parse the kernel's list format ("0-3,8,10-11"); empty text is the empty set."""
-    out: set[int] = set()
-    for raw in text.strip().split(","):
-        part = raw.strip()
-        if not part:
-            continue
-        lo, sep, hi = part.partition("-")
-        if sep:
-            start, end = int(lo), int(hi)
-            if end < start:
-                raise ValueError(f"bad cpulist range {part!r}")
-            out.update(range(start, end + 1))
-        else:
-            out.add(int(lo))
-    return frozenset(out)
-
-
-def format_cpulist(cpus: frozenset[int] | set[int] | list[int] | tuple[int, ...]) -> str:
-    """Format ids in the kernel's list format with ranges ("0-3,8")."""
-    ids = sorted(set(cpus))
-    parts: list[str] = []
-    i = 0
-    while i < len(ids):
-        j = i
-        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
-            j += 1
-        parts.append(str(ids[i]) if i == j else f"{ids[i]}-{ids[j]}")
-        i = j + 1
-    return ",".join(parts)

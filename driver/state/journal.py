@@ -13,12 +13,11 @@ entries it changed, synced with one ``fdatasync``, so a call costs the same with
 prepared on the node (version 1 rewrote the whole file per call: 6 ms at 100 claims). Entries are
 stored as canonical JSON (``json.dumps(entry, sort_keys=True, separators=(",", ":"))``).
 
-Version 1 (``state/journal.json``: ``{"kind": "NumadraJournal", "version": 1, "checksum":
-"sha256:<hex of canonical body>", "body": {"claims": {"<uid>": {...}}}}``) is read once and adopted
-into the log on the first load by a writer; the old file is then replaced by a version 2 marker,
-so an old driver still running next to the new one (rolling update) refuses it loudly instead of
-writing a journal nobody reads. A corrupt file or an unknown version is never "repaired"
-silently: :class:`JournalError` says what is wrong and how to recover.
+Version 1 (one ``state/journal.json`` rewritten whole) was never released and is not read: a
+``journal.json`` found on the first load is a :class:`JournalError` naming it, with the recovery
+(move it aside: the cross-check below rebuilds the prepared claims from their files), never
+silently ignored. A corrupt file or an unknown version is never "repaired" silently either:
+:class:`JournalError` says what is wrong and how to recover.
 
 State that cannot forget: with an :class:`~driver.state.evidence.Evidence` (the claims driver
 passes one), every load that starts the log over (first load, or the file deleted, emptied,
@@ -32,7 +31,6 @@ recorded in ``state/recoveries.log`` for ``numadra state``. An unchanged journal
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
@@ -64,9 +62,9 @@ __all__ = [
     "JOURNAL_FILE",
     "JOURNAL_KIND",
     "JOURNAL_VERSION",
-    "LEGACY_JOURNAL_FILE",
     "RECOVERIES_FILE",
     "STATE_RECOVERY_REASONS",
+    "V1_JOURNAL_FILE",
     "Journal",
     "JournalEntry",
     "StoredFile",
@@ -78,9 +76,8 @@ __all__ = [
 JOURNAL_KIND = "NumadraJournal"
 JOURNAL_VERSION = 2
 JOURNAL_FILE = "journal.log"
-#: the version 1 journal, adopted into the log once
-LEGACY_JOURNAL_FILE = "journal.json"
-_LEGACY_VERSION = 1
+#: the version 1 journal of unreleased builds: refused, not read
+V1_JOURNAL_FILE = "journal.json"
 #: one JSON line per claim rebuilt from evidence (``numadra state`` shows them)
 RECOVERIES_FILE = "recoveries.log"
 #: the ``reason`` label of ``numadra_state_recoveries_total``: why the journal lacked the claim
@@ -310,8 +307,7 @@ class Journal:
     Not thread safe on its own: the caller (``ClaimsDriver``) serialises prepare and unprepare, and
     holds a ``flock`` across processes around load-change-save. :meth:`load` reads only what other
     processes appended since (one ``stat`` when nothing changed), and :meth:`save` appends only the
-    entries changed since the last save. ``read_only`` (``numadra state``): never write, not even
-    the one-time adoption of a version 1 file, which is then read in memory only.
+    entries changed since the last save. ``read_only`` (``numadra state``): never write.
 
     The questions a prepare asks per claim (:meth:`holder`, :meth:`taken_cpus`) are answered from
     indexes kept with the entries, so they cost the same with 1 or 300 prepared claims.
@@ -319,7 +315,8 @@ class Journal:
 
     def __init__(self, path: Path, *, read_only: bool = False, evidence: Evidence | None = None) -> None:
         self.path = path
-        self.legacy_path = path.with_name(LEGACY_JOURNAL_FILE)
+        self.v1_path = path.with_name(V1_JOURNAL_FILE)
+        self._v1_checked = False  # the first load looks for a version 1 file, once
         self.read_only = read_only
         self._evidence = evidence
         #: why a cross-check with the evidence is due ("" when none is): set by a log reset, done
@@ -329,7 +326,7 @@ class Journal:
         self.recoveries: Counter[str] = Counter()
         #: read-only journals: the claims the last cross-check found, not rebuilt (for display)
         self.unjournaled: list[Found] = []
-        self._log = JournalLog(path, legacy=self.legacy_path)
+        self._log = JournalLog(path)
         self._entries: dict[str, JournalEntry] = {}
         #: canonical JSON of each entry: what the log stores and compacts from
         self._text: dict[str, str] = {}
@@ -387,8 +384,8 @@ class Journal:
     def load(self, *, persist: bool = True) -> None:
         """Catch up with the file: what other processes appended since (nothing: one ``stat``).
 
-        A missing file is an empty journal; a version 1 file is adopted first (see the module
-        docstring). When the log started over, the entries are cross-checked with the evidence
+        A missing file is an empty journal; a version 1 ``journal.json`` next to it is an error
+        (see the module docstring). When the log started over, the entries are cross-checked with the evidence
         (module docstring); claims rebuilt from it are saved at once unless ``persist`` is False
         (a caller without the cross-process lock: the next load that persists does it). Raises
         :class:`JournalError` (with the recovery in the message) on an unreadable file, a checksum
@@ -396,14 +393,14 @@ class Journal:
         link in place of the journal, or evidence of a lost claim that cannot be read.
         """
         try:
-            if self._log.legacy_pending():
-                entries, texts = self._read_legacy()
-                if not self.read_only:
-                    self._log.adopt(texts)  # the log, synced, then the marker replaces the old file
-                self._reset(entries, texts)
-                self._check_due = self._check_due or RESET_START
-                self._cross_check(persist)
-                return
+            if not self._v1_checked:
+                if os.path.lexists(self.v1_path):
+                    raise self._recovery(
+                        f"is a version 1 journal, which this numadra does not read (its journal is "
+                        f"{self.path.name}; version 1 was never released)",
+                        self.v1_path,
+                    )
+                self._v1_checked = True
             replay = self._log.read()
         except OSError as exc:
             raise self._recovery(f"cannot be read ({exc.strerror or exc})") from exc
@@ -511,42 +508,6 @@ class Journal:
         if entry.uid != uid:
             raise self._recovery(f"is corrupt (entry {uid!r} has uid {entry.uid!r})", path)
         return entry
-
-    def _read_legacy(self) -> tuple[dict[str, JournalEntry], dict[str, str]]:
-        """The entries of the version 1 file, and each as canonical JSON; checked like version 1 did."""
-        path = self.legacy_path
-        try:
-            raw = path.read_bytes()
-        except FileNotFoundError:
-            return {}, {}
-        except OSError as exc:
-            raise self._recovery(f"cannot be read ({exc.strerror})", path) from exc
-        try:
-            doc = json.loads(raw)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise self._recovery(f"is corrupt (not JSON: {exc})", path) from exc
-        if not isinstance(doc, dict) or doc.get("kind") != JOURNAL_KIND:
-            raise self._recovery(f"is corrupt (not a {JOURNAL_KIND} document)", path)
-        version = doc.get("version")
-        if version != _LEGACY_VERSION:
-            if "movedTo" in doc:
-                raise self._recovery(f"says the journal moved to {doc['movedTo']}, which is missing", path)
-            raise self._recovery(
-                f"has unknown schema version {version!r} (this numadra reads versions "
-                f"{_LEGACY_VERSION} and {JOURNAL_VERSION})",
-                path,
-            )
-        body = doc.get("body")
-        if not isinstance(body, dict):
-            raise self._recovery("is corrupt (no body)", path)
-        digest = hashlib.sha256(_canonical(body).encode()).hexdigest()
-        if doc.get("checksum") != f"sha256:{digest}":
-            raise self._recovery("is corrupt (checksum mismatch)", path)
-        claims = body.get("claims")
-        if not isinstance(claims, dict):
-            raise self._recovery("is corrupt (no claims map)", path)
-        entries = {uid: self._entry(uid, obj, path) for uid, obj in claims.items()}
-        return entries, {uid: _canonical(obj) for uid, obj in claims.items()}
 
     def save(self) -> None:
         """Append the changes since the last save as one durable record (creating ``state/``).

@@ -16,7 +16,7 @@ newline of a record without the bytes before it (one ``write()``; a lost page re
 are no newline), so a *complete* line whose checksum does not match is damage, wherever it is: it
 may be an acknowledged call, and dropping it would forget a prepared claim. That, a header of
 another kind or version, or a record whose checksum matches but whose ops are malformed is
-corruption: :class:`JournalError` naming the file and line, with the same recovery as version 1.
+corruption: :class:`JournalError` naming the file and line, with the documented recovery.
 Within a record puts come before removes; a claim is never both.
 
 Every read reports why it starts over (:attr:`Replay.reason`): the file is new to this object, or
@@ -36,7 +36,6 @@ need no lock. The object itself is not thread safe.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import hashlib
 import json
@@ -52,7 +51,6 @@ from driver.errors import JournalError
 from driver.log import get_logger
 
 __all__ = [
-    "LEGACY_MARKER",
     "LOG_FILE",
     "LOG_VERSION",
     "RESET_DELETED",
@@ -73,10 +71,6 @@ LOG_FILE = "journal.log"
 LOG_VERSION = 2
 _KIND = "NumadraJournal"
 _HEADER = f'{{"kind":"{_KIND}","version":{LOG_VERSION}}}\n'.encode()
-#: what replaces the version 1 file once adopted: valid JSON that a version 1 driver refuses (its
-#: version is not 1), so an old process of a rolling update fails loudly instead of writing a
-#: journal nobody reads any more
-LEGACY_MARKER = f'{{"kind":"{_KIND}","version":{LOG_VERSION},"movedTo":"{LOG_FILE}"}}\n'.encode()
 _OPS_OPEN = '{"ops":['
 _DECODER = json.JSONDecoder()
 _log = get_logger("state.wal")
@@ -180,9 +174,8 @@ class JournalLog:
     recovery by hand) is told apart from the same file grown, even when an inode number is reused.
     """
 
-    def __init__(self, path: Path, *, legacy: Path | None = None, compact_min: int = 1 << 20) -> None:
+    def __init__(self, path: Path, *, compact_min: int = 1 << 20) -> None:
         self.path = path
-        self.legacy = legacy
         self.compact_min = compact_min
         self._fd: int | None = None  # read descriptor of the file our offsets are about
         self._wfd: int | None = None  # O_APPEND descriptor of the same file, opened on first append
@@ -192,7 +185,6 @@ class JournalLog:
         self._lines = 0  # complete lines before _valid (error messages name the line)
         self._sizes: dict[str, int] = {}  # uid -> bytes of its op in a compacted log
         self._live_bytes = 0  # sum of _sizes: kept per op so no call costs O(claims) to decide
-        self._legacy_checked = False
 
     def _recovery(self, problem: str) -> JournalError:
         return journal_recovery_error(self.path, problem)
@@ -359,7 +351,6 @@ class JournalLog:
             self._track(uid, text)
         for uid in removes:
             self._track(uid, None)
-        self._drop_legacy()
         if self._valid > max(self.compact_min, 4 * (len(_HEADER) + 75 + self._live_bytes)):
             try:
                 self._replace(live)
@@ -389,8 +380,6 @@ class JournalLog:
             return  # the file exists but its header is torn: replaced whole
         if self._lstat() is not None:
             raise self._stale("appeared")
-        if self.legacy is not None and self.legacy.exists():
-            raise JournalError(f"journal {self.legacy} (version 1) must be adopted before appending")
 
     def _replace(self, live: Mapping[str, str], record: bytes | None = None, *, create: bool = False) -> None:
         """Atomically make the log hold ``live`` (temp, fsync, rename, fsync dir) and follow it.
@@ -440,29 +429,3 @@ class JournalLog:
         if text is not None:
             self._sizes[uid] = len(uid) + len(text) + 20  # canonical JSON is ASCII: chars are bytes
             self._live_bytes += self._sizes[uid]
-
-    # -- migration from version 1 -----------------------------------------------------------------
-
-    def legacy_pending(self) -> bool:
-        """True when there is no log but a version 1 ``journal.json``: the caller must :meth:`adopt`."""
-        return self.legacy is not None and not self.path.exists() and self.legacy.exists()
-
-    def adopt(self, live: Mapping[str, str]) -> None:
-        """Write ``live`` (parsed from the version 1 file) as the log, then mark the version 1 file.
-
-        Crash-safe order: the log is complete and synced (file and directory) before the legacy
-        file is replaced by :data:`LEGACY_MARKER`. A crash in between leaves both; the log then
-        wins (legacy is consulted only when there is no log) and the next append of a writer
-        replaces the stale legacy file by the marker.
-        """
-        self._replace(live)
-        self._drop_legacy()
-
-    def _drop_legacy(self) -> None:
-        """Replace a version 1 file by the marker (once per process; the marker itself stays)."""
-        if self._legacy_checked or self.legacy is None:
-            return
-        with contextlib.suppress(FileNotFoundError):
-            if self.legacy.read_bytes() != LEGACY_MARKER:
-                atomic_write_bytes(self.legacy, LEGACY_MARKER, mode=0o600)
-        self._legacy_checked = True

@@ -31,7 +31,6 @@ import yaml
 from driver.claims.render import claim_spec_file_name
 from driver.pinning.types import ENV_CPUS, parse_cpulist
 from driver.state.journal import Journal, journal_path
-from driver.testing.hosttree import TOPOLOGIES, write_host_tree
 from tests.e2e.controlplane import (
     ApiClient,
     ApiError,
@@ -43,6 +42,7 @@ from tests.e2e.controlplane import (
     wait_for,
     write_kubeconfig,
 )
+from tests.support.hosttree import TOPOLOGIES, write_host_tree
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY_BASE = REPO / "deploy" / "kustomize" / "base"

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from driver.testing.poll import free_port, wait_for
+from tests.support.poll import free_port, wait_for
 
 __all__ = [
     "COMPONENTS",

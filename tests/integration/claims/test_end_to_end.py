@@ -15,8 +15,6 @@ from driver.kubelet.server import KubeletPluginServer
 from driver.pinning.planner import CpuPlanner
 from driver.plugin import ClaimRef
 from driver.state.journal import Journal, journal_path
-from driver.testing.fakeapiserver import FakeApiServer
-from driver.testing.kubeletclient import KubeletClient
 from tests.integration.claims._world import (
     DRIVER,
     GPU0,
@@ -27,6 +25,8 @@ from tests.integration.claims._world import (
     make_inventory,
     result,
 )
+from tests.support.fakeapiserver import FakeApiServer
+from tests.support.kubeletclient import KubeletClient
 
 
 @pytest.fixture

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from driver.cli import main
-from driver.testing.fakeapiserver import FakeApiServer
-from driver.testing.hosttree import write_host_tree
-from driver.testing.topologies import TOPOLOGIES
+from tests.support.fakeapiserver import FakeApiServer
+from tests.support.hosttree import write_host_tree
+from tests.support.topologies import TOPOLOGIES
 
 CLAIM = {
     "apiVersion": "resource.k8s.io/v1",

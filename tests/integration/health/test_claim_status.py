@@ -7,15 +7,15 @@ from typing import Any
 
 import pytest
 
+from driver.claims.status import ClaimStatusWriter
 from driver.health.signals import Reading, SignalReader
-from driver.health.status import ClaimStatusWriter
 from driver.inventory.discovery import discover
 from driver.inventory.model import DeviceKind, Inventory, pci_device_name
 from driver.kube.client import KubeClient
 from driver.plugin import HealthState, PreparedDevice
-from driver.testing.fakeapiserver import FakeApiServer
-from driver.testing.hosttree import write_host_tree
-from driver.testing.topologies import cloud_vm
+from tests.support.fakeapiserver import FakeApiServer
+from tests.support.hosttree import write_host_tree
+from tests.support.topologies import cloud_vm
 
 from .conftest import DRIVER, NODE
 from .hosts import GPU_BDF, NIC_BDF, NIC_IF, health_topology

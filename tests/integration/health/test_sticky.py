@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
+from driver.claims.status import ClaimStatusWriter
 from driver.health.monitor import HealthMonitor
 from driver.health.signals import SignalReader
-from driver.health.status import ClaimStatusWriter
 from driver.health.taints import HealthTaints
 from driver.inventory.discovery import discover
 from driver.inventory.model import DeviceKind, Inventory, pci_device_name
@@ -27,8 +27,8 @@ from driver.kube.backoff import Backoff
 from driver.kube.client import KubeClient
 from driver.plugin import HealthState, PreparedDevice
 from driver.slices.publisher import SlicePublisher
-from driver.testing.fakeapiserver import FakeApiServer
-from driver.testing.hosttree import write_host_tree
+from tests.support.fakeapiserver import FakeApiServer
+from tests.support.hosttree import write_host_tree
 
 from .conftest import DRIVER, NODE
 from .fake_xid import FakeXidSource

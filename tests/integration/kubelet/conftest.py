@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from driver.kubelet.server import KubeletPluginServer
-from driver.testing.fakeplugin import FAKE_DRIVER, FakePlugin
-from driver.testing.kubeletclient import KubeletClient
-from driver.testing.poll import wait_for
+from tests.support.fakeplugin import FAKE_DRIVER, FakePlugin
+from tests.support.kubeletclient import KubeletClient
+from tests.support.poll import wait_for
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -100,12 +100,12 @@ class PluginProcess:
 
 @pytest.fixture
 def spawn(dirs: Dirs) -> Iterator[Callable[..., PluginProcess]]:
-    """Start ``python -m driver.testing.fakeplugin`` processes; kill leftovers at teardown."""
+    """Start ``python -m tests.support.fakeplugin`` processes; kill leftovers at teardown."""
     started: list[PluginProcess] = []
 
     def start(*extra: str, pod_uid: str | None = None, wait: bool = True) -> PluginProcess:
         args = [
-            sys.executable, "-m", "driver.testing.fakeplugin",
+            sys.executable, "-m", "tests.support.fakeplugin",
             "--registrar-dir", str(dirs.registrar), "--plugin-dir", str(dirs.plugin), *extra,
         ]  # fmt: skip
         if pod_uid:

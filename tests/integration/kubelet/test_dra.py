@@ -11,8 +11,8 @@ import pytest
 from driver.kubelet import translate
 from driver.kubelet.server import KubeletPluginServer
 from driver.plugin import ClaimRef
-from driver.testing.fakeplugin import FakePlugin
-from driver.testing.kubeletclient import KubeletClient
+from tests.support.fakeplugin import FakePlugin
+from tests.support.kubeletclient import KubeletClient
 
 from .conftest import Dirs, assert_no_overlap
 

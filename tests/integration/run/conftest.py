@@ -25,10 +25,10 @@ from typing import Any
 
 import pytest
 
-from driver.testing.fakeapiserver import FakeApiServer
-from driver.testing.hosttree import TOPOLOGIES, write_host_tree
-from driver.testing.kubeletclient import KubeletClient, Registration
-from driver.testing.poll import wait_for
+from tests.support.fakeapiserver import FakeApiServer
+from tests.support.hosttree import TOPOLOGIES, write_host_tree
+from tests.support.kubeletclient import KubeletClient, Registration
+from tests.support.poll import wait_for
 
 DRIVER = "numadra.dev"
 NODE = "node-run"

@@ -14,7 +14,6 @@ import pytest
 from driver.claims.render import claim_spec_file_name
 from driver.pinning.types import ENV_CPUS, parse_cpulist
 from driver.plugin import ClaimRef
-from driver.testing.kubeletclient import KubeletClient
 from tests.integration.pinning.fake_nri_runtime import POD as NRI_POD
 from tests.integration.pinning.fake_nri_runtime import FakeNriRuntime
 from tests.integration.pinning.fake_nri_runtime import container as nri_container
@@ -32,6 +31,7 @@ from tests.integration.run.conftest import (
     load_slack,
     wait_for,
 )
+from tests.support.kubeletclient import KubeletClient
 
 
 def _put_claim(node: RunNode, name: str, cpus: int = 2, gpu: str = GPU, pod_uid: str = "") -> ClaimRef:
@@ -250,13 +250,25 @@ def test_reboot_wiping_cdi_dir_is_repaired_at_start(node: RunNode) -> None:
     )
 
 
-def test_corrupt_journal_exits_1_with_one_line_and_the_recovery(node: RunNode) -> None:
-    """A corrupt journal: exit 1, last line names the file and the recovery, no traceback, no sockets."""
-    journal = node.plugin_dir / "state" / "journal.json"
+@pytest.mark.parametrize(
+    ("name", "content"),
+    [
+        pytest.param("journal.log", '{"kind":"NumadraJournal","version":2}\n0000 {"ops":[]}\n', id="corrupt"),
+        pytest.param(
+            "journal.json",
+            '{"kind": "NumadraJournal", "version": 1, "body": {"claims": {}}, "checksum": "sha256:0"}',
+            id="version-1",
+        ),
+    ],
+)
+def test_corrupt_journal_exits_1_with_one_line_and_the_recovery(
+    node: RunNode, name: str, content: str
+) -> None:
+    """A corrupt journal, or a version 1 one (never released, not read): exit 1, the last line names
+    the file and the recovery, no traceback, no sockets."""
+    journal = node.plugin_dir / "state" / name
     journal.parent.mkdir(parents=True)
-    journal.write_text(
-        '{"kind": "NumadraJournal", "version": 1, "body": {"claims": {}}, "checksum": "sha256:0"}'
-    )
+    journal.write_text(content)
     process = node.spawn()
     assert process.wait() == 1
     text = process.log_text()

@@ -205,7 +205,7 @@ def test_config_and_the_plugins_wrappers_load_no_prometheus(tmp_path: Path) -> N
         "import sys\n"
         "from driver.cli import build_parser\n"
         "from driver.cli.run import config_from_args\n"
-        "import driver.observability.metered, driver.state.index, driver.health.statusqueue\n"
+        "import driver.observability.metered, driver.state.index, driver.claims.statusqueue\n"
         f"args = build_parser().parse_args(['run', '--node-name', 'n', '--metrics-address', ':9400',"
         f" '--kubeconfig', {_KUBECONFIG['KUBECONFIG']!r}])\n"
         "config_from_args(args, {})\n"

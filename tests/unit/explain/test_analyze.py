@@ -1,4 +1,4 @@
-"""explain on fixture topologies (driver/testing): expected verdicts and explanations per device."""
+"""explain on fixture topologies (tests/support): expected verdicts and explanations per device."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from driver.pinning.types import ClaimPinning, CpuAssignment, CpuMode
 from driver.plugin import PreparedDevice
 from driver.slices.builder import build_slices
 from driver.state.journal import JournalEntry
-from driver.testing.hosttree import write_host_tree
-from driver.testing.topologies import TOPOLOGIES
+from tests.support.hosttree import write_host_tree
+from tests.support.topologies import TOPOLOGIES
 
 NUMA = 'device.attributes["resource.kubernetes.io"].numaNode'
 PF_RDMA = 'device.attributes["numadra.dev"].sriovVF == false && device.attributes["numadra.dev"].rdma'

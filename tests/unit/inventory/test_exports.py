@@ -17,9 +17,9 @@ MODULES = [
     "driver.kube.quantity",
     "driver.slices.builder",
     "driver.slices.validation",
-    "driver.testing.hostspec",
-    "driver.testing.hosttree",
-    "driver.testing.topologies",
+    "tests.support.hostspec",
+    "tests.support.hosttree",
+    "tests.support.topologies",
     "driver.cli.discover",
 ]
 

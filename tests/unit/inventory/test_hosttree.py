@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from driver.testing.hosttree import TOPOLOGIES, Topology, write_host_tree
+from tests.support.hosttree import TOPOLOGIES, Topology, write_host_tree
 from tests.unit.inventory.trees import host_tree
 
 

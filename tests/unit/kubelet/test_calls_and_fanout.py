@@ -15,7 +15,7 @@ from driver.kubelet.dra import ClaimCalls, DriverCallError
 from driver.kubelet.health import DEFAULT_RESEND_INTERVAL, HealthFanout
 from driver.kubelet.serialize import SerializeLock
 from driver.plugin import ClaimRef, HealthState, PrepareResult
-from driver.testing.fakeplugin import FakePlugin
+from tests.support.fakeplugin import FakePlugin
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import pytest
 from driver.observability import Metrics
 from driver.observability.metered import MeteredPlugin
 from driver.plugin import ClaimRef
-from driver.testing.fakeplugin import FakePlugin
+from tests.support.fakeplugin import FakePlugin
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Unit tests of the journal: round trip, v1 adoption, corruption, unknown versions, cross-process reloads."""
+"""Unit tests of the journal: round trip, a version 1 file refused, corruption, cross-process reloads."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from driver.pinning.types import ClaimPinning, CpuAssignment, CpuMode
 from driver.plugin import PreparedDevice
 from driver.state import Journal, JournalEntry, StoredFile, journal_path
 from driver.state.journal import _canonical, _entry_text
-from driver.state.wal import LEGACY_MARKER, JournalLog
+from driver.state.wal import JournalLog
 
 
 def _entry(uid: str = "u1", cpus: frozenset[int] = frozenset({2, 3})) -> JournalEntry:
@@ -100,88 +100,48 @@ def test_reload_sees_other_writer(tmp_path: Path) -> None:
     assert a.get("u1") is None
 
 
-def _v1_document(*entries: JournalEntry) -> str:
-    """A journal file as version 1 of numadra wrote it."""
-    body = {"claims": {e.uid: e.to_json() for e in entries}}
-    canon = _canonical(body)
-    digest = hashlib.sha256(canon.encode()).hexdigest()
-    return f'{{"kind":"NumadraJournal","version":1,"checksum":"sha256:{digest}","body":{canon}}}\n'
+_V1 = '{"kind":"NumadraJournal","version":1,"checksum":"sha256:0","body":{"claims":{}}}\n'
+_MARKER = '{"kind":"NumadraJournal","version":2,"movedTo":"journal.log"}\n'
 
 
-def _write_saved(tmp_path: Path) -> Path:
-    """A version 1 journal.json (the one file format a person can damage by hand)."""
-    legacy = journal_path(tmp_path).with_name("journal.json")
-    legacy.parent.mkdir(parents=True)
-    legacy.write_text(_v1_document(_entry("u1")))
-    return legacy
-
-
-def _doc(path: Path) -> dict[str, object]:
-    doc = json.loads(path.read_text())
-    assert isinstance(doc, dict)
-    return doc
-
-
+@pytest.mark.parametrize("read_only", [False, True], ids=["driver", "numadra-state"])
 @pytest.mark.parametrize(
-    ("damage", "message"),
+    "content",
     [
-        pytest.param(lambda p: p.write_text('{"kind": "NumadraJournal", "vers'), "not JSON", id="truncated"),
-        pytest.param(lambda p: p.write_bytes(b"\xff\xfe\x00"), "not JSON", id="binary-garbage"),
-        pytest.param(lambda p: p.write_text("[]"), "not a NumadraJournal", id="not-an-object"),
-        pytest.param(
-            lambda p: p.write_text(p.read_text().replace('"ns"', '"nz"')), "checksum", id="edited-body"
-        ),
-        pytest.param(
-            lambda p: p.write_text(json.dumps({**_doc(p), "version": 99})),
-            "unknown schema version 99",
-            id="future-version",
-        ),
-        pytest.param(
-            lambda p: p.write_text(json.dumps({**_doc(p), "version": "1"})),
-            "unknown schema version '1'",
-            id="version-as-string",
-        ),
-        pytest.param(
-            lambda p: p.write_text(json.dumps({k: v for k, v in _doc(p).items() if k != "body"})),
-            "no body",
-            id="no-body",
-        ),
+        pytest.param(_V1, id="v1-document"),
+        pytest.param(_MARKER, id="v2-marker"),
+        pytest.param("", id="empty"),
     ],
 )
-def test_damaged_journal_raises_with_recovery(tmp_path: Path, damage: object, message: str) -> None:
-    """A damaged or unknown-version v1 journal raises JournalError naming the file and the recovery."""
-    path = _write_saved(tmp_path)
-    assert callable(damage)
-    damage(path)
-    journal = Journal(journal_path(tmp_path))
-    with pytest.raises(JournalError, match=message) as info:
+def test_a_v1_journal_at_start_is_a_clear_error(tmp_path: Path, content: str, read_only: bool) -> None:
+    """Version 1 (journal.json, never released) is not read: its presence is an error naming it,
+    with the recovery, whatever it holds; nothing is written and it is not ignored."""
+    v1 = journal_path(tmp_path).with_name("journal.json")
+    v1.parent.mkdir(parents=True)
+    v1.write_text(content)
+    journal = Journal(journal_path(tmp_path), read_only=read_only)
+    with pytest.raises(
+        JournalError, match="is a version 1 journal, which this numadra does not read"
+    ) as info:
         journal.load()
-    assert not journal.path.exists()  # nothing adopted from a damaged file
     text = str(info.value)
-    assert str(path) in text
-    assert "move" in text
-    assert "aside" in text
-    assert "\n" not in text
+    assert text.startswith(f"journal {v1} ")
+    assert "aside" in text and "\n" not in text
+    assert not journal.path.exists()
+    assert v1.read_text() == content
 
 
-def test_malformed_entry_with_valid_checksum_raises(tmp_path: Path) -> None:
-    """An entry missing a field is reported even when the checksum matches (a buggy writer)."""
-    body = {"claims": {"u1": {"uid": "u1"}}}
-    canon = json.dumps(body, sort_keys=True, separators=(",", ":"))
-    path = journal_path(tmp_path).with_name("journal.json")
-    path.parent.mkdir(parents=True)
-    path.write_text(
-        json.dumps(
-            {
-                "kind": "NumadraJournal",
-                "version": 1,
-                "checksum": "sha256:" + hashlib.sha256(canon.encode()).hexdigest(),
-                "body": body,
-            }
-        )
-    )
-    with pytest.raises(JournalError, match="entry 'u1'"):
-        Journal(journal_path(tmp_path)).load()
+def test_a_v1_journal_next_to_the_log_is_an_error_too(tmp_path: Path) -> None:
+    """A journal.json beside a version 2 log (left by an unreleased build) is not silently skipped."""
+    path = journal_path(tmp_path)
+    JournalLog(path).append({"u1": _entry_text(_entry("u1"))}, (), {"u1": _entry_text(_entry("u1"))})
+    path.with_name("journal.json").write_text(_MARKER)
+    with pytest.raises(JournalError, match="version 1"):
+        Journal(path).load()
+    path.with_name("journal.json").unlink()
+    journal = Journal(path)
+    journal.load()
+    assert list(journal.entries()) == [_entry("u1")]
 
 
 def test_malformed_entry_in_the_log_raises(tmp_path: Path) -> None:
@@ -190,55 +150,6 @@ def test_malformed_entry_in_the_log_raises(tmp_path: Path) -> None:
     JournalLog(path).append({"u1": '{"uid":"u1"}'}, (), {"u1": '{"uid":"u1"}'})
     with pytest.raises(JournalError, match=f"journal {path} is corrupt \\(entry 'u1'"):
         Journal(path).load()
-
-
-def test_v1_journal_is_adopted_once_then_marked(tmp_path: Path) -> None:
-    """A version 1 journal.json: its entries load, the log holds them, journal.json becomes the marker."""
-    legacy = journal_path(tmp_path).with_name("journal.json")
-    legacy.parent.mkdir(parents=True)
-    legacy.write_text(_v1_document(_entry("u1"), _entry("u2", frozenset({4}))))
-    journal = Journal(journal_path(tmp_path))
-    journal.load()
-    assert list(journal.entries()) == [_entry("u1"), _entry("u2", frozenset({4}))]
-    assert journal.taken_cpus() == frozenset({2, 3, 4})
-    assert legacy.read_bytes() == LEGACY_MARKER
-    fresh = Journal(journal_path(tmp_path))
-    fresh.load()
-    assert list(fresh.entries()) == [_entry("u1"), _entry("u2", frozenset({4}))]
-    fresh.remove("u1")
-    fresh.save()
-    journal.load()
-    assert [e.uid for e in journal.entries()] == ["u2"]
-
-
-def test_read_only_reads_v1_without_writing(tmp_path: Path) -> None:
-    """numadra state on a version 1 journal: the entries are shown, no file is written or changed."""
-    legacy = _write_saved(tmp_path)
-    before = legacy.read_bytes()
-    journal = Journal(journal_path(tmp_path), read_only=True)
-    journal.load()
-    assert list(journal.entries()) == [_entry("u1")]
-    assert legacy.read_bytes() == before
-    assert not journal.path.exists()
-    with pytest.raises(JournalError, match="read-only"):
-        journal.save()
-
-
-def test_marker_without_log_is_a_clear_error(tmp_path: Path) -> None:
-    """journal.json says the journal moved, but journal.log is gone: recovery, not an empty journal."""
-    legacy = journal_path(tmp_path).with_name("journal.json")
-    legacy.parent.mkdir(parents=True)
-    legacy.write_bytes(LEGACY_MARKER)
-    with pytest.raises(JournalError, match=r"moved to journal\.log, which is missing") as info:
-        Journal(journal_path(tmp_path)).load()
-    assert "aside" in str(info.value)
-
-
-def test_an_old_driver_refuses_the_marker(tmp_path: Path) -> None:
-    """What a version 1 driver checks (kind, then version 1) fails on the marker: it cannot go on unaware."""
-    doc = json.loads(LEGACY_MARKER)
-    assert doc["kind"] == "NumadraJournal"
-    assert doc["version"] != 1
 
 
 _text = st.text(max_size=10)

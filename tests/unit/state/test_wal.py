@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from driver.errors import JournalError
-from driver.state.wal import LEGACY_MARKER, JournalLog, Put, Replay
+from driver.state.wal import JournalLog, Put, Replay
 
 HEADER = b'{"kind":"NumadraJournal","version":2}\n'
 
@@ -363,44 +363,6 @@ def test_creating_the_log_never_replaces_one_made_meanwhile(path: Path) -> None:
         two._replace({"b": text("b")}, create=True)
     assert fresh_state(path) == {"a": text("a")}
     assert sorted(p.name for p in path.parent.iterdir()) == [path.name]  # no temp file left
-
-
-def test_adopt_writes_the_log_before_marking_the_legacy_file(path: Path) -> None:
-    """Migration: legacy pending -> adopt writes the full log, then the v1 file becomes the marker."""
-    legacy = path.with_name("journal.json")
-    legacy.parent.mkdir()
-    legacy.write_text("{}")
-    log = JournalLog(path, legacy=legacy)
-    assert log.read() == Replay(reset=True, ops=[])
-    assert log.legacy_pending()
-    with pytest.raises(JournalError, match="must be adopted before appending"):
-        log.append({"x": text("x")}, (), {"x": text("x")})
-    log.adopt({"b": text("b"), "a": text("a")})
-    assert legacy.read_bytes() == LEGACY_MARKER
-    assert json.loads(LEGACY_MARKER)["version"] != 1  # what a version 1 driver refuses
-    assert not log.legacy_pending()
-    assert path.read_bytes() == HEADER + line(
-        b'{"ops":[{"put":"a","entry":'
-        + text("a").encode()
-        + b'},{"put":"b","entry":'
-        + text("b").encode()
-        + b"}]}"
-    )
-    assert log.read() == Replay(reset=False, ops=[])
-    log.append({"c": text("c")}, (), {})
-    assert fresh_state(path) == {"a": text("a"), "b": text("b"), "c": text("c")}
-
-
-def test_a_legacy_file_left_by_a_crash_after_adopt_is_ignored_then_marked(path: Path) -> None:
-    """Both files present (crash between rename and marking): the log wins; the next append marks v1."""
-    legacy = path.with_name("journal.json")
-    JournalLog(path).adopt({"a": text("a")})
-    legacy.write_text("{}")
-    log = JournalLog(path, legacy=legacy)
-    assert not log.legacy_pending()
-    assert state([log.read()]) == {"a": text("a")}
-    log.append({"b": text("b")}, (), {})
-    assert legacy.read_bytes() == LEGACY_MARKER
 
 
 # -- model-based property test ------------------------------------------------------------------

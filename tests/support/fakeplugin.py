@@ -15,7 +15,7 @@ so a test can prove that calls from two processes never overlapped. With ``state
 UIDs are kept in that JSON file with an unlocked read-modify-write, which loses updates unless the
 layer serializes calls across processes.
 
-Run ``python -m driver.testing.fakeplugin --help`` for a server process (SIGTERM stops it cleanly).
+Run ``python -m tests.support.fakeplugin --help`` for a server process (SIGTERM stops it cleanly).
 """
 
 from __future__ import annotations
@@ -187,7 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from driver.kubelet.server import KubeletPluginServer
     from driver.log import configure_logging
 
-    parser = argparse.ArgumentParser(prog="python -m driver.testing.fakeplugin", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m tests.support.fakeplugin", description=__doc__)
     parser.add_argument("--driver-name", default=FAKE_DRIVER)
     parser.add_argument("--node-name", default="fake-node")
     parser.add_argument("--registrar-dir", type=Path, required=True)

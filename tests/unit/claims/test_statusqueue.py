@@ -8,7 +8,7 @@ from typing import Any, cast
 
 from structlog.testing import capture_logs
 
-from driver.health.statusqueue import AsyncStatusWriter
+from driver.claims.statusqueue import AsyncStatusWriter
 from driver.inventory.model import Inventory
 from driver.plugin import PreparedDevice
 

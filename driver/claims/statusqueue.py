@@ -1,6 +1,6 @@
 """Claim ``status.devices`` writes off the prepare path: one FIFO worker thread.
 
-:class:`~driver.health.status.ClaimStatusWriter` does the writing; :class:`AsyncStatusWriter`
+:class:`~driver.claims.status.ClaimStatusWriter` does the writing; :class:`AsyncStatusWriter`
 gives the claims driver the same three calls, queues them and returns at once.
 """
 
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from driver.log import get_logger
 
 if TYPE_CHECKING:
-    from driver.health.status import ClaimStatusWriter
+    from driver.claims.status import ClaimStatusWriter
     from driver.inventory.model import Inventory
     from driver.kube.types import JsonObject
     from driver.plugin import DeviceHealth, PreparedDevice
