@@ -428,13 +428,21 @@ class NodeCluster:
         if self.torn_down:
             return []
         self.torn_down = True
-        if self.containerd.process is not None:
-            try:
-                self.containerd.remove_all_pods()
-            except Exception as exc:
-                print(f"node teardown: removing pods failed: {exc}")
-        self.stop_driver()
+        # 1. pods go the way a user deletes them (the kubelet stops them, the driver unprepares);
+        #    the kubelet would otherwise recreate sandboxes crictl removes under a pod still bound
+        try:
+            for pod in self.admin.items("/api/v1/pods"):
+                meta = pod["metadata"]
+                self.admin.delete(f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}")
+            wait_for(
+                lambda: not self.admin.items("/api/v1/pods"), 60, "every pod to be removed", interval=0.2
+            )
+        except (AssertionError, ApiError, OSError) as exc:
+            print(f"node teardown: deleting pods: {exc}")
+        # 2. the kubelet, then whatever sandbox is left, then the rest (node-stack.md's order)
         self.kubelet.stop()
+        _teardown_containerd_pods(self.containerd)
+        self.stop_driver()
         self.plane.stop()
         self.containerd.stop()
         return self.host.restore()
@@ -647,16 +655,22 @@ def _teardown(
             node.host.own_dirs = ()
         node.teardown()
         return
-    try:
-        containerd.remove_all_pods()
-    except Exception as exc:
-        print(f"node teardown: removing pods failed: {exc}")
     kubelet.stop()
+    _teardown_containerd_pods(containerd)
     plane.stop()
     containerd.stop()
     if keep:
         host.own_dirs = ()
     host.restore()
+
+
+def _teardown_containerd_pods(containerd: Containerd) -> None:
+    if containerd.process is None:
+        return
+    try:
+        containerd.remove_all_pods()
+    except (AssertionError, OSError, subprocess.SubprocessError) as exc:
+        print(f"node teardown: removing pod sandboxes: {exc}")
 
 
 def log_tails(root: Path, chars: int = 2500) -> str:

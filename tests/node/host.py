@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -89,6 +90,13 @@ def _interfaces() -> set[str]:
     return {p.name for p in Path("/sys/class/net").iterdir()}
 
 
+def _tasks(cgroup: Path) -> set[int]:
+    try:
+        return {int(pid) for pid in (cgroup / "cgroup.procs").read_text().split()}
+    except OSError:
+        return set()
+
+
 def _read_sysctl(name: str) -> str:
     return (Path("/proc/sys") / name).read_text().strip()
 
@@ -128,6 +136,22 @@ class HostRecord:
                 found.extend(Path(d) for d, _, _ in os.walk(top))
         return sorted(found, key=lambda p: len(p.parts), reverse=True)
 
+    def _our_processes(self) -> list[str]:
+        """Processes whose command line names one of the test's dirs (a containerd shim names its
+        containerd's socket there): none may outlive the run."""
+        marks = [str(d) for d in self.own_dirs]
+        found = []
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit() or int(proc.name) == os.getpid():
+                continue
+            try:
+                cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if any(mark in cmdline for mark in marks):
+                found.append(f"{proc.name}: {cmdline.strip()[:200]}")
+        return found
+
     def differences(self) -> dict[str, list[str]]:
         """What differs from the snapshot now (empty when the host is as found)."""
         now_paths: set[str] = set()
@@ -143,6 +167,7 @@ class HostRecord:
             ),
             "cgroups left": [str(p) for p in self._our_cgroups()],
             "interfaces added": sorted(_interfaces() - self.interfaces),
+            "processes left": self._our_processes(),
             "test dirs left": own_left,
         }
         return {k: v for k, v in diff.items() if v}
@@ -180,16 +205,27 @@ class HostRecord:
             if _read_sysctl(name) != value:
                 (Path("/proc/sys") / name).write_text(value + "\n")
                 done.append(f"sysctl {name.replace('/', '.')}={value}")
-        # 4. cgroups, deepest first (a cgroup with tasks cannot go: retry briefly while they exit)
+        # 4. cgroups, deepest first. A cgroup with tasks cannot go: retry while they exit; a task
+        #    still in the test's own cgroupRoot after 5 s is a container process the runtime left
+        #    behind (it is ours by where it is), so it is killed.
         deadline = time.monotonic() + 10
+        killed: set[int] = set()
         while True:
             left = self._our_cgroups()
             for cg in left:
                 with contextlib.suppress(OSError):
                     cg.rmdir()
                     done.append(f"rmdir {cg}")
-            if not self._our_cgroups() or time.monotonic() > deadline:
+            left = self._our_cgroups()
+            if not left or time.monotonic() > deadline:
                 break
+            if time.monotonic() > deadline - 5:
+                for cg in left:
+                    for pid in _tasks(cg) - killed:
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(pid, signal.SIGKILL)
+                        killed.add(pid)
+                        done.append(f"kill -9 {pid} (left in {cg})")
             time.sleep(0.2)
         # 5. the test's own directories
         for own in self.own_dirs:
