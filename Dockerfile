@@ -20,7 +20,10 @@
 #   nri            + the NRI socket /var/run/nri/nri.sock (hostPath; owned by root)
 #   hook           + write access to the host dir the runtime runs the hook from; the hook itself
 #                  writes the cgroup fs, run by the runtime as root on the host
-#   cgroupfs       + privileged, with the host's /sys/fs/cgroup mounted read-write
+#   cgroupfs       nothing more (the daemon writes no cgroup; docs/security.md)
+# Discovery reads --host-root=/host: the DaemonSet mounts the host's /sys and /dev there read-only,
+# and /host/proc is a link to the container's own /proc, which shows the host kernel's meminfo and
+# /proc/driver/nvidia without mounting the host's /proc (every process's environment).
 ARG BASE_IMAGE=docker.io/library/python:3.11-slim-bookworm
 
 FROM ${BASE_IMAGE} AS builder
@@ -46,7 +49,8 @@ RUN python3 -m venv /opt/numadra \
  && /opt/numadra/bin/pip install --quiet --no-index --find-links /tmp/wheels numadra \
  && rm -rf /tmp/wheels \
  && (getent passwd numadra >/dev/null || useradd --uid 10001 --no-create-home --home-dir /nonexistent \
-        --shell /usr/sbin/nologin numadra)
+        --shell /usr/sbin/nologin numadra) \
+ && mkdir -p /host && ln -s /proc /host/proc
 ENV PATH=/opt/numadra/bin:${PATH} PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 USER 10001:10001
 ENTRYPOINT ["numadra"]

@@ -80,11 +80,16 @@ def bench_allocator(rounds: int) -> dict[str, Any]:
 def bench_nri(calls: int) -> dict[str, Any]:
     """Time CreateContainer round trips (fake runtime -> plugin -> fake runtime) over a real socket."""
     from driver.pinning.nri import NriPlugin
-    from tests.integration.pinning.fake_nri_runtime import FakeNriRuntime, container
+    from driver.pinning.types import ClaimBinding, ClaimPinning, CpuAssignment, CpuMode
+    from tests.integration.pinning.fake_nri_runtime import POD, FakeNriRuntime, container
 
+    cpus = frozenset({4, 5, 6, 7, 116, 117, 118, 119})
+    pinning = ClaimPinning("bench", (CpuAssignment("main", CpuMode.EXCLUSIVE, cpus, frozenset({0})),))
+    # the claim's record, bound to the pod the fake runtime creates containers in
+    binding = ClaimBinding("bench", POD.namespace, "bench", frozenset({POD.uid}), pinning)
     tmp = Path(tempfile.mkdtemp(prefix="nri-bench-", dir="/tmp"))
     runtime = FakeNriRuntime(tmp / "nri.sock")
-    plugin = NriPlugin(socket_path=runtime.socket_path)
+    plugin = NriPlugin(claim_lookup={"bench": binding}.get, socket_path=runtime.socket_path)
     try:
         connector = threading.Thread(target=plugin.connect)
         connector.start()
@@ -92,7 +97,13 @@ def bench_nri(calls: int) -> dict[str, Any]:
         connector.join()
         conn.configure()
         conn.synchronize([])
-        env = ["PATH=/usr/bin", "NUMADRA_CPUS=4-7,116-119", "NUMADRA_MEMS=0", "NUMADRA_CLAIM_UID=bench"]
+        env = [
+            "PATH=/usr/bin",
+            "NUMADRA_CPUS=4-7,116-119",
+            "NUMADRA_MEMS=0",
+            "NUMADRA_CLAIM_UID=bench",
+            "NUMADRA_REQUEST=main",
+        ]
         samples: list[float] = []
         for i in range(calls + 50):
             ctr = container(f"c{i}", "app", env)

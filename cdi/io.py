@@ -4,26 +4,44 @@ A runtime may read a spec directory at any moment, and a crash may strike betwee
 write to a temp file in the same directory, fsync it, rename it over the target, fsync the
 directory. Readers then see the old file or the new one, never a torn one, and the rename survives
 power loss.
+
+Symbolic links: the directories numadra writes into (the CDI dir, the plugin dir) hold files and
+directories only numadra makes, and anyone who can plant a link there (a hostile container with a
+hostPath, a careless operator) could otherwise make a root process write where the link points.
+So a write given ``roots`` walks from the root it lies under to the target's directory one
+component at a time with ``O_NOFOLLOW | O_DIRECTORY`` directory descriptors (``openat``), creates
+the temp file with ``O_EXCL | O_NOFOLLOW`` and renames it relative to that descriptor: a link
+anywhere below the root is :class:`SymlinkError` naming it, and nothing is written through it. The
+root itself is the operator's flag (``/var/run/cdi`` lives under the ``/var/run -> /run`` link on
+most hosts) and is followed. Modes are set with ``fchmod`` on the descriptor, so the umask never
+decides them (files 0644 or 0600, directories 0755 or 0700).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import itertools
 import json
 import os
+import shutil
+import stat
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from cdi.spec import Spec, validate_spec
 
 __all__ = [
+    "SymlinkError",
     "atomic_write_bytes",
+    "ensure_dir",
     "fsync_dir",
     "make_dir",
     "remove_dir",
     "remove_file",
+    "remove_tree",
     "spec_bytes",
     "spec_json_bytes",
     "write_all",
@@ -31,6 +49,120 @@ __all__ = [
 ]
 
 _counter = itertools.count()
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class SymlinkError(OSError):
+    """A path numadra writes to (or one of its directories) is a symbolic link: never followed.
+
+    An ``OSError`` (errno ``ELOOP``, ``filename`` the link), so every caller that reports a failed
+    write per claim reports this one too: "cannot write <path>: ... symbolic link ...".
+    """
+
+    def __init__(self, path: str) -> None:
+        super().__init__(
+            errno.ELOOP, "is a symbolic link, which numadra never makes: refusing to follow it", path
+        )
+
+    def __str__(self) -> str:
+        return f"{self.filename} {self.strerror}"
+
+
+def _root_of(path: str, roots: Sequence[str]) -> str | None:
+    """The root (no trailing slash) that ``path`` lies strictly below, if any."""
+    for root in roots:
+        base = root.rstrip("/")
+        if path.startswith(base + "/") and len(path) > len(base) + 1:
+            return base
+    return None
+
+
+def _open_dir_under(root: str, rel_dir: str, *, create: int | None) -> int:
+    """A descriptor of ``root/rel_dir``, walked without following links below ``root``.
+
+    ``create``: make missing components with this mode (set exactly, whatever the umask).
+    Raises :class:`SymlinkError` naming the first link met, OSError as the syscalls raise it.
+    """
+    try:
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        if create is None:
+            raise
+        os.makedirs(root, create, exist_ok=True)  # the operator's directory, made on first use
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    where = root
+    try:
+        for part in rel_dir.split("/") if rel_dir else ():
+            if part in ("", "."):
+                continue
+            where = f"{where}/{part}"
+            if part == "..":
+                raise OSError(errno.EINVAL, "'..' in a path numadra writes", where)
+            try:
+                nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                if create is None:
+                    raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), where) from None
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, create, dir_fd=fd)
+                nxt = _open_child_dir(fd, part, where)
+                os.fchmod(nxt, create)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR) and _is_link(fd, part):
+                    raise SymlinkError(where) from None
+                exc.filename = where
+                raise
+            os.close(fd)
+            fd = nxt
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _open_child_dir(fd: int, part: str, where: str) -> int:
+    try:
+        return os.open(part, _DIR_FLAGS, dir_fd=fd)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR) and _is_link(fd, part):
+            raise SymlinkError(where) from None
+        raise
+
+
+def _is_link(fd: int, name: str) -> bool:
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+def ensure_dir(path: str | os.PathLike[str], mode: int = 0o755) -> None:
+    """Make ``path`` (and missing parents, with ``mode`` too) unless it is a directory already.
+
+    A symbolic link at ``path`` is :class:`SymlinkError`; a directory made here gets exactly
+    ``mode``. Existing directories are left as they are.
+    """
+    target = os.fspath(path)
+    try:
+        st = os.lstat(target)
+    except FileNotFoundError:
+        parent = os.path.dirname(target)
+        if parent and parent != target:
+            ensure_dir(parent, mode)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(target, mode)
+        st = os.lstat(target)
+        if stat.S_ISDIR(st.st_mode):
+            fd = os.open(target, _DIR_FLAGS)
+            try:
+                if stat.S_IMODE(os.fstat(fd).st_mode) != mode:
+                    os.fchmod(fd, mode)
+            finally:
+                os.close(fd)
+    if stat.S_ISLNK(st.st_mode):
+        raise SymlinkError(target)
+    if not stat.S_ISDIR(st.st_mode):
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), target)
 
 
 def fsync_dir(directory: Path) -> None:
@@ -58,18 +190,50 @@ def write_all(fd: int, data: bytes) -> None:
 
 
 def atomic_write_bytes(
-    path: str | os.PathLike[str], data: bytes, mode: int = 0o644, *, sync: bool = True
+    path: str | os.PathLike[str],
+    data: bytes,
+    mode: int = 0o644,
+    *,
+    sync: bool = True,
+    roots: Sequence[str] = (),
+    dir_mode: int | None = None,
 ) -> None:
     """Replace ``path`` with ``data`` atomically; the temp file lives in the same directory.
 
     ``sync=False`` skips both fsyncs: for files that can be re-created from a durable record (the
     journal) or that live on tmpfs (``/var/run``), where fsync costs time and buys nothing.
     The file gets exactly ``mode`` whatever the umask.
+
+    ``roots``: when ``path`` lies below one of them, no symbolic link below that root is followed
+    (see the module docstring) and ``dir_mode`` (when given) makes missing directories on the way.
+    Without a root, only the target's own directory entry is protected (the rename replaces a link
+    at ``path``, it never writes through it). Every OSError names the file it is about (``ENOSPC``
+    from ``write`` comes without a name otherwise).
     """
     # plain strings, not pathlib: this runs for every file of every prepare (hot path)
     target = os.fspath(path)
-    tmp = _temp_name(target)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, mode)
+    root = _root_of(target, roots) if roots else None
+    if root is None:
+        _write_at(None, target, target, data, mode, sync=sync)
+        return
+    rel_dir, _, name = target[len(root) + 1 :].rpartition("/")
+    dfd = _open_dir_under(root, rel_dir, create=dir_mode)
+    try:
+        _write_at(dfd, name, target, data, mode, sync=sync)
+    finally:
+        os.close(dfd)
+
+
+def _write_at(dfd: int | None, name: str, target: str, data: bytes, mode: int, *, sync: bool) -> None:
+    """The temp-write-rename of :func:`atomic_write_bytes`, relative to ``dfd`` when given."""
+    tmp = _temp_name(name)
+    try:
+        fd = os.open(
+            tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, mode, dir_fd=dfd
+        )
+    except OSError as exc:
+        exc.filename = target
+        raise
     try:
         try:
             os.fchmod(fd, mode)
@@ -78,13 +242,19 @@ def atomic_write_bytes(
                 os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(tmp, target)
-    except BaseException:
+        os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+    except BaseException as exc:
         with contextlib.suppress(OSError):
-            os.unlink(tmp)
+            os.unlink(tmp, dir_fd=dfd)
+        if isinstance(exc, OSError):
+            exc.filename = target  # the file the caller asked for, not our temp name
+            exc.filename2 = None
         raise
     if sync:
-        fsync_dir(Path(os.path.dirname(target) or "."))
+        if dfd is not None:
+            os.fsync(dfd)
+        else:
+            fsync_dir(Path(os.path.dirname(target) or "."))
 
 
 def spec_bytes(spec: Spec) -> bytes:
@@ -110,32 +280,104 @@ def write_spec(directory: Path, file_name: str, spec: Spec, *, sync: bool = True
     return path
 
 
-def remove_file(path: str | os.PathLike[str], *, sync: bool = False) -> bool:
-    """Remove ``path``; a missing file is a no-op. Returns True when a file was removed."""
+def _parent_under(target: str, roots: Sequence[str]) -> tuple[int | None, str]:
+    """(descriptor of the target's directory walked without links, name) below a root; else
+    (None, target). FileNotFoundError when a directory on the way is missing."""
+    root = _root_of(target, roots) if roots else None
+    if root is None:
+        return None, target
+    rel_dir, _, name = target[len(root) + 1 :].rpartition("/")
+    return _open_dir_under(root, rel_dir, create=None), name
+
+
+def remove_file(path: str | os.PathLike[str], *, sync: bool = False, roots: Sequence[str] = ()) -> bool:
+    """Remove ``path``; a missing file is a no-op. Returns True when a file was removed.
+
+    With ``roots``: no symbolic link below the root is followed on the way (SymlinkError), so a
+    link planted as a claim's directory never makes numadra delete a file where it points.
+    """
+    target = os.fspath(path)
     try:
-        os.unlink(path)
+        dfd, name = _parent_under(target, roots)
     except FileNotFoundError:
         return False
-    if sync:
-        fsync_dir(Path(os.path.dirname(os.fspath(path)) or "."))
+    try:
+        os.unlink(name, dir_fd=dfd)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        exc.filename = target
+        raise
+    finally:
+        if dfd is not None:
+            if sync:
+                os.fsync(dfd)
+            os.close(dfd)
+    if sync and dfd is None:
+        fsync_dir(Path(os.path.dirname(target) or "."))
     return True
 
 
-def make_dir(path: str | os.PathLike[str], mode: int = 0o777) -> None:
+def make_dir(path: str | os.PathLike[str], mode: int = 0o777, *, roots: Sequence[str] = ()) -> None:
     """``Path(path).mkdir(mode, parents=True, exist_ok=True)`` on plain strings (per-claim hot path).
 
-    Missing parents are made with the default mode (0o777 minus the umask), as pathlib makes them.
+    Without ``roots``: missing parents are made with the default mode (0o777 minus the umask), as
+    pathlib makes them, and the leaf gets ``mode`` minus the umask. With ``roots`` (``path`` below
+    one of them): every directory made gets exactly ``mode``, and a symbolic link on the way or at
+    ``path`` is :class:`SymlinkError` (nothing is made through it).
     """
+    target = os.fspath(path)
+    root = _root_of(target, roots) if roots else None
+    if root is not None:
+        os.close(_open_dir_under(root, target[len(root) + 1 :], create=mode))
+        return
     try:
         os.mkdir(path, mode)
     except FileExistsError:
         pass
     except FileNotFoundError:
-        os.makedirs(os.path.dirname(os.fspath(path)), exist_ok=True)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
         with contextlib.suppress(FileExistsError):
             os.mkdir(path, mode)
 
 
-def remove_dir(path: str | os.PathLike[str]) -> None:
-    """Remove an empty directory (``rmdir``; OSError as the syscall raises it)."""
-    os.rmdir(path)
+def remove_dir(path: str | os.PathLike[str], *, roots: Sequence[str] = ()) -> None:
+    """Remove an empty directory (``rmdir``; OSError as the syscall raises it, naming ``path``).
+
+    With ``roots``: nothing below the root is followed, and a link at ``path`` is SymlinkError.
+    """
+    target = os.fspath(path)
+    dfd, name = _parent_under(target, roots)
+    try:
+        os.rmdir(name, dir_fd=dfd)
+    except OSError as exc:
+        if dfd is not None and exc.errno == errno.ENOTDIR and _is_link(dfd, name):
+            raise SymlinkError(target) from None
+        exc.filename = target
+        raise
+    finally:
+        if dfd is not None:
+            os.close(dfd)
+
+
+def remove_tree(path: str | os.PathLike[str], *, roots: Sequence[str] = ()) -> None:
+    """Remove a directory and everything in it, never following a link (``shutil.rmtree``).
+
+    Links inside are removed as links; with ``roots``, a link on the way to ``path`` or at it is
+    :class:`SymlinkError`. A missing tree raises FileNotFoundError, as rmtree does.
+    """
+    target = os.fspath(path)
+    dfd, name = _parent_under(target, roots)
+    try:
+        if dfd is not None and _is_link(dfd, name):
+            raise SymlinkError(target)
+        shutil.rmtree(name, dir_fd=dfd)
+    except SymlinkError:
+        raise
+    except OSError as exc:
+        if exc.filename is None or dfd is not None:
+            exc.filename = target
+        raise
+    finally:
+        if dfd is not None:
+            os.close(dfd)

@@ -13,6 +13,7 @@ import re
 
 __all__ = [
     "CdiNameError",
+    "CdiSpecError",
     "parse_qualified_name",
     "qualified_name",
     "split_kind",
@@ -23,19 +24,27 @@ __all__ = [
     "validate_vendor",
 ]
 
-_VENDOR = re.compile(r"^[A-Za-z](?:[A-Za-z0-9._-]*[A-Za-z0-9])?$")
-_CLASS = re.compile(r"^[A-Za-z](?:[A-Za-z0-9_-]*[A-Za-z0-9])?$")
-_DEVICE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_.:-]*[A-Za-z0-9])?$")
-_FILE_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_VENDOR = re.compile(r"[A-Za-z](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
+_CLASS = re.compile(r"[A-Za-z](?:[A-Za-z0-9_-]*[A-Za-z0-9])?")
+_DEVICE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.:-]*[A-Za-z0-9])?")
+_FILE_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
-class CdiNameError(ValueError):
-    """A CDI name breaks the naming rules; the message quotes the name and the rule."""
+class CdiSpecError(ValueError):
+    """A spec would be rejected by a CDI loader; the message names the device and field."""
+
+
+class CdiNameError(CdiSpecError):
+    """A CDI name breaks the naming rules; the message quotes the name and the rule.
+
+    A spec error like any other: a name built from a claim's input (a device name with the
+    allocation's ``shareID``) is that claim's error, reported as one, never an "internal error".
+    """
 
 
 def validate_vendor(vendor: str) -> None:
     """Reject a vendor the CDI parser would refuse (``numadra.dev`` is fine)."""
-    if not _VENDOR.match(vendor) or ".." in vendor:
+    if not _VENDOR.fullmatch(vendor) or ".." in vendor:
         raise CdiNameError(
             f"invalid CDI vendor {vendor!r}: letters, digits, '.', '-', '_'; "
             "start with a letter, end with a letter or digit"
@@ -44,7 +53,7 @@ def validate_vendor(vendor: str) -> None:
 
 def validate_class(cls: str) -> None:
     """Reject a class the CDI parser would refuse; dots are refused (they need cdiVersion 0.6.0)."""
-    if not _CLASS.match(cls):
+    if not _CLASS.fullmatch(cls):
         raise CdiNameError(
             f"invalid CDI class {cls!r}: letters, digits, '-', '_'; "
             "start with a letter, end with a letter or digit"
@@ -69,7 +78,7 @@ def validate_kind(kind: str) -> None:
 
 def validate_device_name(name: str) -> None:
     """Reject a device name the CDI parser would refuse."""
-    if not _DEVICE.match(name):
+    if not _DEVICE.fullmatch(name):
         raise CdiNameError(
             f"invalid CDI device name {name!r}: letters, digits, '-', '_', '.', ':'; "
             "start and end with a letter or digit"
@@ -101,6 +110,6 @@ def transient_spec_file_name(kind: str, *ids: str) -> str:
     """
     vendor, cls = split_kind(kind)
     for part in ids:
-        if not _FILE_PART.match(part) or ".." in part:
+        if not _FILE_PART.fullmatch(part) or ".." in part:
             raise CdiNameError(f"invalid spec file name part {part!r}: letters, digits, '.', '-', '_'")
     return "_".join((vendor, cls, *ids)) + ".json"

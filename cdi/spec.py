@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from cdi.naming import CdiNameError, validate_device_name, validate_kind
+from cdi.naming import CdiNameError, CdiSpecError, validate_device_name, validate_kind
 
 __all__ = [
     "HOOK_NAMES",
@@ -36,13 +36,9 @@ __all__ = [
 HOOK_NAMES = frozenset(
     {"prestart", "createRuntime", "createContainer", "startContainer", "poststart", "poststop"}
 )
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _NODE_TYPES = frozenset({"", "b", "c", "u", "p"})
-_PERMISSIONS = re.compile(r"^[rwm]{1,3}$")
-
-
-class CdiSpecError(ValueError):
-    """A spec would be rejected by a CDI loader; the message names the device and field."""
+_PERMISSIONS = re.compile(r"[rwm]{1,3}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,7 +185,7 @@ class Spec:
 def _validate_edits(edits: ContainerEdits, where: str) -> None:
     for entry in edits.env:
         name, sep, _ = entry.partition("=")
-        if not sep or not _ENV_NAME.match(name):
+        if not sep or not _ENV_NAME.fullmatch(name):
             raise CdiSpecError(f"{where}: invalid env entry {entry!r}: must be NAME=value")
     for node in edits.device_nodes:
         if not node.path.startswith("/"):
@@ -198,7 +194,7 @@ def _validate_edits(edits: ContainerEdits, where: str) -> None:
             raise CdiSpecError(f"{where}: device node hostPath {node.host_path!r} must be absolute")
         if node.type not in _NODE_TYPES:
             raise CdiSpecError(f"{where}: device node {node.path!r} has invalid type {node.type!r}")
-        if node.permissions and node.permissions != "none" and not _PERMISSIONS.match(node.permissions):
+        if node.permissions and node.permissions != "none" and not _PERMISSIONS.fullmatch(node.permissions):
             raise CdiSpecError(
                 f"{where}: device node {node.path!r} has invalid permissions {node.permissions!r}"
             )

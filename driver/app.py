@@ -5,10 +5,13 @@ Start order, and why:
 1. discover the inventory from the host root (everything else describes it);
 2. load the journal: a corrupt one stops the start with one line naming the recovery (exit 1);
 3. build the :class:`~driver.claims.ClaimsDriver` and reconcile (a reboot emptied ``/var/run/cdi``);
-4. start the kubelet plugin server. Only what this step needs is imported before it (grpc, the
+4. take the first health reading (every device, before the registration socket exists: a kubelet
+   that opens its health stream right after registering gets a complete first message), then
+   start the kubelet plugin server. Only what this step needs is imported before it (grpc, the
    protos, the claims logic): the kubernetes client and prometheus come later, so the plugin
    registers within about a second, also while the apiserver is unreachable;
-5. start the health monitor (first poll), whose taints feed the publisher before its first sync;
+5. start the health monitor's polling thread, whose taints feed the publisher before its first
+   sync;
 6. publish the slices from a background thread that retries with backoff (prepares meanwhile fail
    per claim, saying the apiserver is unreachable);
 7. watch udev for hot-plug and rescan periodically: a changed inventory is republished and seen
@@ -38,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from driver import DEFAULT_DRIVER_NAME
 from driver.errors import ConfigError, DriverError, KubeError, RecoverableError, SliceError
 from driver.heap import freeze_startup_heap
-from driver.inventory.model import Inventory
+from driver.inventory.model import Inventory, IsolatedCpus, kept_out_cpus
 from driver.kubelet.paths import DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRAR_DIR, default_plugin_dir
 from driver.log import LogFormat, get_logger
 from driver.pinning.backend import PinningKind
@@ -97,6 +100,7 @@ class RunConfig:
     log_format: LogFormat = "console"
     log_level: str = "info"  # debug | info | warning | error
     reserved_cpus: frozenset[int] = frozenset()
+    isolated_cpus: IsolatedCpus = "include"  # see driver.inventory.model.kept_out_cpus
     node_allocatable: bool = False
     taint_unhealthy: TaintEffect = "NoSchedule"
     nri_socket: Path = DEFAULT_NRI_SOCKET
@@ -106,6 +110,7 @@ class RunConfig:
     hotplug: HotplugSource = "udev"
     hook_path: str = DEFAULT_HOOK_PATH
     claim_status: bool = True
+    claim_read_timeout: float = 10.0  # overall deadline of one claim GET or LIST
     publish_backoff_cap: float = 30.0
 
     @property
@@ -244,11 +249,10 @@ class App:
     def _start_core(self) -> None:
         """Steps 1-4: inventory, journal, claims driver, kubelet server (the registration path)."""
         from driver.claims import ClaimsDriver
-        from driver.health.monitor import HealthMonitor
         from driver.health.statusqueue import AsyncStatusWriter
         from driver.inventory.discovery import discover
         from driver.kube.client import shared_client
-        from driver.kubelet.paths import SERIALIZE_LOCK_NAME
+        from driver.kubelet.paths import SERIALIZE_LOCK_NAME, refuse_live_sockets, socket_paths
         from driver.kubelet.serialize import SerializeLock
         from driver.kubelet.server import KubeletPluginServer
         from driver.observability.metered import MeteredPlugin
@@ -256,6 +260,8 @@ class App:
         from driver.state.index import PreparedIndex
 
         cfg = self.config
+        # first, before touching any state: a live instance on our socket paths is not replaced
+        refuse_live_sockets(socket_paths(cfg.registrar_dir, self.plugin_dir, cfg.driver_name, cfg.pod_uid))
         self._inventory = discover(cfg.host_root)  # NVML only when the root is this host's
         inventory = self._inventory
         self._log.info(
@@ -273,8 +279,14 @@ class App:
 
             cpu_hook = partial(cdi_hook, path=cfg.hook_path)
         self._kube = shared_client(cfg.kubeconfig)
+        self._kube.read_deadline = cfg.claim_read_timeout
         self._on_stop("kube client", self._kube.close)
-        self.planner = CpuPlanner(lambda: self.inventory, cfg.reserved_cpus)
+        # isolcpus= is a boot parameter: the set found now holds for the whole run
+        self.planner = CpuPlanner(
+            lambda: self.inventory,
+            kept_out_cpus(inventory, cfg.reserved_cpus, cfg.isolated_cpus),
+            shared_pool=cfg.nri_shared_pool and cfg.pinning is PinningKind.NRI,
+        )
         if cfg.claim_status:
             self.status = AsyncStatusWriter(self._status_writer)
             self._on_stop("claim status writer", self.status.close)
@@ -310,13 +322,8 @@ class App:
         index.refresh()
         self.index = index
         self.plugin = MeteredPlugin(self.claims, self._journal_changed)
-        self.monitor = HealthMonitor(
-            inventory,
-            pool_name=cfg.node_name,
-            host_root=str(cfg.host_root),
-            interval=cfg.health_interval,
-            prepared_cdi_ids=index.cdi_ids,
-        )
+        self.monitor = self._health_monitor(inventory, index)
+        self.monitor.poll_once()  # the first reading, before the kubelet can ask for it
         self.kubelet = KubeletPluginServer(
             driver_name=cfg.driver_name,
             node_name=cfg.node_name,
@@ -329,6 +336,23 @@ class App:
         )
         self.kubelet.start()
         self._on_stop("kubelet plugin server", self.kubelet.stop)
+
+    def _health_monitor(self, inventory: Inventory, index: PreparedIndex) -> HealthMonitor:
+        """The health model; its fatal faults are kept in the plugin dir across restarts."""
+        from driver.health.clear import clear_dir
+        from driver.health.monitor import HealthMonitor
+        from driver.health.signals import HEALTH_FAULTS_FILE
+
+        cfg = self.config
+        return HealthMonitor(
+            inventory,
+            pool_name=cfg.node_name,
+            host_root=str(cfg.host_root),
+            interval=cfg.health_interval,
+            prepared_cdi_ids=index.cdi_ids,
+            clear_dir=clear_dir(self.plugin_dir),
+            faults_path=str(self.plugin_dir / HEALTH_FAULTS_FILE),
+        )
 
     def _status_writer(self) -> ClaimStatusWriter:
         """The claim status writer (built on first use, on the status worker thread)."""
@@ -359,6 +383,8 @@ class App:
         )
         self.taints = HealthTaints(self.publisher, cfg.taint_unhealthy)
         self.monitor.add_listener(self.taints)
+        if self.status is not None:  # status.devices follow the same model as the taints
+            self.monitor.add_listener(self.status.set_health)
         self.monitor.start()
         self._on_stop("health monitor", self.monitor.stop)
         self.publisher.republish(self.inventory)
@@ -381,7 +407,7 @@ class App:
             inventory,
             node_name=self.config.node_name,
             driver_name=self.config.driver_name,
-            reserved_cpus=self.config.reserved_cpus,
+            reserved_cpus=kept_out_cpus(inventory, self.config.reserved_cpus, self.config.isolated_cpus),
             taints=taints,
             node_allocatable=self.config.node_allocatable,
         )
@@ -405,6 +431,7 @@ class App:
             extra = {"hook_path": cfg.hook_path} if cfg.pinning is PinningKind.HOOK else {}
             self._log.info("cpu pinning", backend=cfg.pinning.value, **extra)
             return
+        from driver.pinning.binding import binding_lookup
         from driver.pinning.factory import build_backend
         from driver.pinning.nri import NriPlugin
 
@@ -414,10 +441,11 @@ class App:
         backend = build_backend(
             PinningKind.NRI,
             nri_socket=cfg.nri_socket,
-            claim_lookup=index.pinning,
+            claim_lookup=binding_lookup(index.entry, lambda: self.inventory),
             node_shared_pool=shared,
         )
         assert isinstance(backend, NriPlugin)
+        planner.watch_pool(backend.handlers.pool_users)
         self.nri = backend
         stop = threading.Event()
         thread = threading.Thread(target=backend.serve_forever, args=(stop,), name="nri-plugin", daemon=True)
@@ -507,6 +535,8 @@ class App:
             return
         if self.index is not None:
             metrics.set_prepared_claims(self.index.count())
+        if self.claims is not None:
+            metrics.set_state_recoveries(self.claims.state_recoveries)
         if self.monitor is not None:
             kinds = {dev.name: kind.value for kind, dev in self.inventory.devices()}
             counts: Counter[tuple[str, str]] = Counter()

@@ -6,8 +6,8 @@
 #      itself runs with --network=none;
 #   3. `podman build` of the Dockerfile with BASE_IMAGE pointing at the local base;
 #   4. `numadra version`, an import of every runtime module, and `numadra discover -o table`
-#      inside the image (the host's /sys and /proc mounted read-only under /host, as the
-#      DaemonSet does).
+#      inside the image (the host's /sys and /dev mounted read-only under /host, /host/proc the
+#      image's link to its own /proc, as the DaemonSet does).
 #
 # Env: IMAGE (default localhost/numadra:<version>), BASE_IMAGE (default
 # localhost/numadra-base:bookworm), REBUILD_BASE=1 to rebuild the base, DEBIAN_MIRROR, PYTHON (for
@@ -88,5 +88,5 @@ podman run --rm "$IMAGE" version
 # every runtime dependency imports (the CLI imports lazily, so `version` alone proves little)
 podman run --rm --entrypoint /opt/numadra/bin/python "$IMAGE" -c \
   'import driver.app, driver.kubelet.server, driver.observability, grpc, kubernetes, pyudev, yaml; print("imports ok")'
-podman run --rm -v /sys:/host/sys:ro -v /proc:/host/proc:ro "$IMAGE" discover --host-root /host -o table
+podman run --rm -v /sys:/host/sys:ro -v /dev:/host/dev:ro "$IMAGE" discover --host-root /host -o table
 step "done in $((SECONDS - t0)) s"

@@ -5,6 +5,8 @@ Variants compared (kustomize target  <->  helm values):
   base      deploy/kustomize/base              <-> defaults
   cgroupfs  deploy/kustomize/overlays/cgroupfs <-> --set pinning.backend=cgroupfs
   list-claims deploy/kustomize/overlays/list-claims <-> --set rbac.listClaims=true
+  no-extended-resources deploy/kustomize/overlays/no-extended-resources
+            <-> --set deviceClasses.<vendor>.extendedResourceName= for every GPU vendor class
 
 Helm renders with release "numadra" in namespace "numadra-system", the names the kustomize base
 hard-codes. Before comparing, objects are sorted by (apiVersion, kind, namespace, name) and the
@@ -37,6 +39,14 @@ VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "base": ("deploy/kustomize/base", ()),
     "cgroupfs": ("deploy/kustomize/overlays/cgroupfs", ("--set", "pinning.backend=cgroupfs")),
     "list-claims": ("deploy/kustomize/overlays/list-claims", ("--set", "rbac.listClaims=true")),
+    "no-extended-resources": (
+        "deploy/kustomize/overlays/no-extended-resources",
+        tuple(
+            arg
+            for key in ("nvidiaGpu", "amdGpu", "intelI915Gpu", "intelXeGpu")
+            for arg in ("--set", f"deviceClasses.{key}.extendedResourceName=")
+        ),
+    ),
 }
 
 

@@ -48,7 +48,7 @@ _KINDS: dict[str, tuple[DeviceKind | None, frozenset[str]]] = {
     "CpuConfig": (DeviceKind.CPU, frozenset({"env", "mode"})),
     "DeviceConfig": (None, frozenset({"env"})),
 }
-_ENV_NAME = re.compile(r"^[A-Z][A-Z0-9_]{0,63}$")
+_ENV_NAME = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
 _RESERVED_PREFIX = ENV_PREFIX  # the pinning markers: a user value would forge them
 _MAX_ENV = 32
 _MAX_VALUE = 1024
@@ -113,7 +113,7 @@ def _decode_env(kind: str, raw: Any) -> tuple[tuple[str, str], ...]:
         raise ValueError(f"{kind}.env has {len(raw)} variables, at most {_MAX_ENV}")
     out: list[tuple[str, str]] = []
     for name, value in raw.items():
-        if not _ENV_NAME.match(name):
+        if not _ENV_NAME.fullmatch(name):
             raise ValueError(f"{kind}.env: invalid variable name {name!r}: must match [A-Z][A-Z0-9_]*")
         if name.startswith(_RESERVED_PREFIX):
             raise ValueError(f"{kind}.env: variable {name!r} uses the reserved prefix {_RESERVED_PREFIX}")

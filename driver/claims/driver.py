@@ -23,7 +23,6 @@ inventory unavailable), after which the kubelet retries the whole call.
 from __future__ import annotations
 
 import contextlib
-import shutil
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -33,7 +32,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from cdi import atomic_write_bytes, make_dir, remove_dir, remove_file, spec_bytes
+from cdi import SymlinkError, atomic_write_bytes, make_dir, remove_dir, remove_file, remove_tree, spec_bytes
 from cdi.spec import CdiSpecError
 from driver.claims.attributes import PublishedAttributes
 from driver.claims.fetch import ClaimFetcher
@@ -54,6 +53,7 @@ from driver.kube.types import ClaimGetter, JsonObject
 from driver.log import get_logger
 from driver.pinning.types import ClaimPinning, CpuRequest, format_cpulist
 from driver.plugin import ClaimRef, PreparedDevice, PrepareResult
+from driver.state.evidence import Evidence, holds_only
 from driver.state.journal import Journal, JournalEntry, StoredFile, journal_path
 
 __all__ = ["ClaimsDriver", "InventoryProvider", "PinPlanner", "StatusWriter"]
@@ -98,18 +98,38 @@ def _request_dirs(entry: JournalEntry) -> list[str]:
     return list(dict.fromkeys(stored.path.rpartition("/")[0] for stored in entry.metadata_files))
 
 
-def _make_dirs(entry: JournalEntry) -> None:
+def _make_dirs(entry: JournalEntry, roots: Sequence[str]) -> None:
     """Make a new claim's metadata directories before its files are written into them.
 
-    The same directories and modes the on-demand creation in ``ClaimsDriver._write`` makes (the
-    claim dir as a parent: 0o777 minus the umask; request dirs 0o755), but without a failed open
-    and a pathlib walk per claim. Best effort: whatever goes wrong here, the write reports.
+    The same directories and modes (0o755 whatever the umask, no symbolic link followed below
+    ``roots``) the on-demand creation in ``ClaimsDriver._write`` makes, without a failed open per
+    claim. Best effort: whatever goes wrong here, the write reports.
     """
     with contextlib.suppress(OSError):
         for directory in entry.directories:
-            make_dir(directory, 0o777)
+            make_dir(directory, 0o755, roots=roots)
         for parent in _request_dirs(entry):
-            make_dir(parent, 0o755)
+            make_dir(parent, 0o755, roots=roots)
+
+
+def reserved_pods(claim: JsonObject) -> tuple[str, ...]:
+    """UIDs of the pods in the claim's ``status.reservedFor`` (other consumer kinds are left out).
+
+    The kubelet prepares a claim only for a pod it finds in this list, so it names the pod being
+    started; the scheduler and the resource claim controller write it, never the pod itself.
+    Pinning is bound to these pods (``driver.pinning.binding``). Malformed items are skipped:
+    the list is the apiserver's, and a claim is never failed for a field only pinning reads.
+    """
+    status = claim.get("status")
+    consumers = status.get("reservedFor") if isinstance(status, Mapping) else None
+    pods: list[str] = []
+    for item in consumers if isinstance(consumers, list) else ():
+        if not isinstance(item, Mapping) or item.get("resource") != "pods" or item.get("apiGroup", ""):
+            continue
+        uid = item.get("uid")
+        if isinstance(uid, str) and uid and uid not in pods:
+            pods.append(uid)
+    return tuple(pods)
 
 
 def _prepared_keys(entry: JournalEntry) -> dict[str, Any]:
@@ -118,6 +138,8 @@ def _prepared_keys(entry: JournalEntry) -> dict[str, Any]:
     The planner does not log on its own: one line per claim keeps a prepare cheap.
     """
     keys: dict[str, Any] = {"devices": [d.device_name for d in entry.devices]}
+    if entry.reserved_pods is not None:
+        keys["pods"] = list(entry.reserved_pods)
     if entry.pinning is not None:
         keys["pinning"] = [
             {
@@ -169,7 +191,14 @@ class ClaimsDriver:
         self._status = status
         self._on_fatal = on_fatal
         self._cpu_hook = cpu_hook
-        self._journal = Journal(journal_path(plugin_dir))
+        #: files and directories are written below these without following symbolic links
+        self._roots = (str(cdi_dir), str(plugin_dir))
+        self._journal = Journal(
+            journal_path(plugin_dir),
+            evidence=Evidence(
+                cdi_dir=cdi_dir, plugin_dir=plugin_dir, driver_name=driver_name, pool=node_name
+            ),
+        )
         self._attributes = PublishedAttributes(node_name=node_name, driver_name=driver_name)
         self._lock = threading.Lock()
         #: what the last :meth:`reconcile` did per journaled claim: "ok" or "recreated" -> count
@@ -197,7 +226,7 @@ class ClaimsDriver:
                     continue
                 try:
                     entry = self._journal.get(ref.uid)
-                    if entry is not None:
+                    if entry is not None and not holds_only(entry):
                         devices, changed = self._repeat(entry, got, ref, inventory, attrs)
                         dirty |= changed
                         results[ref.uid] = PrepareResult(devices=devices)
@@ -300,8 +329,13 @@ class ClaimsDriver:
     def prepared_claims(self) -> list[JournalEntry]:
         """The journal's entries (for inspection and health: CDI IDs of prepared devices)."""
         with self._lock:
-            self._journal.load()
+            self._journal.load(persist=False)  # no cross-process lock here: never write
             return list(self._journal.entries())
+
+    @property
+    def state_recoveries(self) -> Mapping[str, int]:
+        """Claims rebuilt from evidence since start, by reason (``numadra_state_recoveries_total``)."""
+        return self._journal.recoveries
 
     def close(self) -> None:
         """Stop the GET threads and close the journal's file descriptors."""
@@ -399,8 +433,10 @@ class ClaimsDriver:
         pinning: ClaimPinning | None,
         attrs: Mapping[str, Mapping[str, Any]],
         previous: Mapping[str, str] | None,
+        pods: tuple[str, ...] | None = None,
     ) -> JournalEntry:
-        """Everything to write for a claim, as a journal entry (pure apart from reading attrs)."""
+        """Everything to write for a claim, as a journal entry (pure apart from reading attrs);
+        ``pods``: the UIDs of the pods the claim is reserved for (:func:`reserved_pods`)."""
         devices: list[PreparedDevice] = []
         specs: list[StoredFile] = []
         metas: list[StoredFile] = []
@@ -447,6 +483,7 @@ class ClaimsDriver:
             pinning=pinning,
             directories=dirs,
             admin_devices=tuple(dict.fromkeys(d.device_name for d in view.devices if d.admin_access)),
+            reserved_pods=pods,
         )
 
     def _plan(
@@ -463,7 +500,8 @@ class ClaimsDriver:
         if requests and self._planner is not None:
             taken = self._journal.taken_cpus(except_uid=ref.uid)
             pinning = self._planner.plan(ref.uid, requests, taken)
-        entry = self._render(view, pinning, attrs, None)
+        # the "prepared" line names the pods; none (not from a kubelet) means NRI pins nothing
+        entry = self._render(view, pinning, attrs, None, reserved_pods(claim))
         self._journal.put(entry)
         return entry
 
@@ -490,6 +528,12 @@ class ClaimsDriver:
         except (ClaimError, CdiSpecError) as exc:
             # prepared before and still journaled: answer from the journal, as the kubelet expects
             _log.warning("repeat prepare could not re-read the claim", claim_uid=ref.uid, error=str(exc))
+        known = entry.reserved_pods or ()
+        pods = tuple(dict.fromkeys((*known, *reserved_pods(claim))))
+        if len(pods) > len(known):  # a pod added to a shared claim, or an entry from before
+            entry = replace(entry, reserved_pods=pods)
+            self._journal.put(entry)
+            changed = True
         for stored in entry.files():
             if self._restore(stored):
                 _log.info("re-created file", claim_uid=ref.uid, path=stored.path)
@@ -527,7 +571,7 @@ class ClaimsDriver:
         for item in planned:
             uid = item.ref.uid
             try:
-                _make_dirs(item.entry)
+                _make_dirs(item.entry, self._roots)
                 for stored in item.entry.files():
                     self._write(stored)
             except OSError as exc:
@@ -555,11 +599,11 @@ class ClaimsDriver:
     def _write(self, stored: StoredFile) -> None:
         """Atomic, unsynced write (the fsynced journal can re-create it); parents made on demand."""
         data = stored.content.encode()
+        roots = self._roots
         try:
-            atomic_write_bytes(stored.path, data, mode=stored.mode, sync=False)
+            atomic_write_bytes(stored.path, data, mode=stored.mode, sync=False, roots=roots)
         except FileNotFoundError:
-            Path(stored.path).parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-            atomic_write_bytes(stored.path, data, mode=stored.mode, sync=False)
+            atomic_write_bytes(stored.path, data, mode=stored.mode, sync=False, roots=roots, dir_mode=0o755)
 
     def _restore(self, stored: StoredFile) -> bool:
         """Write ``stored`` if the file is missing or differs; True when it was written."""
@@ -573,7 +617,7 @@ class ClaimsDriver:
         return True
 
     @staticmethod
-    def _remove_dirs(entry: JournalEntry) -> None:
+    def _remove_dirs(entry: JournalEntry, roots: Sequence[str]) -> None:
         """Remove the claim's metadata directories (request dirs, then the claim dir).
 
         Plain rmdir of the known directories; a non-empty one (say, the temp file of a write a
@@ -583,22 +627,24 @@ class ClaimsDriver:
         """
         for parent in _request_dirs(entry):
             with contextlib.suppress(OSError):
-                remove_dir(parent)
+                remove_dir(parent, roots=roots)
         for directory in entry.directories:
             try:
-                remove_dir(directory)
+                remove_dir(directory, roots=roots)
             except FileNotFoundError:
                 pass
+            except SymlinkError:
+                raise
             except OSError:
-                shutil.rmtree(directory)
+                remove_tree(directory, roots=roots)
 
     def _remove_entry_files(self, entry: JournalEntry) -> None:
         """Best-effort undo of a failed prepare (the error being reported is the first one)."""
         for stored in entry.files():
             with contextlib.suppress(OSError):
-                remove_file(stored.path)
+                remove_file(stored.path, roots=self._roots)
         with contextlib.suppress(OSError):
-            self._remove_dirs(entry)
+            self._remove_dirs(entry, self._roots)
 
     def _remove_files(self, ref: ClaimRef, entry: JournalEntry | None) -> None:
         """Remove a claim's files: journaled ones, plus any spec file named after its UID."""
@@ -607,19 +653,19 @@ class ClaimsDriver:
             # metadata paths are per namespace/name: leave them to a same-name claim holding them
             shared = self._journal.named(entry.namespace, entry.name, except_uid=entry.uid) is not None
             for stored in entry.cdi_specs if shared else entry.files():
-                remove_file(stored.path)
+                remove_file(stored.path, roots=self._roots)
                 removed.add(stored.path)
             if not shared:
-                self._remove_dirs(entry)
+                self._remove_dirs(entry, self._roots)
         if check_claim_uid(ref.uid):
             return  # not a UID we could have written files for
         spec_path = dir_prefix(self.cdi_dir) + claim_spec_file_name(self.driver_name, ref.uid)
         if spec_path not in removed:
-            remove_file(spec_path)
+            remove_file(spec_path, roots=self._roots)
         if entry is None:  # files without a journal entry (a lost journal): look for leftovers
             with contextlib.suppress(OSError):
                 for path in self.cdi_dir.glob(metadata_spec_glob(self.driver_name, ref.uid)):
-                    remove_file(path)
+                    remove_file(path, roots=self._roots)
             self._remove_unjournaled_metadata(ref)
 
     def _remove_unjournaled_metadata(self, ref: ClaimRef) -> None:
@@ -635,7 +681,7 @@ class ClaimsDriver:
         if self._journal.named(ref.namespace, ref.name) is not None:
             return
         with contextlib.suppress(FileNotFoundError):
-            shutil.rmtree(claim_metadata_dir(self.plugin_dir, ref.namespace, ref.name))
+            remove_tree(claim_metadata_dir(self.plugin_dir, ref.namespace, ref.name), roots=self._roots)
 
     def _report(self, done: Sequence[_Planned]) -> None:
         if self._status is None:

@@ -11,16 +11,23 @@ A LIST without ``resourceVersion`` is a consistent read, exactly like a GET, so 
 same; only its size differs. To keep a crowded namespace from costing more than the GETs it
 replaces, the LIST asks for one page of at most ``4 x claims`` (at least 64) objects: a claim on
 that page is taken from it, a claim missing from a complete listing does not exist (the GET's
-404), and a claim missing from an incomplete page is fetched with its own GET. Any LIST failure
+404), and a claim missing from an incomplete page, or from a page with junk items (not objects,
+no name), is fetched with its own GET. Any LIST failure
 falls back to GETs for the whole namespace; a 403 (RBAC without ``list``) turns LISTs off for the
 process after one warning, so a cluster that grants only ``get`` still works.
+
+Time is bounded: each read ends by the source's ``read_deadline`` (the client enforces it), and a
+call waits for its GETs on the shared I/O pool no longer than two read deadlines (plus a second)
+after it started, so that GETs queued behind other calls' stuck reads still end in a per-claim
+error before the kubelet gives up on the call (45 s).
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, Protocol, runtime_checkable
 
 from driver.claims.names import describe_claim
@@ -67,8 +74,15 @@ class ClaimFetcher:
         max_workers: int = 16,
         page_factor: int = 4,
         min_page: int = 64,
+        read_deadline: float | None = None,
     ) -> None:
+        """``read_deadline``: seconds one read may take (default: the source's ``read_deadline``,
+        if it has one; else a call waits for its reads without a bound)."""
         self._source = source
+        if read_deadline is None:
+            found = getattr(source, "read_deadline", None)
+            read_deadline = float(found) if isinstance(found, int | float) else None
+        self._read_deadline = read_deadline
         self._lister = source if isinstance(source, ClaimLister) else None
         self._list_from = list_from
         self._max_workers = max_workers
@@ -81,6 +95,7 @@ class ClaimFetcher:
 
     def fetch(self, refs: Sequence[ClaimRef]) -> Fetched:
         """The claim object or an error text for every ref (refs have distinct UIDs)."""
+        started = time.monotonic()
         fetched: Fetched = {}
         to_get: list[ClaimRef] = []
         for namespace, group in _by_namespace(refs).items():
@@ -88,7 +103,7 @@ class ClaimFetcher:
                 to_get.extend(self._from_list(self._lister, namespace, group, fetched))
             else:
                 to_get.extend(group)
-        fetched.update(self._get_all(to_get))
+        fetched.update(self._get_all(to_get, started))
         return fetched
 
     def close(self) -> None:
@@ -114,14 +129,29 @@ class ClaimFetcher:
             _log.exception("claim LIST failed unexpectedly", namespace=namespace, claim_uids=_uids(group))
             self._list_failed(namespace, group, exc)
             return list(group)
-        by_name = {_name_of(item): item for item in items}
-        by_name.pop("", None)
+        by_name: dict[str, JsonObject] = {}
+        junk = 0
+        for item in items:
+            name = _name_of(item)
+            if name:
+                by_name[name] = item
+            else:
+                junk += 1
+        if junk:
+            # An item without a readable name may be one of ours: its absence proves nothing, and
+            # the GET of each claim not found gives that claim its own answer (or error).
+            _log.warning(
+                "claim LIST returned items without a name; fetching the claims not found one GET each",
+                namespace=namespace,
+                claim_uids=_uids(group),
+                junk_items=junk,
+            )
         missing: list[ClaimRef] = []
         for ref in group:
             claim = by_name.get(ref.name)
             if claim is not None:
                 fetched[ref.uid] = claim
-            elif continue_token:
+            elif continue_token or junk:
                 missing.append(ref)  # maybe on a later page: its own GET is cheaper than paging
             else:
                 fetched[ref.uid] = _not_found(ref)
@@ -166,12 +196,27 @@ class ClaimFetcher:
             _log.exception("claim GET failed unexpectedly", claim_uid=ref.uid)
             return f"{describe_claim(ref)}: cannot get ResourceClaim: {exc!r}"
 
-    def _get_all(self, refs: Sequence[ClaimRef]) -> Fetched:
-        """GET every claim, in parallel when there are several."""
+    def _get_all(self, refs: Sequence[ClaimRef], started: float) -> Fetched:
+        """GET every claim, in parallel when there are several, until the call's wait bound."""
         if len(refs) <= 1:
             return {ref.uid: self._get_one(ref) for ref in refs}
-        results = self._executor().map(self._get_one, refs)
-        return dict(zip((ref.uid for ref in refs), results, strict=True))
+        pool = self._executor()
+        futures: list[Future[JsonObject | str]] = [pool.submit(self._get_one, ref) for ref in refs]
+        timeout = None
+        if self._read_deadline is not None:
+            timeout = max(0.0, started + 2 * self._read_deadline + 1.0 - time.monotonic())
+        wait(futures, timeout=timeout)
+        fetched: Fetched = {}
+        for ref, future in zip(refs, futures, strict=True):
+            if future.done() and not future.cancelled():
+                fetched[ref.uid] = future.result()
+            else:
+                future.cancel()
+                fetched[ref.uid] = (
+                    f"{describe_claim(ref)}: cannot get ResourceClaim: no answer from the apiserver "
+                    f"within {time.monotonic() - started:.0f} s (reads queued behind slow ones)"
+                )
+        return fetched
 
     def _executor(self) -> ThreadPoolExecutor:
         with self._pool_lock:
@@ -187,7 +232,10 @@ def _by_namespace(refs: Iterable[ClaimRef]) -> dict[str, list[ClaimRef]]:
     return groups
 
 
-def _name_of(item: Mapping[str, Any]) -> str:
+def _name_of(item: object) -> str:
+    """The item's ``metadata.name``, or "" for anything that is not a named object."""
+    if not isinstance(item, Mapping):
+        return ""
     meta = item.get("metadata")
     name = meta.get("name") if isinstance(meta, Mapping) else None
     return name if isinstance(name, str) else ""

@@ -12,6 +12,12 @@ For every (claim, base request) with devices:
   <podClaimName>}/<request>/<driver>-metadata.json``; its CDI ID is appended to the first device
   of the request.
 
+The pod's claim name comes from the claim's ``resource.kubernetes.io/pod-claim-name`` annotation,
+which anyone who can edit the claim can set: it must be a DNS label (what a pod's claim name is)
+before it goes into the container path. Anything else (``../``, a NUL, a newline, a slash) is not
+a claim name a pod can have: the claim is prepared without device metadata and a warning names it,
+as for a claim whose names are too long for a directory.
+
 ``metadata.generation`` starts at 1 and increases whenever the content of a file changes.
 Attributes are those of the published device (taken from the slice builder, so they cannot drift).
 
@@ -38,6 +44,7 @@ from cdi.version import V030, V050
 from driver.claims.names import dir_prefix
 from driver.claims.selection import AllocatedDevice, ClaimView
 from driver.inventory.model import InventoryDevice, Nic
+from driver.log import get_logger
 
 __all__ = [
     "API_VERSIONS",
@@ -52,6 +59,7 @@ __all__ = [
     "metadata_files",
     "metadata_spec_glob",
     "parse_generation",
+    "pod_claim_name_problem",
 ]
 
 #: newest first: the order of objects in the stream
@@ -138,8 +146,26 @@ def metadata_spec_glob(driver_name: str, claim_uid: str) -> str:
     return f"{stem}_*.json"
 
 
+#: a DNS label (RFC 1123), matched whole: ``$`` of ``re.match`` would let a trailing newline in
+_DNS_LABEL = re.compile(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?")
+_log = get_logger("claims.metadata")
+
+
+def pod_claim_name_problem(name: str) -> str:
+    """Why the pod-claim-name annotation cannot name a directory ("" when it can: a DNS label)."""
+    if not name or _DNS_LABEL.fullmatch(name):
+        return ""
+    return f"annotation resource.kubernetes.io/pod-claim-name {name!r} is not a DNS label"
+
+
 def container_path(view: ClaimView, request: str, driver_name: str) -> str:
-    """Where the container sees the file (template claims use the pod's claim name)."""
+    """Where the container sees the file (template claims use the pod's claim name).
+
+    Raises ValueError when the pod's claim name is not a DNS label (:func:`metadata_files` skips
+    such a claim's metadata before it gets here).
+    """
+    if problem := pod_claim_name_problem(view.pod_claim_name):
+        raise ValueError(problem)
     if view.pod_claim_name:
         sub = f"resourceclaimtemplates/{view.pod_claim_name}"
     else:
@@ -235,8 +261,15 @@ def metadata_files(
     ``attributes`` maps device names to their published attributes (treated as immutable: the
     encoded form of a device is reused while the same map object is passed). ``previous`` maps
     host paths to the content written before: an unchanged file keeps its generation, a changed
-    one gets +1.
+    one gets +1. A claim whose pod-claim-name annotation is not a DNS label gets none (logged).
     """
+    if problem := pod_claim_name_problem(view.pod_claim_name):
+        _log.warning(
+            f"claim prepared without device metadata: {problem}",
+            claim_uid=view.uid,
+            claim=f"{view.namespace}/{view.name}",
+        )
+        return []
     by_request: dict[str, list[AllocatedDevice]] = {}
     for dev in view.devices:
         by_request.setdefault(dev.base_request, []).append(dev)

@@ -3,15 +3,15 @@
 Claim namespaces, names, UIDs and request names end up in file names (CDI specs, metadata
 directories); a name like ``../x`` must be refused before it gets near the file system, with an
 error that quotes it. The rules are the apiserver's own (DNS label / subdomain), so a real claim
-always passes.
+always passes; the rules themselves live in :mod:`driver.names`.
 """
 
 from __future__ import annotations
 
 import functools
-import re
 from pathlib import Path
 
+from driver.names import is_claim_uid, is_dns_label, is_dns_subdomain
 from driver.plugin import ClaimRef
 
 __all__ = [
@@ -24,21 +24,17 @@ __all__ = [
     "dir_prefix",
 ]
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_UID = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,126}[A-Za-z0-9])?$")
-
 
 def check_namespace(namespace: str) -> str:
     """Return an error message unless ``namespace`` is a DNS label ("" when fine)."""
-    if not _DNS_LABEL.match(namespace):
+    if not is_dns_label(namespace):
         return f"invalid namespace {namespace!r}: must be a DNS label"
     return ""
 
 
 def check_claim_name(name: str) -> str:
     """Return an error message unless ``name`` is a DNS subdomain of at most 253 characters."""
-    if len(name) > 253 or not _DNS_SUBDOMAIN.match(name):
+    if not is_dns_subdomain(name):
         return f"invalid claim name {name!r}: must be a DNS subdomain"
     return ""
 
@@ -47,7 +43,7 @@ def check_claim_uid(uid: str) -> str:
     """Return an error message unless ``uid`` is a non-empty, file-name-safe UID."""
     if not uid:
         return "empty claim UID"
-    if not _UID.match(uid):
+    if not is_claim_uid(uid):
         return f"invalid claim UID {uid!r}: letters, digits and '-' only"
     return ""
 
@@ -55,7 +51,7 @@ def check_claim_uid(uid: str) -> str:
 def check_request_name(request: str) -> str:
     """Return an error message unless ``request`` is ``<req>`` or ``<req>/<sub>`` of DNS labels."""
     parts = request.split("/")
-    if len(parts) > 2 or not all(_DNS_LABEL.match(p) for p in parts):
+    if len(parts) > 2 or not all(is_dns_label(p) for p in parts):
         return f"invalid request name {request!r}: must be <request> or <request>/<subrequest> (DNS labels)"
     return ""
 

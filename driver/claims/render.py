@@ -9,8 +9,12 @@ captured at prepare can be stale after a reboot.
 Environment per device (values cover the device's whole request, so the order in which a runtime
 applies several devices of one request does not matter):
 
-* gpu: ``NUMADRA_GPU_INDICES`` (host indices), ``NUMADRA_GPU_PCI_BUS_IDS``; for NVIDIA also
-  ``NVIDIA_VISIBLE_DEVICES`` (host indices).
+* gpu: ``NUMADRA_GPU_INDICES`` (each GPU's vendor-local number, the ``index`` attribute: NVIDIA
+  device minor, AMD/Intel render node number; empty for a GPU without one) and
+  ``NUMADRA_GPU_PCI_BUS_IDS``, in the same order; when NVIDIA GPUs are among them also
+  ``NVIDIA_VISIBLE_DEVICES`` naming those: each GPU's UUID when known (NVML, or the driver's
+  information file), else its device minor: the same GPU as the ``/dev/nvidiaN`` node of the
+  spec, never a position in numadra's list.
 * nic: ``NUMADRA_NIC_INTERFACES``, ``NUMADRA_NIC_PCI_BUS_IDS``, ``NUMADRA_RDMA_DEVICES`` (if any).
 * cpu: the pinning markers (driver/pinning/types.py): ``NUMADRA_CPUS`` (when pinned), ``NUMADRA_MEMS``,
   ``NUMADRA_CPU_MODE``, ``NUMADRA_CLAIM_UID``, ``NUMADRA_REQUEST``.
@@ -81,11 +85,11 @@ def _request_env(devs: list[AllocatedDevice]) -> dict[str, str]:
     env: dict[str, str] = {}
     if kind is DeviceKind.GPU:
         gpus = [d.device for d in devs if isinstance(d.device, Gpu)]
-        indices = _joined(str(g.index) for g in gpus)
-        env["NUMADRA_GPU_INDICES"] = indices
+        env["NUMADRA_GPU_INDICES"] = _joined("" if g.index is None else str(g.index) for g in gpus)
         env["NUMADRA_GPU_PCI_BUS_IDS"] = _joined(g.pci.bus_id for g in gpus)
-        if all(g.vendor == "nvidia" for g in gpus):
-            env["NVIDIA_VISIBLE_DEVICES"] = indices
+        nvidia = [g for g in gpus if g.vendor == "nvidia"]
+        if nvidia:  # a generic request may mix vendors: the NVIDIA runtime gets exactly its own
+            env["NVIDIA_VISIBLE_DEVICES"] = _joined(_nvidia_name(g) for g in nvidia)
     elif kind is DeviceKind.NIC:
         nics = [d.device for d in devs if isinstance(d.device, Nic)]
         env["NUMADRA_NIC_INTERFACES"] = _joined(n.interface_name for n in nics)
@@ -94,6 +98,17 @@ def _request_env(devs: list[AllocatedDevice]) -> dict[str, str]:
         if rdma:
             env["NUMADRA_RDMA_DEVICES"] = _joined(rdma)
     return env
+
+
+def _nvidia_name(gpu: Gpu) -> str:
+    """How the NVIDIA runtime is told about one GPU: its UUID, else its device minor.
+
+    The runtime reads an index as NVML's, which follows PCI order and may differ from the minor on
+    some hosts; a UUID cannot be misread. Discovery publishes an NVIDIA GPU only with a minor.
+    """
+    if gpu.uuid:
+        return gpu.uuid
+    return str(gpu.minor if gpu.minor is not None else gpu.index)
 
 
 def _assignment(pinning: ClaimPinning | None, base: str) -> CpuAssignment | None:

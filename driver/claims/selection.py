@@ -22,6 +22,7 @@ from driver.claims.names import base_request_name, check_request_name
 from driver.errors import ClaimError, ConfigDecodeError
 from driver.inventory.model import DeviceKind, Gpu, Inventory, InventoryDevice, Nic, NumaNode
 from driver.kube.types import JsonObject
+from driver.names import is_claim_uid
 from driver.pinning.types import CpuMode, CpuRequest
 from driver.plugin import ClaimRef
 
@@ -29,6 +30,7 @@ __all__ = [
     "MAX_CONFIGS",
     "MAX_RESULTS",
     "POD_CLAIM_NAME_ANNOTATION",
+    "SHAREABLE_KINDS",
     "AllocatedDevice",
     "ClaimView",
     "cpu_requests",
@@ -42,7 +44,10 @@ MAX_RESULTS = 32
 #: DeviceConfigMaxSize * 2 (class and claim configs) of resource.k8s.io/v1
 MAX_CONFIGS = 64
 POD_CLAIM_NAME_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
-_CPU_QUANTITY = re.compile(r"^([0-9]+)(m?)$")
+_CPU_QUANTITY = re.compile(r"([0-9]+)(m?)")
+#: the kinds whose devices our slices publish with ``allowMultipleAllocations`` (a NUMA node's
+#: CPUs and memory are consumable capacity); a GPU or NIC is handed to one claim whole
+SHAREABLE_KINDS = frozenset({DeviceKind.CPU})
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,8 +162,16 @@ def _resolve_result(
     if found is None:
         raise ClaimError(uid, f"{where} not found in this node's inventory")
     share = res.get("shareID")
-    if share is not None and not isinstance(share, str):
-        raise ClaimError(uid, f"{where}: shareID must be a string")
+    kind = device_kind(found)
+    if share is not None:
+        # The "one claim per whole device" rule (the journal's) keys on share_id None; a shareID on
+        # a device we never published as shareable would let any number of claims hold it.
+        if not isinstance(share, str) or not is_claim_uid(share):
+            raise ClaimError(uid, f"{where}: shareID {share!r} is not a UID")
+        if kind not in SHAREABLE_KINDS:
+            raise ClaimError(
+                uid, f"{where}: has shareID {share!r}, but this {kind.value} is not published as shareable"
+            )
     consumed = res.get("consumedCapacity") or {}
     if not _is_map(consumed) or not all(isinstance(v, str) for v in consumed.values()):
         raise ClaimError(uid, f"{where}: malformed consumedCapacity")
@@ -167,7 +180,6 @@ def _resolve_result(
         admin = False
     if not isinstance(admin, bool):
         raise ClaimError(uid, f"{where}: adminAccess must be a boolean, got {admin!r}")
-    kind = device_kind(found)
     return AllocatedDevice(
         request=request,
         device_name=name,
@@ -238,7 +250,7 @@ def select_devices(
 
 def parse_cpu_quantity(value: str) -> int:
     """A whole number of CPUs from a Kubernetes quantity ("4", "4000m"); ValueError otherwise."""
-    m = _CPU_QUANTITY.match(value.strip())
+    m = _CPU_QUANTITY.fullmatch(value.strip())
     if m is None:
         raise ValueError(f"not a whole CPU count: {value!r}")
     amount = int(m.group(1))

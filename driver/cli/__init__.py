@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import sys
 from collections.abc import Callable, Sequence
 
+import structlog
+
 from driver.errors import ConfigError, DriverError
+from driver.log import configure_logging
 
 __all__ = ["EXIT_FAILURE", "EXIT_OK", "EXIT_USAGE", "main"]
 
@@ -22,7 +26,7 @@ EXIT_FAILURE = 1
 EXIT_USAGE = 2
 
 #: subcommand modules, in the order ``numadra --help`` lists them
-SUBCOMMANDS: tuple[str, ...] = ("version", "discover", "run", "hook", "explain", "state")
+SUBCOMMANDS: tuple[str, ...] = ("version", "discover", "run", "hook", "explain", "state", "health")
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -51,6 +55,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     handler: Handler = args.handler
+    # commands that print data: warnings (a skipped GPU) go to stderr, never into the data; `run`
+    # and `hook` configure their own logging. The caller's configuration is restored afterwards.
+    configured, previous = structlog.is_configured(), structlog.get_config()
+    configure_logging("console", logging.WARNING)
     try:
         return handler(args)
     except ConfigError as exc:
@@ -61,6 +69,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILURE
     except KeyboardInterrupt:
         return EXIT_FAILURE
+    finally:
+        if configured:
+            structlog.configure(**previous)
+        else:
+            structlog.reset_defaults()
 
 
 if __name__ == "__main__":  # pragma: no cover

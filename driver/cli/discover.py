@@ -23,7 +23,7 @@ def default_node_name() -> str:
 
 def check_node_name(name: str, where: str = "--node-name") -> str:
     """``name`` if the apiserver takes it as a node (and pool) name; else ConfigError naming ``where``."""
-    from driver.slices._limits import is_dns_subdomain
+    from driver.names import is_dns_subdomain
 
     if not is_dns_subdomain(name):
         raise ConfigError(f"{where} {name!r} is not a valid node name (DNS subdomain)")
@@ -32,7 +32,8 @@ def check_node_name(name: str, where: str = "--node-name") -> str:
 
 def check_driver_name(name: str, where: str = "--driver-name") -> str:
     """``name`` if it is a valid DRA driver name; else ConfigError naming ``where``."""
-    from driver.slices._limits import MAX_DRIVER_NAME, is_dns_subdomain
+    from driver.names import is_dns_subdomain
+    from driver.slices._limits import MAX_DRIVER_NAME
 
     if not is_dns_subdomain(name, MAX_DRIVER_NAME):
         raise ConfigError(f"{where} {name!r} is not a DNS subdomain of at most {MAX_DRIVER_NAME} characters")
@@ -60,6 +61,12 @@ def register(sub: Any) -> None:
         help='CPUs kept out of the "cpus" capacity, kernel list format ("0-1,64")',
     )
     p.add_argument(
+        "--isolated-cpus",
+        choices=("include", "exclude"),
+        default="include",
+        help="whether isolcpus= CPUs count in the cpus capacity (default include)",
+    )
+    p.add_argument(
         "--node-allocatable",
         action="store_true",
         help="add the alpha nodeAllocatableResources mapping (KEP-5517) to cpu devices",
@@ -76,6 +83,7 @@ def register(sub: Any) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from driver.inventory.discovery import discover
+    from driver.inventory.model import kept_out_cpus
     from driver.inventory.table import render_table
     from driver.slices.builder import build_slices
 
@@ -86,6 +94,7 @@ def _run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise ConfigError(f"--reserved-cpus {args.reserved_cpus!r}: {exc}") from exc
     inventory = discover(args.host_root)
+    reserved = kept_out_cpus(inventory, reserved, args.isolated_cpus)
     if args.output == "table":
         sys.stdout.write(render_table(inventory, reserved_cpus=reserved))
         return 0

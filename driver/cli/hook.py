@@ -2,7 +2,9 @@
 
 The runtime writes the OCI state JSON to stdin. The assignment comes from ``--cpus/--mems``
 (what :func:`driver.pinning.hook.cdi_hook_entry` puts in the CDI spec) or, without them, from
-the ``NUMADRA_CPUS``/``NUMADRA_MEMS`` env of ``<bundle>/config.json``. On error the hook prints
+the marker env of ``<bundle>/config.json``, which any pod can set: that mode needs
+``--journal`` (the claims journal) to check that the container's pod holds the claim, and pins
+to the journal's CPUs and nodes (see ``driver.pinning.hook``). On error the hook prints
 one line to stderr and exits non-zero, so the runtime fails the container instead of running it
 unpinned.
 """
@@ -13,7 +15,10 @@ import argparse
 import logging
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from driver.pinning.types import ClaimBinding
 
 __all__ = ["register"]
 
@@ -28,6 +33,12 @@ def register(sub: Any) -> None:
     )
     cr.add_argument("--cpus", help="cpulist to pin to (default: NUMADRA_CPUS of the bundle's config.json)")
     cr.add_argument("--mems", help="NUMA node list (default: NUMADRA_MEMS of the bundle's config.json)")
+    cr.add_argument(
+        "--journal",
+        type=Path,
+        help="the claims journal (<plugin-dir>/state/journal.log); without --cpus/--mems the "
+        "marker env is refused unless the container's pod is one the claim is reserved for here",
+    )
     cr.add_argument("--proc-root", type=Path, default=Path("/proc"), help="procfs to read (default /proc)")
     cr.set_defaults(handler=_create_runtime)
 
@@ -41,7 +52,19 @@ def _create_runtime(args: argparse.Namespace) -> int:
     # stdout belongs to the runtime; only warnings (affinity fallback) reach stderr
     configure_logging("json", logging.WARNING)
     backend = HookBackend(CgroupfsBackend(proc_root=args.proc_root), proc_root=args.proc_root)
-    outcome = run_create_runtime(sys.stdin.read(), args.cpus, args.mems, backend)
+    lookup = None
+    if args.journal is not None and args.cpus is None and args.mems is None:
+        from driver.pinning.binding import claim_binding
+        from driver.state.journal import Journal
+
+        journal = Journal(args.journal, read_only=True)
+        journal.load()
+
+        def lookup(claim_uid: str) -> ClaimBinding | None:
+            entry = journal.get(claim_uid)
+            return None if entry is None else claim_binding(entry)
+
+    outcome = run_create_runtime(sys.stdin.read(), args.cpus, args.mems, backend, lookup)
     if outcome.method == "none":
         sys.stderr.write("numadra hook: no pinning marker for this container; nothing to do\n")
     elif outcome.method == "affinity":

@@ -12,23 +12,26 @@ names both the flag and the variable.
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
+import resource
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from driver import DEFAULT_DRIVER_NAME
-from driver.errors import ConfigError
+from driver.errors import ConfigError, DriverError
 from driver.kubelet.paths import DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRAR_DIR
 
 if TYPE_CHECKING:
     from driver.app import HotplugSource, RunConfig
     from driver.health.taints import TaintEffect
+    from driver.inventory.model import IsolatedCpus
     from driver.log import LogFormat
 
-__all__ = ["FLAGS", "Flag", "config_from_args", "register"]
+__all__ = ["FLAGS", "MIN_OPEN_FILES", "Flag", "check_open_files", "config_from_args", "register"]
 
 #: the service account credential the in-cluster config reads
 _IN_POD_CREDENTIAL = "/var/run/secrets/kubernetes.io/serviceaccount/token"
@@ -76,6 +79,12 @@ FLAGS: tuple[Flag, ...] = (
     _flag("--log-format", "console", "log format", choices=("json", "console")),
     _flag("--log-level", "info", "log level", choices=("debug", "info", "warning", "error")),
     _flag("--reserved-cpus", "", 'CPUs never handed out, kernel list format ("0-1,64")'),
+    _flag(
+        "--isolated-cpus",
+        "include",
+        "whether the kernel's isolcpus= CPUs count in the cpus capacity and are handed out",
+        choices=("include", "exclude"),
+    ),
     Flag(
         "--node-allocatable",
         _env("--node-allocatable"),
@@ -102,6 +111,12 @@ FLAGS: tuple[Flag, ...] = (
     _flag("--hotplug", "udev", "hot-plug events to watch", choices=("udev", "kernel", "off")),
     _flag(
         "--hook-path", "/opt/numadra/bin/numadra", "host path of numadra that CDI hooks run (--pinning hook)"
+    ),
+    _flag(
+        "--claim-read-timeout",
+        "10",
+        "seconds a claim GET or LIST may take in all, slow answers included (at most 20: a prepare "
+        "makes up to two reads in a row within the kubelet's 45 s)",
     ),
     Flag(
         "--claim-status",
@@ -181,6 +196,21 @@ def _seconds(raw: Mapping[str, str], dest: str, *, zero_ok: bool) -> float:
     return value
 
 
+#: two claim reads in a row (a LIST, then GETs for what it lacked) plus a second stay inside the
+#: kubelet's 45 s NodePrepareResources timeout
+_MAX_READ_TIMEOUT = 20.0
+
+
+def _read_timeout(raw: Mapping[str, str]) -> float:
+    value = _seconds(raw, "claim_read_timeout", zero_ok=False)
+    if value > _MAX_READ_TIMEOUT:
+        raise ConfigError(
+            f"{_where('claim_read_timeout')} must be at most {_MAX_READ_TIMEOUT:g} seconds (two reads "
+            f"must fit in the kubelet's 45 s call timeout), got {raw['claim_read_timeout']!r}"
+        )
+    return value
+
+
 def _check_cluster_access(kubeconfig: str | None, env: Mapping[str, str]) -> None:
     """Fail at start, not in a background thread: the kubeconfig exists, or we run in a pod."""
     if kubeconfig is not None:
@@ -234,6 +264,7 @@ def config_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = N
         log_format=cast("LogFormat", raw["log_format"]),
         log_level=raw["log_level"],
         reserved_cpus=reserved,
+        isolated_cpus=cast("IsolatedCpus", raw["isolated_cpus"]),
         node_allocatable=raw["node_allocatable"].lower() in _TRUE,
         taint_unhealthy=cast("TaintEffect", raw["taint_unhealthy"]),
         nri_socket=Path(raw["nri_socket"]),
@@ -243,6 +274,31 @@ def config_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = N
         hotplug=cast("HotplugSource", raw["hotplug"]),
         hook_path=raw["hook_path"],
         claim_status=raw["claim_status"].lower() in _TRUE,
+        claim_read_timeout=_read_timeout(raw),
+    )
+
+
+#: descriptors ``numadra run`` needs at the least: gRPC (epoll, wakeups, two listening sockets and
+#: one per kubelet connection), the journal (two), the lock, the apiserver connections, the NRI
+#: socket, metrics connections and udev; an idle driver holds about 40, and bursts of claim reads
+#: add one per connection
+MIN_OPEN_FILES = 256
+
+
+def check_open_files(minimum: int = MIN_OPEN_FILES) -> None:
+    """Raise the soft ``RLIMIT_NOFILE`` to ``minimum`` if the hard limit allows; else ConfigError.
+
+    A limit too low to run failed deep inside gRPC with a traceback; this is one line instead.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= minimum:
+        return
+    if hard == resource.RLIM_INFINITY or hard >= minimum:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (minimum, hard))
+        return
+    raise ConfigError(
+        f"open file limit (RLIMIT_NOFILE) is {soft} (hard {hard}); numadra run needs at least "
+        f"{minimum}: raise it (ulimit -n, or the container runtime's LimitNOFILE)"
     )
 
 
@@ -251,5 +307,11 @@ def _run(args: argparse.Namespace) -> int:
     from driver.log import configure_logging
 
     config = config_from_args(args)
+    check_open_files()
     configure_logging(config.log_format, getattr(logging, config.log_level.upper()))
-    return App(config).run()
+    try:
+        return App(config).run()
+    except OSError as exc:
+        if exc.errno in (errno.EMFILE, errno.ENFILE):  # the limit reached later, under load
+            raise DriverError(f"out of file descriptors: {exc}; raise the open file limit") from exc
+        raise

@@ -3,6 +3,11 @@
 Reads ``<plugin-dir>/state/journal.log`` (read-only, also a version 1 ``journal.json`` without
 adopting it; safe while the driver runs: a call being appended is not read until it is complete)
 and lists each claim with its devices, CDI device IDs and CPU/memory pinning.
+
+It also shows state that was lost: claims the driver rebuilt from the files it wrote for them
+because the journal had lost them (``state/recoveries.log``, newest last), and claims whose CDI
+spec or metadata is on disk right now but which the journal lacks (the driver rebuilds those on
+its next call). Either means the journal was damaged: see docs/troubleshooting.md.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from driver import DEFAULT_DRIVER_NAME
 
 if TYPE_CHECKING:
+    from driver.state.evidence import Found
     from driver.state.journal import Journal
 
 __all__ = ["load_journal", "register"]
@@ -36,44 +42,99 @@ def register(sub: Any) -> None:
         help="plugin dir holding the journal (default /var/lib/kubelet/plugins/<driver>)",
     )
     p.add_argument(
+        "--cdi-dir",
+        type=Path,
+        default=Path("/var/run/cdi"),
+        help="where the driver writes CDI specs, cross-checked with the journal (default /var/run/cdi)",
+    )
+    p.add_argument(
+        "--node-name",
+        default="",
+        help="the driver's pool (node) name, for devices rebuilt from CDI specs (default: the host name)",
+    )
+    p.add_argument(
         "-o", "--output", choices=("text", "json"), default="text", help="output format (default text)"
     )
     p.set_defaults(handler=_run)
 
 
-def load_journal(plugin_dir: Path | None, driver_name: str) -> Journal:
+def load_journal(
+    plugin_dir: Path | None, driver_name: str, *, cdi_dir: Path | None = None, node_name: str = ""
+) -> Journal:
     """The journal of ``--plugin-dir`` (default: the driver's kubelet plugin dir), loaded.
 
+    With ``cdi_dir``, cross-checked with the files the driver wrote (``Journal.unjournaled``).
     Raises :class:`~driver.errors.JournalError`, which says what is wrong and how to recover.
     """
     from driver.kubelet.paths import default_plugin_dir
+    from driver.state.evidence import Evidence
     from driver.state.journal import Journal, journal_path
 
-    journal = Journal(journal_path(plugin_dir or default_plugin_dir(driver_name)), read_only=True)
+    directory = plugin_dir or default_plugin_dir(driver_name)
+    evidence = None
+    if cdi_dir is not None:
+        evidence = Evidence(cdi_dir=cdi_dir, plugin_dir=directory, driver_name=driver_name, pool=node_name)
+    journal = Journal(journal_path(directory), read_only=True, evidence=evidence)
     journal.load()
     return journal
 
 
-def _run(args: argparse.Namespace) -> int:
-    from driver.pinning.types import format_cpulist
+def _recovery_lines(recoveries: list[dict[str, Any]], unjournaled: list[Found]) -> list[str]:
+    lines: list[str] = []
+    if unjournaled:
+        lines.append(
+            f"STATE LOST: {len(unjournaled)} prepared claim(s) have files on disk but no journal "
+            "entry (the driver rebuilds them on its next call; docs/troubleshooting.md)"
+        )
+        for item in unjournaled:
+            devices = ",".join(d.device_name for d in item.entry.devices) or "-"
+            lines.append(f"  uid {item.uid}  devices {devices}  files {' '.join(item.paths)}")
+    if recoveries:
+        lines.append(f"{len(recoveries)} claim(s) rebuilt from evidence after the journal lost them:")
+        for r in recoveries:
+            devices = ",".join(str(d) for d in r.get("devices", ())) or "-"
+            lines.append(
+                f"  {r.get('time', '?')}  uid {r.get('uid', '?')}  {r.get('claim') or '?/?'}  "
+                f"reason {r.get('reason', '?')}  devices {devices}  cpus {r.get('cpus') or '-'}"
+            )
+    return lines
 
-    journal = load_journal(args.plugin_dir, args.driver_name)  # JournalError: exit 1
+
+def _run(args: argparse.Namespace) -> int:
+    from driver.cli.discover import default_node_name
+    from driver.pinning.types import format_cpulist
+    from driver.state.journal import read_recoveries
+
+    journal = load_journal(
+        args.plugin_dir,
+        args.driver_name,
+        cdi_dir=args.cdi_dir,
+        node_name=args.node_name or default_node_name(),
+    )  # JournalError: exit 1
     path = journal.path
     entries = list(journal.entries())
+    recoveries = read_recoveries(path.parent)
+    rebuilt = {str(r.get("uid")): str(r.get("reason")) for r in recoveries}
     if args.output == "json":
         claims = [e.to_json() for e in entries]
         for claim in claims:
             for key in ("cdiSpecs", "metadataFiles"):  # file contents are long; paths say enough
                 claim[key] = [f["path"] for f in claim[key]]
-        doc = {"journal": str(path), "claims": claims}
+        doc = {
+            "journal": str(path),
+            "claims": claims,
+            "recoveries": recoveries,
+            "unjournaled": [
+                {"uid": f.uid, "devices": [d.device_name for d in f.entry.devices], "files": list(f.paths)}
+                for f in journal.unjournaled
+            ],
+        }
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return 0
-    if not entries:
-        sys.stdout.write(f"no prepared claims ({path})\n")
-        return 0
-    lines = [f"{len(entries)} prepared claim(s) ({path})"]
+    lines = [f"{len(entries)} prepared claim(s) ({path})" if entries else f"no prepared claims ({path})"]
     for e in entries:
-        lines.append(f"{e.namespace}/{e.name}  uid {e.uid}")
+        origin = f"  (rebuilt from evidence: {rebuilt[e.uid]})" if e.uid in rebuilt else ""
+        lines.append(f"{e.namespace or '?'}/{e.name or '?'}  uid {e.uid}{origin}")
         for d in e.devices:
             requests = ",".join(d.request_names) or "*"
             admin = "  (admin access)" if d.device_name in e.admin_devices else ""
@@ -86,5 +147,6 @@ def _run(args: argparse.Namespace) -> int:
                 f"  request {a.request}: cpuset {format_cpulist(a.cpus) or '-'} "
                 f"memset {format_cpulist(a.mems) or '-'} ({a.mode.value})"
             )
+    lines += _recovery_lines(recoveries, journal.unjournaled)
     sys.stdout.write("\n".join(lines) + "\n")
     return 0

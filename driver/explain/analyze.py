@@ -68,14 +68,23 @@ class DeviceClass:
 
 
 def default_device_classes(driver_name: str) -> dict[str, DeviceClass]:
-    """The DeviceClasses deploy/ installs: ``gpu.<driver>``, ``nic.<driver>``, ``cpu.<driver>``."""
-    return {
+    """The DeviceClasses deploy/ installs: ``gpu.<driver>``, ``nic.<driver>``, ``cpu.<driver>`` and
+    one per GPU vendor (``nvidia-gpu.<driver>``, ...; see ``VENDOR_GPU_CLASSES``)."""
+    from driver.inventory.gpus import VENDOR_GPU_CLASSES
+
+    attrs = f'device.attributes["{driver_name}"]'
+    classes = {
         f"{t}.{driver_name}": DeviceClass(
-            f"{t}.{driver_name}",
-            (f'device.driver == "{driver_name}" && device.attributes["{driver_name}"].type == "{t}"',),
+            f"{t}.{driver_name}", (f'device.driver == "{driver_name}" && {attrs}.type == "{t}"',)
         )
         for t in ("gpu", "nic", "cpu")
     }
+    for vc in VENDOR_GPU_CLASSES:
+        expr = f'device.driver == "{driver_name}" && {attrs}.type == "gpu" && {attrs}.vendor == "{vc.vendor}"'
+        if vc.kernel_driver:
+            expr += f' && {attrs}.driver == "{vc.kernel_driver}"'
+        classes[f"{vc.prefix}.{driver_name}"] = DeviceClass(f"{vc.prefix}.{driver_name}", (expr,))
+    return classes
 
 
 @dataclass(frozen=True, slots=True)

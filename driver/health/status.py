@@ -9,12 +9,22 @@ empty list (unprepare) removes exactly what we applied. API limits (resource-api
 enforced here: <= 8 conditions, <= 16 IPs, interface name <= 256 bytes, hardware address <= 128
 bytes, data <= 10 KiB. Needs the RBAC of deploy/ (``resourceclaims/status`` and the synthetic
 ``resourceclaims/driver`` with ``associated-node:patch``).
+
+Health: once the health monitor reported (:meth:`ClaimStatusWriter.set_health`, a monitor
+listener), every entry also carries a ``Healthy`` condition with the monitor's state and reason,
+and a change of a prepared device's health re-applies the entries of the claims holding it. So the
+kubelet's health stream, the slice taint and ``status.devices`` tell the same story (a sticky
+``PciAerFatal`` shows on the claim as ``Healthy=False``, reason ``PciAerFatal``). The claims to
+update are the ones this process reported; claims prepared before a restart get the condition at
+their next prepare (the kubelet's reconcile after a restart re-prepares them).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
@@ -25,7 +35,7 @@ from driver.inventory._sysfs import read_text
 from driver.inventory.model import Gpu, Inventory, Nic, NumaNode
 from driver.kube.types import JsonObject, allocation_results
 from driver.log import get_logger
-from driver.plugin import PreparedDevice
+from driver.plugin import DeviceHealth, HealthState, PreparedDevice
 
 __all__ = ["MAX_CONDITIONS", "MAX_DATA_BYTES", "MAX_IPS", "ClaimStatusWriter", "StatusApi"]
 
@@ -34,6 +44,13 @@ MAX_IPS = 16
 MAX_DATA_BYTES = 10240
 MAX_INTERFACE_NAME_BYTES = 256
 MAX_HARDWARE_ADDRESS_BYTES = 128
+#: metav1.Condition reason syntax
+_REASON = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
+_CONDITION_STATUS = {
+    HealthState.HEALTHY: "True",
+    HealthState.UNHEALTHY: "False",
+    HealthState.UNKNOWN: "Unknown",
+}
 _log = get_logger("health.status")
 
 # ruff: noqa: PTH118, PTH119 - os.path like the sysfs readers
@@ -74,6 +91,11 @@ class ClaimStatusWriter:
         self._inventory = inventory
         self._host_root = host_root
         self._ips = ip_source or host_ip_source(host_root)
+        #: device -> (state, reason, lastTransitionTime) as last reported by the health monitor
+        self._health: dict[str, tuple[HealthState, str, str]] = {}
+        #: claim UID -> (namespace, name, entries applied): the claims to update on health changes
+        self._reported: dict[str, tuple[str, str, list[dict[str, Any]]]] = {}
+        self._lock = threading.Lock()
 
     def set_inventory(self, inventory: Inventory) -> None:
         """Follow a changed inventory."""
@@ -87,14 +109,68 @@ class ClaimStatusWriter:
         """
         meta = claim.get("metadata") or {}
         entries = self.entries(claim, prepared)
-        self._apply(
-            str(meta.get("namespace", "")), str(meta.get("name", "")), entries, str(meta.get("uid", ""))
+        namespace, name, uid = (
+            str(meta.get("namespace", "")),
+            str(meta.get("name", "")),
+            str(meta.get("uid", "")),
         )
+        with self._lock:
+            for entry in entries:
+                self._add_health(entry)
+            if uid:
+                self._reported[uid] = (namespace, name, entries)
+        self._apply(namespace, name, entries, uid)
         return entries
 
     def clear(self, namespace: str, name: str, uid: str = "") -> None:
         """Remove every entry this field manager applied (unprepare); a deleted claim is fine."""
+        with self._lock:
+            for key, (ns, n, _) in list(self._reported.items()):
+                if key == uid or (not uid and (ns, n) == (namespace, name)):
+                    del self._reported[key]
         self._apply(namespace, name, [], uid)
+
+    def set_health(self, snapshot: Sequence[DeviceHealth]) -> None:
+        """Follow the health monitor: re-apply the entries of reported claims whose devices changed.
+
+        A failed write is logged and skipped (the next change or prepare writes again).
+        """
+        now = _now()
+        with self._lock:
+            changed = set()
+            for health in snapshot:
+                state = (health.state, health.reason)
+                known = self._health.get(health.device_name)
+                if known is None or known[:2] != state:
+                    self._health[health.device_name] = (health.state, health.reason, now)
+                    changed.add(health.device_name)
+            todo = []
+            for uid, (namespace, name, entries) in self._reported.items():
+                if any(e["device"] in changed for e in entries):
+                    for entry in entries:
+                        self._add_health(entry)
+                    todo.append((namespace, name, [dict(e) for e in entries], uid))
+        for namespace, name, entries, uid in todo:
+            try:
+                self._apply(namespace, name, entries, uid)
+            except KubeError as err:
+                _log.warning("claim health status not written", claim_uid=uid, error=str(err))
+
+    def _add_health(self, entry: dict[str, Any]) -> None:
+        """Set (or replace) the entry's ``Healthy`` condition from the last health report."""
+        known = self._health.get(str(entry["device"]))
+        if known is None:
+            return
+        state, reason, since = known
+        condition = {
+            "type": "Healthy",
+            "status": _CONDITION_STATUS[state],
+            "reason": reason if _REASON.match(reason or "") else state.value,
+            "message": _clip(f"device health {state.value}" + (f": {reason}" if reason else ""), 1024),
+            "lastTransitionTime": since,
+        }
+        others = [c for c in entry.get("conditions", []) if c.get("type") != "Healthy"]
+        entry["conditions"] = [*others, condition][:MAX_CONDITIONS]
 
     def _apply(self, namespace: str, name: str, entries: list[dict[str, Any]], uid: str) -> None:
         try:

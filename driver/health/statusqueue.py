@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from driver.health.status import ClaimStatusWriter
     from driver.inventory.model import Inventory
     from driver.kube.types import JsonObject
-    from driver.plugin import PreparedDevice
+    from driver.plugin import DeviceHealth, PreparedDevice
 
 __all__ = ["AsyncStatusWriter"]
 
@@ -53,6 +53,10 @@ class AsyncStatusWriter:
         """Queue the removal of our entries of an unprepared claim."""
         context = {"claim": f"{namespace}/{name}", "claim_uid": uid}
         self._queue.put((lambda writer: writer.clear(namespace, name, uid), context))
+
+    def set_health(self, snapshot: Sequence[DeviceHealth]) -> None:
+        """Queue a health report (a monitor listener): claims holding changed devices are updated."""
+        self._queue.put((lambda writer: writer.set_health(snapshot), {}))
 
     def set_inventory(self, inventory: Inventory) -> None:
         """Follow a changed inventory (in queue order)."""

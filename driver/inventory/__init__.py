@@ -11,6 +11,7 @@ from driver.inventory.model import (
     Nic,
     NumaNode,
     PciTopology,
+    SkippedDevice,
     cpu_device_name,
     pci_device_name,
 )
@@ -24,6 +25,7 @@ __all__ = [
     "Nic",
     "NumaNode",
     "PciTopology",
+    "SkippedDevice",
     "cpu_device_name",
     "pci_device_name",
 ]

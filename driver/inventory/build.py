@@ -1,13 +1,14 @@
 """The pure half of discovery: :class:`HostFacts` -> :class:`Inventory`, deterministic, no I/O.
 
-Here live the decisions: which PCI classes are GPUs, which netdev is a VF of which PF, which device
-nodes a container needs, what ``numa_node = -1`` or a missing NUMA directory means, and the sane
-default for every fact the host did not provide.
+Here live the decisions: which PCI functions are GPUs (rules in :mod:`driver.inventory.gpus`),
+which netdev is a VF of which PF, which device nodes a container needs, what ``numa_node = -1`` or
+a missing NUMA directory means, and the sane default for every fact the host did not provide.
 """
 
 from __future__ import annotations
 
 from driver.inventory.facts import CpuFacts, HostFacts, NetFacts, NodeFacts, PciFacts
+from driver.inventory.gpus import CANDIDATE_CLASSES, PCI_VENDORS, classify_gpu, is_candidate
 from driver.inventory.model import (
     Cpu,
     DeviceKind,
@@ -16,34 +17,35 @@ from driver.inventory.model import (
     Nic,
     NumaNode,
     PciTopology,
+    SkippedDevice,
     pci_device_name,
 )
 from driver.log import get_logger
 
 __all__ = ["GPU_PCI_CLASSES", "PCI_VENDORS", "build_inventory"]
 
+#: kept for importers: the rules live in driver/inventory/gpus.py
+GPU_PCI_CLASSES = CANDIDATE_CLASSES
+
 _log = get_logger("inventory.build")
 
-#: PCI class >> 8 of GPUs and accelerators: VGA, 3D controller, processing accelerator
-GPU_PCI_CLASSES = frozenset({0x0300, 0x0302, 0x1200})
-#: vendor attribute values; every other vendor is "generic"
-PCI_VENDORS = {0x10DE: "nvidia", 0x1002: "amd", 0x8086: "intel"}
 #: link speeds outside (0, this) are "unknown": -1 when down, 0xffffffff from some drivers
 _MAX_SANE_SPEED_MBPS = 10_000_000
-_NVIDIA_SHARED_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
 
 
 def build_inventory(facts: HostFacts) -> Inventory:
     """Interpret probed facts; same facts, same inventory (ordering by PCI address and id)."""
     pci = {p.bus_id: p for p in facts.pci}
     nodes = _numa_nodes(facts)
+    gpus, skipped = _gpus(facts, pci)
     return Inventory(
-        gpus=_gpus(facts, pci),
+        gpus=gpus,
         nics=_nics(facts, pci),
         cpus=_cpus(facts, nodes),
         numa_nodes=nodes,
         host_facts=facts.host_facts,
         memory_total_bytes=facts.mem_total_kib * 1024 if facts.mem_total_kib else None,
+        skipped=skipped,
     )
 
 
@@ -52,45 +54,22 @@ def _topology(bus_id: str, p: PciFacts | None) -> PciTopology:
     return PciTopology(bus_id=bus_id, pcie_root=p.pcie_root if p else "", numa_node=numa)
 
 
-def _gpus(facts: HostFacts, pci: dict[str, PciFacts]) -> tuple[Gpu, ...]:
+def _gpus(facts: HostFacts, pci: dict[str, PciFacts]) -> tuple[tuple[Gpu, ...], tuple[SkippedDevice, ...]]:
+    """The functions that are GPUs by :mod:`driver.inventory.gpus`, and the skipped ones with why."""
     nvidia = {n.bus_id: n for n in facts.nvidia}
-    dev = facts.dev_nodes
-    out: list[Gpu] = []
-    candidates = [p for p in sorted(pci.values(), key=lambda p: p.bus_id) if _is_gpu(p)]
-    for index, p in enumerate(candidates):
-        vendor_id = p.vendor_id or 0
-        vendor = PCI_VENDORS.get(vendor_id, "generic")
-        nv = nvidia.get(p.bus_id)
-        nodes: list[str] = []
-        if nv is not None:
-            if nv.minor is not None:
-                nodes.append(f"/dev/nvidia{nv.minor}")
-            nodes.extend(_NVIDIA_SHARED_NODES)
-        nodes.extend(f"/dev/dri/{n}" for n in p.drm if n.startswith(("card", "renderD")))
-        nodes.extend(f"/dev/accel/{n}" for n in p.accel if n.startswith("accel"))
-        if vendor == "amd":
-            nodes.append("/dev/kfd")
-        out.append(
-            Gpu(
-                name=pci_device_name(DeviceKind.GPU, p.bus_id),
-                pci=_topology(p.bus_id, p),
-                vendor=vendor,
-                vendor_id=vendor_id,
-                device_id=p.device_id or 0,
-                pci_class=p.pci_class or 0,
-                index=index,
-                driver=p.driver,
-                product_name=(nv.model if nv is not None else None) or p.product_name,
-                memory_bytes=p.vram_bytes if p.vram_bytes and p.vram_bytes > 0 else None,
-                minor=nv.minor if nv is not None else None,
-                device_nodes=tuple(n for n in nodes if n in dev),
-            )
-        )
-    return tuple(out)
-
-
-def _is_gpu(p: PciFacts) -> bool:
-    return p.pci_class is not None and (p.pci_class >> 8) in GPU_PCI_CLASSES
+    gpus: list[Gpu] = []
+    skipped: list[SkippedDevice] = []
+    for p in sorted(pci.values(), key=lambda p: p.bus_id):
+        if not is_candidate(p):
+            continue
+        gpu, skip, odd = classify_gpu(p, _topology(p.bus_id, p), nvidia.get(p.bus_id), facts.dev_nodes)
+        if gpu is not None:
+            gpus.append(gpu)
+        elif skip is not None:
+            skipped.append(skip)
+            log = _log.warning if odd else _log.debug
+            log("display/accelerator function not published", device=skip.bus_id, reason=skip.reason)
+    return tuple(gpus), tuple(skipped)
 
 
 def _nics(facts: HostFacts, pci: dict[str, PciFacts]) -> tuple[Nic, ...]:

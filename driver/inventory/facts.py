@@ -59,8 +59,9 @@ class NvidiaFacts:
     """What ``proc/driver/nvidia/gpus/<bdf>/information`` says about one GPU."""
 
     bus_id: str
-    minor: int | None
+    minor: int | None  # "Device Minor:" (the N of /dev/nvidiaN); None when absent or not a number
     model: str | None
+    uuid: str | None = None  # "GPU UUID:" when it has the GPU-xxxxxxxx-... shape, else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Literal
 
 __all__ = [
     "Cpu",
@@ -18,10 +19,13 @@ __all__ = [
     "Gpu",
     "Inventory",
     "InventoryDevice",
+    "IsolatedCpus",
     "Nic",
     "NumaNode",
     "PciTopology",
+    "SkippedDevice",
     "cpu_device_name",
+    "kept_out_cpus",
     "pci_device_name",
 ]
 
@@ -63,21 +67,39 @@ class PciTopology:
 
 @dataclass(frozen=True, slots=True)
 class Gpu:
-    """One PCI GPU / accelerator function (class 0x0300, 0x0302 or 0x1200)."""
+    """One PCI function that can serve compute (see :mod:`driver.inventory.gpus` for the rules).
+
+    ``index`` is the vendor's own number of the GPU, never a position in numadra's list (a BMC
+    display chip or a GPU of another vendor must not shift it): the NVIDIA device minor (the N of
+    ``/dev/nvidiaN``), for AMD and Intel the DRM render node's number minus 128 (``renderD129`` ->
+    1). None when the vendor gives none (an AMD GPU with ``/dev/kfd`` but no render node).
+    """
 
     name: str  # device name, see pci_device_name
     pci: PciTopology
-    vendor: str  # "nvidia" | "amd" | "intel" | "generic"
+    vendor: str  # "nvidia" | "amd" | "intel"
     vendor_id: int
     device_id: int
     pci_class: int  # 0x030000 style, full 24-bit class
-    index: int  # 0.. in PCI address order per node (stable while the hardware is)
+    index: int | None  # vendor-local number, see above
     driver: str | None = None
     product_name: str | None = None
     memory_bytes: int | None = None
     minor: int | None = None  # NVIDIA minor number (/dev/nvidiaN)
     #: host paths of the device nodes a container needs (e.g. /dev/nvidia0, /dev/dri/renderD128)
     device_nodes: tuple[str, ...] = ()
+    uuid: str | None = None  # NVIDIA "GPU-..." UUID (proc information file or NVML)
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedDevice:
+    """A display or accelerator PCI function that is not published, and why (for ``discover -o table``)."""
+
+    bus_id: str
+    vendor_id: int | None
+    pci_class: int | None
+    driver: str | None
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +178,8 @@ class Inventory:
     #: MemTotal of /proc/meminfo in bytes (None when unreadable): all memory the kernel manages,
     #: which may differ from the sum of the NUMA nodes' MemTotal (some VMs report less per node)
     memory_total_bytes: int | None = None
+    #: display/accelerator functions that are not GPUs numadra publishes (BMC chips, no compute driver)
+    skipped: tuple[SkippedDevice, ...] = ()
     #: name -> device, built once: ``find`` runs for every device of every prepared claim
     _by_name: dict[str, InventoryDevice] = field(
         init=False, repr=False, compare=False, hash=False, default_factory=dict
@@ -184,3 +208,23 @@ class Inventory:
             if cpu.id == cpu_id:
                 return cpu
         return None
+
+
+#: whether CPUs of the kernel's ``isolcpus=`` (``/sys/devices/system/cpu/isolated``) are handed out
+IsolatedCpus = Literal["include", "exclude"]
+
+
+def kept_out_cpus(inventory: Inventory, reserved: frozenset[int], isolated: IsolatedCpus) -> frozenset[int]:
+    """CPUs kept out of the ``cpus`` capacity and of every claim: ``--reserved-cpus``, plus the
+    isolated CPUs with ``--isolated-cpus exclude``.
+
+    Why isolated CPUs count by default (``include``): ``isolcpus=`` is set on purpose, mostly on
+    nodes whose isolated CPUs are *for* latency-critical pods (the housekeeping CPUs are then the
+    kubelet's reserved ones), which is also how the kubelet's CPU manager treats them. The price:
+    the kernel does not balance threads across isolated CPUs, so a workload given several of them
+    must pin its own threads. ``exclude`` is for nodes whose isolated CPUs belong to something else
+    (a DPDK vswitch, real-time host tasks): they are then neither published nor handed out.
+    """
+    if isolated == "exclude":
+        return reserved | frozenset(c.id for c in inventory.cpus if c.isolated)
+    return reserved

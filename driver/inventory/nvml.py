@@ -1,8 +1,9 @@
-"""Optional NVML enrichment (GPU memory and product name) when ``pynvml`` happens to be installed.
+"""Optional NVML enrichment (GPU memory, product name, UUID) when ``pynvml`` happens to be installed.
 
 Never required: sysfs and procfs give everything numadra needs to publish and prepare. NVML only
-adds ``memory`` capacity and a better product name, and it only describes the host we run on, so
-callers use it only when the host root is ``/``.
+adds ``memory`` capacity, a better product name and the GPU's UUID (which ``NVIDIA_VISIBLE_DEVICES``
+then names instead of the device minor), and it only describes the host we run on, so callers use
+it only when the host root is ``/``.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ def normalize_nvml_bus_id(raw: str | bytes) -> str:
 
 
 def enrich_with_nvml(inventory: Inventory) -> Inventory:
-    """Fill ``memory_bytes``/``product_name`` of NVIDIA GPUs from NVML; unchanged when NVML is absent."""
+    """Fill ``memory_bytes``/``product_name``/``uuid`` of NVIDIA GPUs from NVML; unchanged without NVML."""
     if not any(g.vendor == "nvidia" for g in inventory.gpus):
         return inventory
     try:
@@ -43,23 +44,36 @@ def enrich_with_nvml(inventory: Inventory) -> Inventory:
     return replace(inventory, gpus=gpus)
 
 
-def _query(nvml: Any) -> dict[str, tuple[int | None, str | None]]:
+_Found = tuple[int | None, str | None, str | None]  # memory, name, uuid
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _query(nvml: Any) -> dict[str, _Found]:
     nvml.nvmlInit()
     try:
-        out: dict[str, tuple[int | None, str | None]] = {}
+        out: dict[str, _Found] = {}
         for i in range(int(nvml.nvmlDeviceGetCount())):
             handle = nvml.nvmlDeviceGetHandleByIndex(i)
             bus_id = normalize_nvml_bus_id(nvml.nvmlDeviceGetPciInfo(handle).busId)
-            name = nvml.nvmlDeviceGetName(handle)
+            name = _text(nvml.nvmlDeviceGetName(handle))
             memory = int(nvml.nvmlDeviceGetMemoryInfo(handle).total)
-            out[bus_id] = (memory, name.decode() if isinstance(name, bytes) else str(name))
+            uuid = _text(nvml.nvmlDeviceGetUUID(handle))
+            out[bus_id] = (memory, name, uuid if uuid.startswith("GPU-") else None)
         return out
     finally:
         nvml.nvmlShutdown()
 
 
-def _merge(gpu: Gpu, found: tuple[int | None, str | None] | None) -> Gpu:
+def _merge(gpu: Gpu, found: _Found | None) -> Gpu:
     if found is None:
         return gpu
-    memory, name = found
-    return replace(gpu, memory_bytes=memory or gpu.memory_bytes, product_name=name or gpu.product_name)
+    memory, name, uuid = found
+    return replace(
+        gpu,
+        memory_bytes=memory or gpu.memory_bytes,
+        product_name=name or gpu.product_name,
+        uuid=uuid or gpu.uuid,
+    )

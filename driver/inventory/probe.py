@@ -33,9 +33,12 @@ _PCIE_ROOT = re.compile(r"^pci[0-9a-f]{4}:[0-9a-f]{2}$")
 _NUMBERED = re.compile(r"^(?:node|cpu)(\d+)$")
 _HUGEPAGES_DIR = re.compile(r"^hugepages-(\d+)kB$")
 _VIRTIO = re.compile(r"^virtio\d+$")
+_NVIDIA_UUID = re.compile(
+    r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.IGNORECASE
+)
 #: PCI base classes whose extra files (SR-IOV, RDMA verbs, DRM nodes) matter to us
 _NETWORK_BASE = 0x02
-_GPU_CLASSES = frozenset({0x0300, 0x0302, 0x1200})
+_GPU_CLASSES = frozenset({0x0300, 0x0302, 0x0380, 0x1200})  # CANDIDATE_CLASSES of gpus.py
 
 
 def probe_host(host_root: str | os.PathLike[str] = "/") -> HostFacts:
@@ -220,11 +223,13 @@ def _probe_nvidia(proc_dir: str) -> tuple[NvidiaFacts, ...]:
             if sep:
                 fields[key.strip().lower()] = value.strip()
         minor_text = fields.get("device minor", "")
+        uuid = fields.get("gpu uuid", "")
         out.append(
             NvidiaFacts(
                 bus_id=name.lower(),
-                minor=int(minor_text) if minor_text.isdigit() else None,
+                minor=int(minor_text) if minor_text.isascii() and minor_text.isdigit() else None,
                 model=fields.get("model") or None,
+                uuid=uuid if _NVIDIA_UUID.match(uuid) else None,
             )
         )
     return tuple(out)

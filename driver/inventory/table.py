@@ -2,13 +2,15 @@
 
 Pure (inventory in, text out) so that ``numadra discover -o table`` is tested without a terminal.
 Devices whose firmware reports no NUMA node are listed under their own heading, never guessed.
+Display and accelerator functions that are not published (a BMC chip, a GPU without its compute
+driver) are listed last with the reason, so that a missing GPU is explained where it is looked for.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from driver.inventory.model import Cpu, Gpu, Inventory, Nic, NumaNode
+from driver.inventory.model import Cpu, Gpu, Inventory, Nic, NumaNode, SkippedDevice
 from driver.pinning.types import format_cpulist
 
 __all__ = ["render_table"]
@@ -67,7 +69,14 @@ def _node_line(node: NumaNode, cpus: Sequence[Cpu], reserved: frozenset[int]) ->
 def _gpu_line(gpu: Gpu) -> str:
     what = _clip(gpu.product_name or f"{gpu.vendor_id:04x}:{gpu.device_id:04x}")
     nodes = " ".join(gpu.device_nodes) or "-"
-    return f"  gpu  {gpu.name}  {gpu.vendor} {what}  root {gpu.pci.pcie_root or '?'}  {nodes}"
+    index = f"index {gpu.index}" if gpu.index is not None else "index -"
+    return f"  gpu  {gpu.name}  {gpu.vendor} {what}  {index}  root {gpu.pci.pcie_root or '?'}  {nodes}"
+
+
+def _skipped_line(skipped: SkippedDevice) -> str:
+    vendor = f"{skipped.vendor_id:04x}" if skipped.vendor_id is not None else "????"
+    klass = f"{skipped.pci_class:06x}" if skipped.pci_class is not None else "??????"
+    return f"  {skipped.bus_id}  vendor {vendor} class {klass}  {_clip(skipped.reason, 96)}"
 
 
 def _nic_line(nic: Nic) -> str:
@@ -128,4 +137,8 @@ def render_table(inventory: Inventory, *, reserved_cpus: frozenset[int] = frozen
         lines.append("NUMA node unknown (firmware reports none)")
         lines.extend(_gpu_line(g) for g in unknown_gpus)
         lines.extend(_nic_line(n) for n in unknown_nics)
+    if inventory.skipped:
+        lines.append("")
+        lines.append("not published (display/accelerator functions that are not compute GPUs)")
+        lines.extend(_skipped_line(s) for s in inventory.skipped)
     return "\n".join(lines) + "\n"

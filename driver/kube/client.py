@@ -15,6 +15,12 @@ Why this shape:
   call, and every component shares one client (:func:`shared_client`).
 * Every failure becomes a :class:`~driver.errors.KubeError` carrying verb, resource, name and HTTP
   status, mapped in exactly one place (:func:`_raise_for`, :func:`_transport_error`).
+* A claim read (GET or LIST) ends by ``read_deadline`` seconds (``--claim-read-timeout``, 10 s by
+  default), whatever the apiserver does: the lean transport cuts every socket wait at the
+  deadline; on the official client, whose timeouts are per socket read, the calling thread stops
+  waiting at the deadline and the stuck read is left to a small pool of its own. A prepare call
+  makes at most two reads in a row (a LIST, then GETs for what it lacked), 20 s by default, well
+  inside the kubelet's 45 s call timeout.
 """
 
 from __future__ import annotations
@@ -22,7 +28,9 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeoutError
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -37,6 +45,7 @@ from driver.kube.types import JsonObject
 from driver.log import get_logger
 
 __all__ = [
+    "DEFAULT_READ_DEADLINE",
     "RESOURCE_API",
     "KubeClient",
     "SliceWatch",
@@ -47,6 +56,8 @@ __all__ = [
 ]
 
 RESOURCE_API = "/apis/resource.k8s.io/v1"
+#: default of ``--claim-read-timeout``: two reads in a row stay far inside the kubelet's 45 s
+DEFAULT_READ_DEADLINE = 10.0
 _SLICES = f"{RESOURCE_API}/resourceslices"
 _JSON = "application/json"
 _APPLY = "application/apply-patch+yaml"  # JSON is valid YAML: the body is sent JSON-encoded
@@ -212,11 +223,21 @@ class KubeClient:
     """
 
     def __init__(
-        self, kubeconfig: str | None = None, *, timeout: float = 10.0, connect_timeout: float = 3.0
+        self,
+        kubeconfig: str | None = None,
+        *,
+        timeout: float = 10.0,
+        connect_timeout: float = 3.0,
+        read_deadline: float = DEFAULT_READ_DEADLINE,
     ) -> None:
         self.kubeconfig = kubeconfig
         self.timeout = timeout
         self.connect_timeout = connect_timeout
+        #: seconds a claim read (GET or LIST) may take in all; see the module docstring
+        self.read_deadline = read_deadline
+        #: runs claim reads that must go through the official client, so that the caller can stop
+        #: waiting at the deadline (created on first use; proxied configurations only)
+        self._slow_reads: ThreadPoolExecutor | None = None
         self._api: Any = None
         #: (configuration_key, lean transport or None for "use the official client"), built lazily
         self._reads: tuple[tuple[Any, ...], Transport | None] | None = None
@@ -334,7 +355,10 @@ class KubeClient:
                 try:
                     settings = settings_from_configuration(cfg)
                     transport = Transport(
-                        settings, connect_timeout=self.connect_timeout, timeout=self.timeout
+                        settings,
+                        connect_timeout=self.connect_timeout,
+                        timeout=self.timeout,
+                        deadline=self.read_deadline,
                     )
                 except UnsupportedConfigError as exc:
                     _log.info("claim reads use the official client", reason=str(exc))
@@ -353,7 +377,11 @@ class KubeClient:
         except Exception as exc:  # unreadable CA or client certificate
             raise _transport_error(verb, resource, name, exc) from exc
         if transport is None:
-            return self._json(verb, resource, name, "GET", path, query=query)
+            return self._bounded(
+                verb, resource, name, lambda: self._json(verb, resource, name, "GET", path, query=query)
+            )
+        if transport.deadline != self.read_deadline:
+            transport.deadline = self.read_deadline
         target = f"{path}?{urlencode(list(query))}" if query else path
         try:
             response = transport.get(target, _request_headers(api))
@@ -362,6 +390,30 @@ class KubeClient:
         if not 200 <= response.status < 300:
             _raise_for(verb, resource, name, response.status, response.body)
         return _decode(verb, resource, name, response.body)
+
+    def _bounded(
+        self, verb: str, resource: str, name: str, call: Callable[[], dict[str, Any]]
+    ) -> dict[str, Any]:
+        """``call()`` on the slow-read pool, waited for until the read deadline at most."""
+        with self._lock:
+            if self._slow_reads is None:
+                self._slow_reads = ThreadPoolExecutor(16, thread_name_prefix="kube-slow-read")
+            pool = self._slow_reads
+        future = pool.submit(call)
+        try:
+            return future.result(timeout=self.read_deadline)
+        except FutureTimeoutError:
+            future.cancel()
+            err = KubeError(
+                f"{verb} {_target(resource, name)}: apiserver unreachable: TimeoutError: no complete "
+                f"answer within the deadline of {self.read_deadline:g} s",
+                verb=verb,
+                resource=resource,
+                name=name,
+                status=None,
+                transient=True,
+            )
+            raise err from None
 
     # -- claims ----------------------------------------------------------------------------------
     def get_resource_claim(self, namespace: str, name: str) -> JsonObject:
@@ -480,6 +532,9 @@ class KubeClient:
         with self._lock:
             api, self._api = self._api, None
             reads, self._reads = self._reads, None
+            slow, self._slow_reads = self._slow_reads, None
+        if slow is not None:
+            slow.shutdown(wait=False, cancel_futures=True)
         if reads is not None and reads[1] is not None:
             reads[1].close()
         if api is not None:

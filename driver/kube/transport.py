@@ -15,6 +15,11 @@ client:
 * Connections are pooled last-in first-out (the warmest first), at most ``max_idle`` kept. A GET
   that fails on a reused connection before any byte of the answer arrived (the server closed it
   while it sat idle) is sent once more on a fresh connection: GETs are idempotent.
+* Every GET has an overall deadline besides the per-read timeout. A per-read timeout alone is
+  reset by every byte, so an apiserver (or a proxy in front of it) that trickles one byte a
+  second, or sends ``100 Continue`` without end, held a prepare call for minutes, past the
+  kubelet's 45 s. Each ``recv`` now waits at most until the deadline, and at most
+  ``_MAX_INTERIM`` interim answers are read.
 
 Failures are plain exceptions (the ``OSError`` family, :class:`ProtocolError`); the caller maps
 them to :class:`~driver.errors.KubeError` in one place.
@@ -27,6 +32,7 @@ import select
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,6 +55,11 @@ _MAX_LINE = 64 * 1024  # a status line plus headers, or a chunk-size line, longe
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")  # never allowed in a header value
 _CONTROL_OR_SPACE = re.compile(r"[\x00-\x20\x7f]")  # never allowed in a request target
 _HEX = frozenset(b"0123456789abcdefABCDEF")
+#: interim (1xx) answers read before the real one; a GET gets none in practice (it sends no
+#: ``Expect``), so more than a few is a server that will never answer
+_MAX_INTERIM = 8
+#: a socket timeout is only reset when it would change by this much (seconds)
+_REARM = 0.1
 
 
 class UnsupportedConfigError(ValueError):
@@ -198,10 +209,14 @@ class ResponseReader:
     def read_response(self) -> Response:
         """Read one answer to a GET, skipping interim 1xx answers."""
         self.received = len(self.buf)
+        interim = 0
         while True:
             version, status, headers = self._read_head()
             if status == 101 or status >= 200:
                 break
+            interim += 1
+            if interim > _MAX_INTERIM:
+                raise ProtocolError(f"more than {_MAX_INTERIM} interim 1xx answers and no final one")
         if status == 101:
             raise ProtocolError("the server switched protocols")
         encoding = headers.get("content-encoding", "identity").strip().lower()
@@ -317,20 +332,48 @@ def _content_length(raw: str) -> int:
 class _Connection:
     """One socket and its reader; used by one thread at a time (checked out of the pool)."""
 
-    __slots__ = ("reader", "reused", "sock")
+    __slots__ = ("_armed", "_deadline", "_timeout", "reader", "reused", "sock")
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, timeout: float) -> None:
         self.sock = sock
-        self.reader = ResponseReader(sock.recv)
+        self.reader = ResponseReader(self._recv)
         self.reused = False
+        self._timeout = timeout  # per read
+        self._deadline = 0.0  # monotonic time by which the current answer must be complete
+        self._armed = -1.0  # the socket's timeout as last set
 
-    def exchange(self, request: bytes) -> Response:
+    def exchange(self, request: bytes, deadline: float) -> Response:
+        """Send ``request`` and read its answer, all of it before ``deadline`` (monotonic)."""
         self.reader.received = 0
+        self._deadline = deadline
         try:
+            self._arm()
             self.sock.sendall(request)
             return self.reader.read_response()
         except TimeoutError as exc:  # plain sockets say "timed out", TLS ones "The read operation..."
-            raise TimeoutError(f"no answer within the read timeout of {self.sock.gettimeout():g} s") from exc
+            if time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"no complete answer by the deadline ({self.reader.received} bytes received)"
+                ) from exc
+            raise TimeoutError(f"no answer within the read timeout of {self._timeout:g} s") from exc
+
+    def _arm(self) -> None:
+        """Set the timeout of the next socket operation: the per-read one, cut at the deadline.
+
+        ``settimeout`` is a system call; it is skipped while the value would change by less than
+        0.1 s, which is what a fast answer sees (the deadline is then kept to within 0.1 s).
+        """
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("deadline passed")
+        timeout = min(self._timeout, left)
+        if not -_REARM < timeout - self._armed < _REARM:
+            self.sock.settimeout(timeout)
+            self._armed = timeout
+
+    def _recv(self, size: int) -> bytes:
+        self._arm()
+        return self.sock.recv(size)
 
     def looks_idle(self) -> bool:
         """Nothing is waiting to be read: a kept connection the server closed reads as EOF."""
@@ -352,11 +395,19 @@ class Transport:
     """
 
     def __init__(
-        self, settings: TransportSettings, *, connect_timeout: float, timeout: float, max_idle: int = 16
+        self,
+        settings: TransportSettings,
+        *,
+        connect_timeout: float,
+        timeout: float,
+        deadline: float | None = None,
+        max_idle: int = 16,
     ) -> None:
         self.settings = settings
         self.connect_timeout = connect_timeout
         self.timeout = timeout
+        #: seconds one GET may take in all (connect, send, every byte of the answer)
+        self.deadline = deadline if deadline is not None else connect_timeout + timeout
         self.max_idle = max_idle
         self.connections_opened = 0  # for tests and debugging: how often a new socket was needed
         self._tls = settings.tls_context()
@@ -367,24 +418,31 @@ class Transport:
     def get(self, target: str, headers: Mapping[str, str]) -> Response:
         """GET ``target`` (path and query, already encoded) with ``headers``; any status is returned.
 
-        Raises ``OSError`` (refused, reset, ``TimeoutError``), ``ssl.SSLError`` or
-        :class:`ProtocolError` when no complete answer came.
+        Raises ``OSError`` (refused, reset, ``TimeoutError``: also when the whole answer was not
+        there within ``deadline`` seconds), ``ssl.SSLError`` or :class:`ProtocolError` when no
+        complete answer came.
         """
         request = self._request(target, headers)
-        conn = self._checkout()
+        deadline = time.monotonic() + self.deadline
         try:
+            conn = self._checkout(deadline)
             try:
-                response = conn.exchange(request)
-            except (ConnectionError, ssl.SSLEOFError, ssl.SSLZeroReturnError):
+                try:
+                    response = conn.exchange(request, deadline)
+                except (ConnectionError, ssl.SSLEOFError, ssl.SSLZeroReturnError):
+                    conn.close()
+                    if not conn.reused or conn.reader.received:
+                        raise
+                    self._drop_idle()  # the server closed one idle connection: likely the older ones
+                    conn = self._connect(deadline)
+                    response = conn.exchange(request, deadline)
+            except BaseException:
                 conn.close()
-                if not conn.reused or conn.reader.received:
-                    raise
-                self._drop_idle()  # the server closed one idle connection: likely the older ones too
-                conn = self._connect()
-                response = conn.exchange(request)
-        except BaseException:
-            conn.close()
-            raise
+                raise
+        except TimeoutError as exc:
+            if time.monotonic() < deadline:
+                raise  # a connect or per-read timeout, its message says which
+            raise TimeoutError(f"GET exceeded its deadline of {self.deadline:g} s: {exc}") from exc
         self._checkin(conn, response.keep_alive)
         return response
 
@@ -409,12 +467,12 @@ class Transport:
         lines.append("\r\n")
         return "\r\n".join(lines).encode("latin-1")
 
-    def _checkout(self) -> _Connection:
+    def _checkout(self, deadline: float) -> _Connection:
         while True:
             with self._lock:
                 conn = self._idle.pop() if self._idle else None
             if conn is None:
-                return self._connect()
+                return self._connect(deadline)
             if conn.looks_idle():
                 conn.reused = True
                 return conn
@@ -433,10 +491,13 @@ class Transport:
         for conn in idle:
             conn.close()
 
-    def _connect(self) -> _Connection:
+    def _connect(self, deadline: float) -> _Connection:
         settings = self.settings
+        timeout = min(self.connect_timeout, deadline - time.monotonic())
+        if timeout <= 0:
+            raise TimeoutError("no time left to connect")
         try:
-            sock = socket.create_connection((settings.host, settings.port), timeout=self.connect_timeout)
+            sock = socket.create_connection((settings.host, settings.port), timeout=timeout)
             try:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 for level, option, value in settings.socket_options:
@@ -445,12 +506,11 @@ class Transport:
                     sock = self._tls.wrap_socket(
                         sock, server_hostname=settings.server_hostname or settings.host
                     )
-                sock.settimeout(self.timeout)
             except BaseException:
                 sock.close()
                 raise
         except TimeoutError as exc:
-            raise TimeoutError(f"connect timed out after {self.connect_timeout:g} s") from exc
+            raise TimeoutError(f"connect timed out after {timeout:g} s") from exc
         with self._lock:
             self.connections_opened += 1
-        return _Connection(sock)
+        return _Connection(sock, self.timeout)

@@ -5,12 +5,20 @@ registration answer. During a rolling update (``POD_UID`` set) two pods of the D
 once, so each needs its own socket names: reusing one would make the new pod unlink the old pod's
 socket and break the kubelet's fallback. An AF_UNIX path holds at most 107 bytes plus the NUL, so
 long pod UIDs fall back to hashed names, in the same order as the Go helper.
+
+Before a process replaces a socket file left at one of its paths, it connects to it
+(:func:`refuse_live_sockets`): a socket that still answers belongs to a running process (a second
+``numadra run`` on the same directories without ``POD_UID``, say), and unlinking it would cut
+that process off from the kubelet without it noticing. Only a socket nobody serves is stale.
 """
 
 from __future__ import annotations
 
 import base64
+import errno
 import hashlib
+import socket
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,10 +30,13 @@ __all__ = [
     "DRA_SOCKET_NAME",
     "MAX_SOCKET_PATH_BYTES",
     "SERIALIZE_LOCK_NAME",
+    "SOCKET_MODE",
     "SocketPaths",
     "default_plugin_dir",
     "dra_socket_path",
+    "refuse_live_sockets",
     "registration_socket_path",
+    "socket_answers",
     "socket_paths",
 ]
 
@@ -37,6 +48,8 @@ DEFAULT_PLUGINS_DIR = Path("/var/lib/kubelet/plugins")
 MAX_SOCKET_PATH_BYTES = 107
 DRA_SOCKET_NAME = "dra.sock"
 SERIALIZE_LOCK_NAME = "serialize.lock"
+#: both sockets: the kubelet (root) connects; nobody else on the host may, whatever the umask
+SOCKET_MODE = 0o660
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,3 +114,40 @@ def socket_paths(registrar_dir: Path, plugin_dir: Path, driver_name: str, pod_ui
         dra=dra_socket_path(plugin_dir, pod_uid),
         lock=plugin_dir / SERIALIZE_LOCK_NAME,
     )
+
+
+def socket_answers(path: Path, timeout: float = 1.0) -> bool:
+    """True when a process accepts connections on the unix socket at ``path``.
+
+    A connection refused (nobody listens: the file of a process that died) or a missing file is
+    False; a full accept queue (``EAGAIN``) or a slow accept (timeout) is a live server: True.
+    """
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(timeout)
+        try:
+            probe.connect(str(path))
+        except (ConnectionRefusedError, FileNotFoundError, NotADirectoryError):
+            return False
+        except TimeoutError:
+            return True
+        except OSError as exc:
+            return exc.errno in (errno.EAGAIN, errno.EWOULDBLOCK)
+    return True
+
+
+def refuse_live_sockets(paths: SocketPaths) -> None:
+    """ConfigError when another process still serves one of our socket paths (see the module doc).
+
+    Files that are not sockets are left to the server's own check; dead sockets to its cleanup.
+    """
+    for path in (paths.registration, paths.dra):
+        try:
+            mode = path.lstat().st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        if stat.S_ISSOCK(mode) and socket_answers(path):
+            raise ConfigError(
+                f"socket {path} is served by another running process (another numadra on the same "
+                "--plugin-dir and --registrar-dir?); refusing to start and replace it: stop that "
+                "process first, or give each instance its own POD_UID"
+            )

@@ -32,7 +32,7 @@ class SerializeLock:
         """Create or open the lock file (kept open for the process lifetime)."""
         if self._fd is None:
             try:
-                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
             except OSError as exc:
                 raise DriverError(f"cannot open lock file {self.path}: {exc.strerror}") from exc
 

@@ -35,6 +35,7 @@ from driver._proto import (
     pluginregistration_v1_pb2_grpc,
 )
 from driver.errors import ConfigError, DriverError
+from driver.kubelet.admission import CallKind, CallSlots
 from driver.kubelet.dra import ClaimCalls, DraV1beta1Servicer, DraV1Servicer
 from driver.kubelet.health import (
     DEFAULT_RESEND_INTERVAL,
@@ -42,7 +43,7 @@ from driver.kubelet.health import (
     HealthV1alpha1Servicer,
     HealthV1Servicer,
 )
-from driver.kubelet.paths import MAX_SOCKET_PATH_BYTES, SocketPaths, socket_paths
+from driver.kubelet.paths import MAX_SOCKET_PATH_BYTES, SOCKET_MODE, SocketPaths, socket_paths
 from driver.kubelet.registration import RegistrationResult, RegistrationServicer, supported_versions
 from driver.kubelet.serialize import SerializeLock
 from driver.log import get_logger
@@ -81,6 +82,11 @@ class KubeletPluginServer:
     ``start()`` returns once both sockets serve; ``wait_registered()`` then waits for the kubelet's
     ``NotifyRegistrationStatus(true)``. ``stop()`` is idempotent and also runs on ``with`` exit.
 
+    Prepares, unprepares and health streams each have their own slots on the DRA socket
+    (:mod:`driver.kubelet.admission`): ``max_workers`` prepares, ``unprepare_slots`` unprepares and
+    ``health_streams`` open streams at a time; a call beyond its kind's slots is refused at once.
+    So an unprepare never waits behind prepares stuck on the apiserver, nor prepare behind streams.
+
     Every prepare/unprepare runs under ``flock`` on ``<plugin dir>/serialize.lock``, the Go helper's
     rule, unless ``serialize_calls=False``: then the plugin takes that lock itself around its state
     only (``ClaimsDriver(serialize=...)``), so that its apiserver reads of one call overlap with
@@ -99,6 +105,8 @@ class KubeletPluginServer:
         pod_uid: str | None = None,
         health_resend_interval: float = DEFAULT_RESEND_INTERVAL,
         max_workers: int = 16,
+        unprepare_slots: int = 8,
+        health_streams: int = 8,
         serialize_calls: bool = True,
     ) -> None:
         if not driver_name:
@@ -112,7 +120,13 @@ class KubeletPluginServer:
         self._plugin = plugin
         self._health = health
         self._resend_interval = health_resend_interval
-        self._max_workers = max_workers
+        self.slots = CallSlots(
+            {
+                CallKind.PREPARE: max_workers,
+                CallKind.UNPREPARE: unprepare_slots,
+                CallKind.HEALTH: health_streams,
+            }
+        )
         #: the flock held around whole calls; None when the plugin holds it itself
         self._lock = SerializeLock(self.paths.lock) if serialize_calls else None
         self._registration = RegistrationServicer(
@@ -195,7 +209,12 @@ class KubeletPluginServer:
 
     def _start_dra(self) -> None:
         server = grpc.server(
-            self._executor(self._max_workers, "dra-grpc"), options=[("grpc.so_reuseport", 0)]
+            self._executor(self.slots.threads, "dra-grpc"),
+            interceptors=[self.slots],
+            options=[("grpc.so_reuseport", 0)],
+            # calls waiting for a thread beyond this are refused by grpc itself: a flood of
+            # connections cannot queue without bound
+            maximum_concurrent_rpcs=4 * self.slots.threads,
         )
         calls = ClaimCalls(self._plugin, self._lock)
         dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(DraV1Servicer(calls), server)
@@ -226,6 +245,7 @@ class KubeletPluginServer:
         try:
             server.add_insecure_port(f"unix://{temp}")
             server.start()
+            temp.chmod(SOCKET_MODE)  # grpc binds under the umask (0777 under umask 000)
             if temp != final:
                 temp.replace(final)
             self._own(final)

@@ -8,12 +8,12 @@ goes through. The response builders guarantee one map entry per requested claim 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from driver._proto import dra_v1_pb2, dra_v1beta1_pb2, health_v1_pb2, health_v1alpha1_pb2
+from driver.names import MAX_CLAIM_UID, MAX_LABEL, MAX_SUBDOMAIN, is_claim_uid, is_dns_label, is_dns_subdomain
 from driver.plugin import ClaimRef, DeviceHealth, HealthState, PreparedDevice, PrepareResult
 
 __all__ = [
@@ -42,14 +42,6 @@ MAX_CLAIMS_PER_REQUEST = 256
 #: the kubelet truncates longer messages itself; we do it first so the text stays ours
 MAX_HEALTH_MESSAGE_CHARS = 1024
 
-_MAX_UID = 128
-_MAX_NAMESPACE = 63
-_MAX_NAME = 253
-# RFC 1123 label (namespaces) and subdomain (object names), as the apiserver validates them
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-# UIDs are UUIDs in practice; they end up in file and CDI names, so no '/' or leading '.'
-_UID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 _HEALTH_VALUES: dict[HealthState, int] = {
     HealthState.UNKNOWN: health_v1_pb2.UNKNOWN,
@@ -88,16 +80,16 @@ def shorten(text: str, limit: int = 80) -> str:
 def _claim_problem(claim: ClaimRef) -> str:
     """Why this claim reference cannot be valid, or "" when it can."""
     checks = (
-        ("uid", claim.uid, _MAX_UID, _UID),
-        ("namespace", claim.namespace, _MAX_NAMESPACE, _DNS_LABEL),
-        ("name", claim.name, _MAX_NAME, _DNS_SUBDOMAIN),
+        ("uid", claim.uid, MAX_CLAIM_UID, is_claim_uid),
+        ("namespace", claim.namespace, MAX_LABEL, is_dns_label),
+        ("name", claim.name, MAX_SUBDOMAIN, is_dns_subdomain),
     )
-    for field, value, limit, pattern in checks:
+    for field, value, limit, valid in checks:
         if not value:
             return f"invalid claim reference: {field} is empty"
         if len(value) > limit:
             return f"invalid claim reference: {field} is {len(value)} characters long, the limit is {limit}"
-        if not pattern.fullmatch(value):
+        if not valid(value):
             return f"invalid claim reference: {field} {shorten(value)!r} is not a valid Kubernetes {field}"
     return ""
 

@@ -14,6 +14,10 @@ Series (all prefixed ``numadra_``):
 * ``publish_operations_total`` {operation} and ``publish_errors_total`` {operation}: ResourceSlice
   writes (create/update/delete) and the failed ones;
 * ``journal_recoveries_total`` {action}: what start-up reconciliation did per journal entry;
+* ``state_recoveries_total`` {reason}: prepared claims the journal had lost, rebuilt from the
+  files numadra wrote for them (reason: ``journal_missing``, ``journal_empty``,
+  ``journal_deleted``, ``journal_replaced``, ``journal_truncated``, ``entry_missing``). Anything
+  but 0 means the node's state was damaged: alert on it (docs/troubleshooting.md);
 * ``build_info`` {version, driver, node}: constant 1, to join other series on.
 """
 
@@ -25,12 +29,14 @@ from typing import Literal
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from driver import __version__
+from driver.state.journal import STATE_RECOVERY_REASONS
 
 __all__ = [
     "DEVICE_HEALTH_STATES",
     "DEVICE_TYPES",
     "JOURNAL_ACTIONS",
     "PUBLISH_OPERATIONS",
+    "STATE_RECOVERY_REASONS",
     "Metrics",
     "Result",
 ]
@@ -108,6 +114,12 @@ class Metrics:
             ["action"],
             registry=r,
         )
+        self._state_recoveries = Counter(
+            "numadra_state_recoveries",
+            "Prepared claims the journal had lost, rebuilt from the files numadra wrote, by reason",
+            ["reason"],
+            registry=r,
+        )
         self._taint_transitions = Counter(
             "numadra_taint_transitions",
             "Unhealthy-device taints added to or removed from the published slices",
@@ -117,6 +129,7 @@ class Metrics:
         #: the running totals already turned into increments, per counter and label value
         self._counted_taints: dict[str, int] = dict.fromkeys(TAINT_ACTIONS, 0)
         self._counted_writes: dict[str, int] = dict.fromkeys(PUBLISH_OPERATIONS, 0)
+        self._counted_recoveries: dict[str, int] = dict.fromkeys(STATE_RECOVERY_REASONS, 0)
         info = Gauge(
             "numadra_build_info",
             "Constant 1, labelled with version, driver and node",
@@ -135,6 +148,8 @@ class Metrics:
             self._journal_recoveries.labels(action=action)
         for action in TAINT_ACTIONS:
             self._taint_transitions.labels(action=action)
+        for reason in STATE_RECOVERY_REASONS:
+            self._state_recoveries.labels(reason=reason)
         self.set_device_counts({})
 
     def observe_prepare(self, result: Result, seconds: float) -> None:
@@ -173,6 +188,14 @@ class Metrics:
         """Start-up reconciliation handled ``entries`` journal entries with ``action``."""
         _check(action, JOURNAL_ACTIONS, "journal action")
         self._journal_recoveries.labels(action=action).inc(entries)
+
+    def set_state_recoveries(self, totals: Mapping[str, int]) -> None:
+        """Catch up with the claims driver's running totals of claims rebuilt from evidence.
+
+        ``{"journal_deleted": 1, ...}`` (``ClaimsDriver.state_recoveries``); calling this again
+        with the same totals adds nothing.
+        """
+        _catch_up(self._state_recoveries, "reason", self._counted_recoveries, totals, "state recovery reason")
 
     def set_publish_writes(self, totals: Mapping[str, int]) -> None:
         """Catch up with the publisher's cumulative successful writes ``{"create": n, ...}``.

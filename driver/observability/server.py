@@ -6,22 +6,34 @@ check is set, e.g. ``{"registered": Event, "slices-published": Event}``; until t
 names of the checks still missing. The readiness probe is what makes a rolling update with
 ``maxUnavailable: 0`` wait until the new pod is registered with the kubelet and has published.
 
-Built on the standard library's threading HTTP server in a daemon thread: no event loop to share
-with the gRPC server, and ``stop()`` returns once the socket is closed.
+Why it is an event loop in one thread, and not the standard library's threading server: that one
+started a thread per connection and never timed one out, so 1,000 idle connections took the
+driver from 18 to 1,018 threads. Here every connection is a coroutine of one loop thread, and:
+
+* at most ``max_connections`` (64) are open; a new one beyond that closes the oldest connection
+  that has no request being answered, or is refused if all are answering;
+* a connection waits at most ``idle_timeout`` (15 s) for the first byte of a request and then at
+  most ``header_timeout`` (5 s) for the end of its head (16 KiB at most), so a slowloris client
+  that sends a header byte now and then is cut;
+* an answer the client does not read within ``write_timeout`` (10 s) closes the connection.
+
+Only ``GET`` and ``HEAD`` without a body are served. Who may connect at all is the deployment's
+NetworkPolicy (docs/security.md).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import socket
 import threading
+import time
 from collections.abc import Mapping
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import ClassVar
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from driver.errors import ConfigError
+from driver.errors import ConfigError, DriverError
 from driver.log import get_logger
 from driver.observability.address import parse_address
 from driver.observability.metrics import Metrics
@@ -30,46 +42,19 @@ __all__ = ["MetricsServer", "parse_address"]
 
 _log = get_logger("metrics")
 
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    metrics: Metrics
-    ready_checks: Mapping[str, threading.Event]
+_ROUTES = ("/metrics", "/healthz", "/readyz")
+_MAX_HEAD = 16 * 1024
+_TEXT = "text/plain; charset=utf-8"
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-    protocol_version = "HTTP/1.1"
-    _routes: ClassVar[tuple[str, ...]] = ("/metrics", "/healthz", "/readyz")
+class _Conn:
+    """One open connection: its writer, and whether a request of it is being answered."""
 
-    def do_GET(self) -> None:
-        path = self.path.split("?", 1)[0]
-        if path == "/metrics":
-            self._reply(HTTPStatus.OK, generate_latest(self.server.metrics.registry), CONTENT_TYPE_LATEST)
-        elif path == "/healthz":
-            self._reply(HTTPStatus.OK, b"ok\n")
-        elif path == "/readyz":
-            missing = [name for name, event in sorted(self.server.ready_checks.items()) if not event.is_set()]
-            if missing:
-                body = "".join(f"not ready: {name}\n" for name in missing).encode()
-                self._reply(HTTPStatus.SERVICE_UNAVAILABLE, body)
-            else:
-                self._reply(HTTPStatus.OK, b"ok\n")
-        else:
-            self._reply(HTTPStatus.NOT_FOUND, f"try {', '.join(self._routes)}\n".encode())
+    __slots__ = ("answering", "writer")
 
-    def _reply(
-        self, status: HTTPStatus, body: bytes, content_type: str = "text/plain; charset=utf-8"
-    ) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        # Probes hit this every few seconds: keep them out of the default log level.
-        _log.debug("http request", client=self.client_address[0], line=format % args)
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self.writer = writer
+        self.answering = False
 
 
 class MetricsServer:
@@ -84,19 +69,33 @@ class MetricsServer:
         address: str,
         ready_checks: Mapping[str, threading.Event] | None = None,
         metrics: Metrics | None = None,
+        *,
+        max_connections: int = 64,
+        idle_timeout: float = 15.0,
+        header_timeout: float = 5.0,
+        write_timeout: float = 10.0,
     ) -> None:
         self._host, self._port = parse_address(address)
         self.metrics = metrics if metrics is not None else Metrics()
         self.ready_checks: Mapping[str, threading.Event] = dict(ready_checks or {})
-        self._server: _Server | None = None
+        self.max_connections = max_connections
+        self.idle_timeout = idle_timeout
+        self.header_timeout = header_timeout
+        self.write_timeout = write_timeout
+        #: connections closed to make room for newer ones, or refused at the limit
+        self.evicted = 0
+        self._sock: socket.socket | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
+        self._server: asyncio.Server | None = None
+        self._conns: dict[_Conn, None] = {}  # insertion order: oldest first
 
     @property
     def address(self) -> tuple[str, int]:
         """The bound (host, port); the real port once started with port 0."""
-        if self._server is None:
+        if self._sock is None:
             return self._host, self._port
-        host, port = self._server.server_address[:2]
+        host, port = self._sock.getsockname()[:2]
         return str(host), int(port)
 
     @property
@@ -107,35 +106,52 @@ class MetricsServer:
             host = "127.0.0.1" if host == "0.0.0.0" else "::1"  # noqa: S104
         return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
+    @property
+    def connections(self) -> int:
+        """Connections open now."""
+        return len(self._conns)
+
     def start(self) -> None:
         """Bind and serve in a daemon thread; raises ConfigError when the address cannot be bound."""
-        if self._server is not None:
+        if self._sock is not None:
             return
         family = socket.AF_INET6 if ":" in self._host else socket.AF_INET
-        server_cls = type("_BoundServer", (_Server,), {"address_family": family})
+        sock = socket.socket(family, socket.SOCK_STREAM)
         try:
-            server = server_cls((self._host, self._port), _Handler)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((self._host, self._port))
+            sock.listen(128)
+            sock.setblocking(False)
         except OSError as exc:
+            sock.close()
             raise ConfigError(f"metrics address {self._host}:{self._port} cannot be bound: {exc}") from exc
-        server.metrics = self.metrics
-        server.ready_checks = self.ready_checks
-        self._server = server
+        self._sock = sock
+        loop = asyncio.new_event_loop()
+        ready = threading.Event()
+        self._loop = loop
         self._thread = threading.Thread(
-            target=server.serve_forever, kwargs={"poll_interval": 0.1}, name="metrics-http", daemon=True
+            target=self._run, args=(loop, sock, ready), name="metrics-http", daemon=True
         )
         self._thread.start()
-        _log.info("metrics server listening", url=self.url)
+        ready.wait(10)
+        if self._server is None:
+            self.stop()
+            raise DriverError(f"metrics server on {self._host}:{self._port} did not start")
+        _log.info("metrics server listening", url=self.url, max_connections=self.max_connections)
 
     def stop(self) -> None:
-        """Stop serving and close the socket; safe to call twice or before start."""
-        server, thread = self._server, self._thread
-        self._server = self._thread = None
-        if server is None:
+        """Stop serving and close the socket and every connection; safe to call twice or before start."""
+        loop, thread, sock = self._loop, self._thread, self._sock
+        self._loop = self._thread = self._sock = None
+        if loop is None:
             return
-        server.shutdown()
-        server.server_close()
+        with contextlib.suppress(RuntimeError):  # the loop already ended
+            asyncio.run_coroutine_threadsafe(self._shutdown(), loop).result(5)
+            loop.call_soon_threadsafe(loop.stop)
         if thread is not None:
             thread.join(timeout=5)
+        if sock is not None:
+            sock.close()
 
     def __enter__(self) -> MetricsServer:
         self.start()
@@ -143,3 +159,117 @@ class MetricsServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    # -- the loop thread -------------------------------------------------------------------------
+    def _run(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, ready: threading.Event) -> None:
+        asyncio.set_event_loop(loop)
+        try:
+            self._server = loop.run_until_complete(
+                asyncio.start_server(self._handle, sock=sock, limit=_MAX_HEAD)
+            )
+            ready.set()
+            loop.run_forever()
+            tasks = asyncio.all_tasks(loop)  # connections still being served: end them cleanly
+            for task in tasks:
+                task.cancel()
+            loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+        finally:
+            ready.set()
+            loop.close()
+
+    async def _shutdown(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self._conns):
+            conn.writer.transport.abort()
+        self._conns.clear()
+
+    def _admit(self, conn: _Conn) -> bool:
+        """Make room for ``conn`` (closing the oldest connection not being answered) or refuse it."""
+        if len(self._conns) >= self.max_connections:
+            victim = next((c for c in self._conns if not c.answering), None)
+            self.evicted += 1
+            if victim is None:
+                return False
+            del self._conns[victim]
+            victim.writer.transport.abort()
+        self._conns[conn] = None
+        return True
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = _Conn(writer)
+        if not self._admit(conn):
+            writer.transport.abort()
+            return
+        try:
+            while await self._serve_one(conn, reader):
+                pass
+        except (ConnectionError, TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+            pass  # the client went away, was too slow, or sent junk: just close
+        except ValueError:  # a line over the StreamReader limit
+            pass
+        finally:
+            self._conns.pop(conn, None)
+            writer.close()
+
+    async def _serve_one(self, conn: _Conn, reader: asyncio.StreamReader) -> bool:
+        """Read one request head and answer it; False when the connection is to be closed."""
+        first = await asyncio.wait_for(reader.read(1), self.idle_timeout)
+        if not first:
+            return False
+        rest = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.header_timeout)
+        conn.answering = True
+        try:
+            status, body, content_type, keep, head_only = self._answer((first + rest).decode("latin-1"))
+            writer = conn.writer
+            writer.write(_head(status, len(body), content_type, keep) + (b"" if head_only else body))
+            await asyncio.wait_for(writer.drain(), self.write_timeout)
+        finally:
+            conn.answering = False
+        return keep
+
+    def _answer(self, head: str) -> tuple[HTTPStatus, bytes, str, bool, bool]:
+        """Status, body, content type, keep-alive and "HEAD request" for one request head."""
+        lines = head.split("\r\n")
+        parts = lines[0].split(" ")
+        if len(parts) != 3 or parts[2] not in ("HTTP/1.1", "HTTP/1.0"):
+            return HTTPStatus.BAD_REQUEST, b"bad request line\n", _TEXT, False, False
+        method, target, version = parts
+        headers: dict[str, str] = {}
+        for line in lines[1:]:
+            name, sep, value = line.partition(":")
+            if sep:
+                headers[name.strip().lower()] = value.strip().lower()
+        connection = headers.get("connection", "")
+        keep = "keep-alive" in connection if version == "HTTP/1.0" else "close" not in connection
+        if headers.get("content-length", "0") != "0" or "transfer-encoding" in headers:
+            return HTTPStatus.BAD_REQUEST, b"requests with a body are not served\n", _TEXT, False, False
+        if method not in ("GET", "HEAD"):
+            return HTTPStatus.METHOD_NOT_ALLOWED, b"only GET and HEAD\n", _TEXT, keep, False
+        status, body, content_type = self._route(target.split("?", 1)[0])
+        _log.debug("http request", method=method, path=target[:100], status=int(status))
+        return status, body, content_type, keep, method == "HEAD"
+
+    def _route(self, path: str) -> tuple[HTTPStatus, bytes, str]:
+        if path == "/metrics":
+            return HTTPStatus.OK, generate_latest(self.metrics.registry), CONTENT_TYPE_LATEST
+        if path == "/healthz":
+            return HTTPStatus.OK, b"ok\n", _TEXT
+        if path == "/readyz":
+            missing = [name for name, event in sorted(self.ready_checks.items()) if not event.is_set()]
+            if missing:
+                body = "".join(f"not ready: {name}\n" for name in missing).encode()
+                return HTTPStatus.SERVICE_UNAVAILABLE, body, _TEXT
+            return HTTPStatus.OK, b"ok\n", _TEXT
+        return HTTPStatus.NOT_FOUND, f"try {', '.join(_ROUTES)}\n".encode(), _TEXT
+
+
+def _head(status: HTTPStatus, length: int, content_type: str, keep: bool) -> bytes:
+    date = time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime())
+    return (
+        f"HTTP/1.1 {status.value} {status.phrase}\r\n"
+        f"Date: {date}\r\n"
+        f"Content-Type: {content_type}\r\n"
+        f"Content-Length: {length}\r\n"
+        f"Connection: {'keep-alive' if keep else 'close'}\r\n\r\n"
+    ).encode("latin-1")

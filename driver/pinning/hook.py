@@ -4,7 +4,7 @@ runc calls ``createRuntime`` hooks after it created and configured the container
 ``runc init`` (the future workload) already inside it and before the user process runs, so
 ``mems`` applies before the workload allocates anything. The hook receives the OCI state JSON on
 stdin (``pid``, ``bundle``); the assignment comes from its argv (the CDI hook entry carries it)
-or from the marker env in ``<bundle>/config.json``.
+or, checked against the claims journal, from the marker env in ``<bundle>/config.json``.
 
 When the cgroup cannot be written (no cpuset controller, read-only cgroupfs), the hook falls back
 to ``sched_setaffinity`` on every thread of the process: CPUs are still confined (children
@@ -12,12 +12,25 @@ inherit the mask) but memory nodes are not, and the outcome says so.
 
 This pins the claim's containers only; it does not keep other containers off those CPUs (that
 needs NRI): "pinning without isolation", see docs/pinning.md.
+
+**Who may be pinned.** numadra's CDI specs pass the assignment in argv, and that is bound to the
+pod by construction: the runtime runs a CDI hook only in containers that got the claim's CDI
+device, and the kubelet hands a claim's CDI devices only to containers of a pod the claim is
+reserved for. A pod cannot trigger the hook, nor change its argv, through its own env. The env
+mode (no ``--cpus``/``--mems``, e.g. the hook registered by hand as a global OCI hook) would
+trust env any pod can set, so it pins only with the claims journal (``--journal``) to check
+against: the container's pod, from the OCI annotations the runtime sets
+(``io.kubernetes.cri.sandbox-uid`` / ``-namespace`` with containerd, ``io.kubernetes.pod.uid`` /
+``.namespace`` as the kubelet's labels), must be one the claim was reserved for, and the CPUs
+and nodes are the journal's. Where the annotations are missing the hook cannot tell the pod and
+refuses.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,10 +39,14 @@ from cdi.spec import Hook
 from driver.errors import PinningError
 from driver.log import get_logger
 from driver.pinning.backend import PinningKind, PinTarget
+from driver.pinning.binding import bind
 from driver.pinning.cgroupfs import CgroupfsBackend
 from driver.pinning.types import (
+    ENV_CLAIM_UID,
     ENV_CPUS,
     ENV_MEMS,
+    ENV_REQUEST,
+    ClaimBinding,
     CpuAssignment,
     CpuMode,
     env_markers,
@@ -43,6 +60,7 @@ __all__ = [
     "HookOutcome",
     "OciState",
     "assignment_from_bundle",
+    "bundle_config",
     "cdi_hook",
     "cdi_hook_entry",
     "parse_oci_state",
@@ -53,6 +71,12 @@ __all__ = [
 DEFAULT_HOOK_PATH = "/opt/numadra/bin/numadra"
 #: seconds the runtime waits for the hook before failing the container
 HOOK_TIMEOUT_S = 5
+#: OCI annotations naming the container's pod: containerd's CRI ones, then the kubelet's labels
+POD_UID_ANNOTATIONS = ("io.kubernetes.cri.sandbox-uid", "io.kubernetes.pod.uid")
+POD_NAMESPACE_ANNOTATIONS = ("io.kubernetes.cri.sandbox-namespace", "io.kubernetes.pod.namespace")
+
+#: claim UID -> the driver's record of it (None: not prepared)
+ClaimLookup = Callable[[str], ClaimBinding | None]
 
 _log = get_logger("pinning.hook")
 
@@ -93,8 +117,20 @@ def parse_oci_state(text: str) -> OciState:
     return OciState(container_id=str(doc.get("id", "")), pid=pid, bundle=Path(bundle))
 
 
-def assignment_from_bundle(bundle: Path) -> tuple[str | None, str | None]:
-    """The marker env values (cpus, mems) from ``<bundle>/config.json`` ``process.env``."""
+@dataclass(frozen=True, slots=True)
+class BundleConfig:
+    """What the hook reads from ``<bundle>/config.json``: the marker env and the OCI annotations."""
+
+    markers: dict[str, str]
+    annotations: dict[str, str]
+
+    def first(self, keys: tuple[str, ...]) -> str:
+        """The value of the first of ``keys`` that is set ("" when none is)."""
+        return next((self.annotations[k] for k in keys if self.annotations.get(k)), "")
+
+
+def bundle_config(bundle: Path) -> BundleConfig:
+    """The marker env (``process.env``) and ``annotations`` of ``<bundle>/config.json``."""
     path = bundle / "config.json"
     try:
         doc: Any = json.loads(path.read_text())
@@ -102,12 +138,56 @@ def assignment_from_bundle(bundle: Path) -> tuple[str | None, str | None]:
         raise PinningError(f"read {path}: {exc.strerror}") from exc
     except json.JSONDecodeError as exc:
         raise PinningError(f"{path} is not JSON: {exc.msg}") from exc
-    process = doc.get("process") if isinstance(doc, dict) else None
+    if not isinstance(doc, dict):
+        doc = {}
+    process = doc.get("process")
     env = process.get("env") if isinstance(process, dict) else None
     if not isinstance(env, list):
         env = []
-    values = env_markers(item for item in env if isinstance(item, str))
+    raw = doc.get("annotations")
+    annotations = (
+        {k: v for k, v in raw.items() if isinstance(k, str) and isinstance(v, str)}
+        if isinstance(raw, dict)
+        else {}
+    )
+    return BundleConfig(env_markers(item for item in env if isinstance(item, str)), annotations)
+
+
+def assignment_from_bundle(bundle: Path) -> tuple[str | None, str | None]:
+    """The marker env values (cpus, mems) from ``<bundle>/config.json`` ``process.env``."""
+    values = bundle_config(bundle).markers
     return values.get(ENV_CPUS), values.get(ENV_MEMS)
+
+
+def _bound_from_env(state: OciState, lookup: ClaimLookup | None) -> CpuAssignment | None:
+    """The env mode: the claim the marker names, checked against its record (module docstring)."""
+    config = bundle_config(state.bundle)
+    values = config.markers
+    if ENV_CPUS not in values and ENV_MEMS not in values:
+        return None
+    who = f"container {state.container_id or '?'} (bundle {state.bundle})"
+    if lookup is None:
+        raise PinningError(
+            f"{who} carries a pinning marker in its env, which any pod can set: the hook pins from "
+            "env only with the claims journal to check it against (--journal); numadra's own CDI "
+            "specs pass --cpus/--mems"
+        )
+    claim_uid = values.get(ENV_CLAIM_UID, "")
+    binding = lookup(claim_uid) if claim_uid else None
+    if binding is None:
+        raise PinningError(
+            f"{who} carries a pinning marker for claim {claim_uid or '<none>'} that this driver has "
+            "not prepared"
+        )
+    pod_uid = config.first(POD_UID_ANNOTATIONS)
+    if not pod_uid and binding.pods is not None:
+        raise PinningError(
+            f"{who}: cannot tell its pod (no {' or '.join(POD_UID_ANNOTATIONS)} annotation), so "
+            f"cannot check that claim {claim_uid} is reserved for it: refusing to pin from env"
+        )
+    pod_ns = config.first(POD_NAMESPACE_ANNOTATIONS)
+    who = f"container {state.container_id or '?'} of pod {pod_ns or '?'} (uid {pod_uid or 'unknown'})"
+    return bind(binding, request=values.get(ENV_REQUEST, ""), pod_uid=pod_uid, pod_namespace=pod_ns, who=who)
 
 
 def _cpulist(text: str, what: str) -> frozenset[int]:
@@ -179,14 +259,21 @@ def run_create_runtime(
     cpus_arg: str | None = None,
     mems_arg: str | None = None,
     backend: HookBackend | None = None,
+    lookup: ClaimLookup | None = None,
 ) -> HookOutcome:
-    """The body of ``numadra hook create-runtime``: parse, find the assignment, pin."""
+    """The body of ``numadra hook create-runtime``: parse, find the assignment, pin.
+
+    The assignment comes from argv (numadra's CDI specs) or, without it, from the marker env of
+    the bundle, checked against ``lookup`` (the claims journal; see the module docstring).
+    """
     state = parse_oci_state(state_text)
-    cpus_text, mems_text = cpus_arg, mems_arg
-    if cpus_text is None and mems_text is None:
-        cpus_text, mems_text = assignment_from_bundle(state.bundle)
-    cpus = _cpulist(cpus_text or "", "cpu")
-    mems = _cpulist(mems_text or "", "memory node")
+    if cpus_arg is None and mems_arg is None:
+        bound = _bound_from_env(state, lookup)
+        cpus = bound.cpus if bound is not None else frozenset()
+        mems = bound.mems if bound is not None else frozenset()
+    else:
+        cpus = _cpulist(cpus_arg or "", "cpu")
+        mems = _cpulist(mems_arg or "", "memory node")
     if not cpus and not mems:
         return HookOutcome(method="none", pid=state.pid, cpus=cpus, mems=mems)
     assignment = CpuAssignment(request="", mode=CpuMode.EXCLUSIVE, cpus=cpus, mems=mems)

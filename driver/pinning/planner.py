@@ -10,7 +10,13 @@ The model (seed: Kubernetes pod-level resource managers, KEP-5526, expressed wit
 * a claim that has a shared request but whose pool would hold zero CPUs is rejected ("empty
   shared pool restriction"): an empty cpuset means "no change" to runtimes, so those containers
   would silently run on every CPU of the host;
-* memory nodes (``cpuset.mems``) of an assignment are the NUMA nodes of the request's cpu devices.
+* memory nodes (``cpuset.mems``) of an assignment are the NUMA nodes of the request's cpu devices;
+* the **node shared pool** (containers without a claim, with ``--nri-shared-pool``) is the online
+  CPUs minus every claimed CPU. ``--reserved-cpus`` are never handed to a claim and always stay
+  in it, as the kubelet's CPU manager keeps its reserved CPUs shared, so with reserved CPUs the
+  pool cannot be emptied. Without them, a claim that would take the pool's last CPU while
+  containers run on the pool is refused: they would stay on that CPU (the runtime cannot be
+  told "no CPUs"), and the claim's exclusivity would silently break.
 
 The claims layer serializes prepares and passes the CPUs other journaled claims hold as
 ``taken``; the planner still takes a lock so that two callers can never be handed the same CPUs.
@@ -27,7 +33,10 @@ from driver.inventory.model import Inventory, InventoryDevice, NumaNode
 from driver.pinning.allocator import allocate_cpus
 from driver.pinning.types import ClaimPinning, CpuAssignment, CpuMode, CpuRequest, format_cpulist
 
-__all__ = ["CpuPlanner", "device_numa_node", "mems_for_devices"]
+__all__ = ["CpuPlanner", "PoolUsers", "device_numa_node", "mems_for_devices"]
+
+#: how many containers run on the node shared pool now; None while that is not known yet
+PoolUsers = Callable[[], int | None]
 
 
 def device_numa_node(device: InventoryDevice) -> int | None:
@@ -52,10 +61,18 @@ class CpuPlanner:
     """Decides which CPUs and memory nodes each request of a claim gets (see module docstring)."""
 
     def __init__(
-        self, inventory_provider: Callable[[], Inventory], reserved_cpus: Collection[int] = ()
+        self,
+        inventory_provider: Callable[[], Inventory],
+        reserved_cpus: Collection[int] = (),
+        *,
+        shared_pool: bool = False,
     ) -> None:
+        """``shared_pool``: the node shared pool is enforced (``--nri-shared-pool``), so a claim
+        must not empty it while containers run on it (see :meth:`watch_pool`)."""
         self._inventory = inventory_provider
         self._reserved = frozenset(reserved_cpus)
+        self._shared_pool = shared_pool
+        self._pool_users: PoolUsers | None = None
         self._lock = threading.Lock()
         #: the NUMA node ids of the last inventory seen (by identity): computed once per inventory
         self._known_nodes: tuple[Inventory | None, frozenset[int]] = (None, frozenset())
@@ -65,10 +82,18 @@ class CpuPlanner:
         """CPUs kept for the system (``--reserved-cpus``); never handed out."""
         return self._reserved
 
+    def watch_pool(self, users: PoolUsers) -> None:
+        """Where to learn how many containers run on the node shared pool (the NRI plugin's view).
+
+        Until this is called, or while it answers None, containers are assumed to run there: on
+        a node there always are some, and guessing "none" would let a claim empty the pool.
+        """
+        self._pool_users = users
+
     def node_shared_pool(self, claimed: Collection[int]) -> frozenset[int]:
-        """CPUs left for containers without a claim: online minus reserved minus ``claimed``."""
+        """CPUs for containers without a claim: online minus ``claimed`` (reserved CPUs stay in)."""
         online = {c.id for c in self._inventory().cpus}
-        return frozenset(online - self._reserved - set(claimed))
+        return frozenset(online - set(claimed))
 
     def plan(self, claim_uid: str, requests: Sequence[CpuRequest], taken: Collection[int]) -> ClaimPinning:
         """Choose CPUs for every request of one claim; ``taken`` = CPUs held by other claims.
@@ -118,7 +143,29 @@ class CpuPlanner:
                     by_request[req.request] = CpuAssignment(
                         request=req.request, mode=req.mode, cpus=pool, mems=frozenset(nodes)
                     )
+            if self._shared_pool:
+                self._keep_pool(claim_uid, inventory, held, taken)
         return ClaimPinning(claim_uid=claim_uid, assignments=tuple(by_request[r.request] for r in requests))
+
+    def _keep_pool(
+        self, claim_uid: str, inventory: Inventory, held: set[int], taken: Collection[int]
+    ) -> None:
+        """Refuse a claim that would leave the node shared pool empty while containers use it."""
+        online = {c.id for c in inventory.cpus}
+        if online - held:  # reserved CPUs are never in ``held``: with them this always passes
+            return
+        users = self._pool_users() if self._pool_users is not None else None
+        if users == 0:
+            return  # nothing runs on the pool; a container created later is refused at creation
+        running = "containers" if users is None else f"{users} container(s)"
+        mine = format_cpulist(sorted(online - set(taken)))
+        raise ClaimError(
+            claim_uid,
+            f"would take the last CPUs of the node shared pool ({mine}) while {running} without a "
+            "claim run on it: they would stay on those CPUs and the claim's CPUs would not be "
+            "exclusive. Keep CPUs for the pool with --reserved-cpus (reserved CPUs are never "
+            "claimed and always shared), or free CPUs by deleting another claim",
+        )
 
     def _nodes_of(self, inventory: Inventory) -> frozenset[int]:
         """Every NUMA node id of ``inventory`` (nodes and the nodes its CPUs name); call under the lock."""

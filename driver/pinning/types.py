@@ -17,6 +17,7 @@ __all__ = [
     "ENV_MEMS",
     "ENV_PREFIX",
     "ENV_REQUEST",
+    "ClaimBinding",
     "ClaimPinning",
     "CpuAssignment",
     "CpuMode",
@@ -84,6 +85,34 @@ class ClaimPinning:
         for a in self.assignments:
             out |= a.cpus
         return frozenset(out)
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimBinding:
+    """What the driver recorded for a prepared claim: which pods may be pinned for it, and to what.
+
+    A container's marker env only *names* a claim (and request); any pod can set those variables
+    in its own spec. So the enforcing side pins a container only when its pod is one of ``pods``
+    (the claim's ``status.reservedFor`` at prepare, in the journal) and takes the CPUs and memory
+    nodes from here, never from the env values.
+    """
+
+    claim_uid: str
+    namespace: str
+    name: str
+    #: UIDs of the pods the claim was reserved for; None: not recorded (a journal entry written
+    #: before numadra recorded it), then the claim UID alone binds, as it did before
+    pods: frozenset[str] | None
+    pinning: ClaimPinning | None
+    #: memory nodes of a claim without CPU assignments (the NUMA nodes of its GPUs and NICs)
+    mems: frozenset[int] = frozenset()
+
+    def assignment(self, request: str) -> CpuAssignment | None:
+        """The assignment of one (base) request, None when the claim has none for it."""
+        for a in self.pinning.assignments if self.pinning is not None else ():
+            if a.request == request:
+                return a
+        return None
 
 
 def marker_env(assignment: CpuAssignment, claim_uid: str) -> dict[str, str]:

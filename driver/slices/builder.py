@@ -28,6 +28,7 @@ from driver import DEFAULT_DRIVER_NAME
 from driver.errors import SliceError
 from driver.inventory.model import Gpu, Inventory, Nic, NumaNode
 from driver.kube.quantity import format_quantity
+from driver.names import is_dns_subdomain
 from driver.slices._limits import (
     INT64_MAX,
     INT64_MIN,
@@ -37,7 +38,6 @@ from driver.slices._limits import (
     MAX_TAINTS,
     STANDARD_DOMAIN,
     clip_utf8,
-    is_dns_subdomain,
     sanitize_subdomain,
 )
 
@@ -155,7 +155,8 @@ def _gpu_device(gpu: Gpu) -> Device:
         "pciDeviceID": _string(f"{gpu.device_id:04x}"),
     }
     _set_string(attrs, "productName", gpu.product_name)
-    _set_int(attrs, "index", gpu.index)
+    _set_string(attrs, "driver", gpu.driver)  # the Intel classes select i915 or xe on it
+    _set_int(attrs, "index", gpu.index)  # the vendor's own number (NVIDIA device minor), see Gpu
     _pci_attributes(attrs, gpu.pci.bus_id, gpu.pci.pcie_root, gpu.pci.numa_node)
     device: Device = {"name": gpu.name, "attributes": attrs}
     if gpu.memory_bytes:

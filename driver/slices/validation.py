@@ -11,8 +11,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from driver.kube.quantity import QUANTITY
+from driver.names import is_c_identifier, is_dns_label, is_dns_subdomain
 from driver.slices._limits import (
-    C_IDENTIFIER,
     INT64_MAX,
     INT64_MIN,
     MAX_ATTRIBUTE_VALUES,
@@ -25,8 +25,6 @@ from driver.slices._limits import (
     MAX_POOL_NAME,
     MAX_STRING_BYTES,
     MAX_TAINTS,
-    is_dns_label,
-    is_dns_subdomain,
 )
 
 __all__ = ["validate_slices"]
@@ -135,7 +133,7 @@ def _check_qualified_name(key: str) -> list[str]:
     problems: list[str] = []
     if sep and (not domain or not is_dns_subdomain(domain, MAX_DOMAIN_LENGTH)):
         problems.append("has an invalid domain (DNS subdomain of at most 63 characters)")
-    if len(ident) > MAX_ID_LENGTH or not C_IDENTIFIER.match(ident):
+    if not is_c_identifier(ident, MAX_ID_LENGTH):
         problems.append("is not a C identifier of at most 32 characters after the domain")
     return problems
 
@@ -175,7 +173,7 @@ def _check_capacity(cap: Mapping[str, Any]) -> list[str]:
     problems = [
         f"has an invalid quantity {q!r}"
         for q in quantities
-        if q is not None and (not isinstance(q, str) or not QUANTITY.match(q))
+        if q is not None and (not isinstance(q, str) or not QUANTITY.fullmatch(q))
     ]
     if cap.get("value") is None:
         problems.append("has no value")

@@ -38,6 +38,7 @@ class PreparedIndex:
         self._stale = True
         self._by_device: dict[str, tuple[str, ...]] = {}
         self._pinning: dict[str, ClaimPinning | None] = {}
+        self._entries: dict[str, JournalEntry] = {}
         self._claimed: frozenset[int] = frozenset()
 
     @property
@@ -54,11 +55,13 @@ class PreparedIndex:
         with self._refresh_lock:
             self._stale = False
             entries = self._source()
+            by_uid: dict[str, JournalEntry] = {}
             by_device: dict[str, list[str]] = {}
             pinning: dict[str, ClaimPinning | None] = {}
             claimed: set[int] = set()
             for entry in entries:
                 pinning[entry.uid] = entry.pinning
+                by_uid[entry.uid] = entry
                 for dev in entry.devices:
                     by_device.setdefault(dev.device_name, []).extend(dev.cdi_device_ids)
                 if entry.pinning is not None:
@@ -66,6 +69,7 @@ class PreparedIndex:
             with self._lock:
                 self._by_device = {name: tuple(ids) for name, ids in by_device.items()}
                 self._pinning = pinning
+                self._entries = by_uid
                 self._claimed = frozenset(claimed)
 
     def cdi_ids(self, device_name: str) -> tuple[str, ...]:
@@ -83,6 +87,17 @@ class PreparedIndex:
         self.refresh()
         with self._lock:
             return self._pinning.get(claim_uid)
+
+    def entry(self, claim_uid: str) -> JournalEntry | None:
+        """The journal entry of a prepared claim (the NRI plugin's binding check); refreshes once
+        when unknown or stale, like :meth:`pinning`."""
+        with self._lock:
+            found = self._entries.get(claim_uid)
+        if found is not None and not self._stale:
+            return found
+        self.refresh()
+        with self._lock:
+            return self._entries.get(claim_uid)
 
     def claimed_cpus(self) -> frozenset[int]:
         """CPUs held by prepared claims (as of the last refresh)."""

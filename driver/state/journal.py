@@ -19,32 +19,60 @@ into the log on the first load by a writer; the old file is then replaced by a v
 so an old driver still running next to the new one (rolling update) refuses it loudly instead of
 writing a journal nobody reads. A corrupt file or an unknown version is never "repaired"
 silently: :class:`JournalError` says what is wrong and how to recover.
+
+State that cannot forget: with an :class:`~driver.state.evidence.Evidence` (the claims driver
+passes one), every load that starts the log over (first load, or the file deleted, emptied,
+replaced or cut shorter since the last one) cross-checks the entries against the files numadra
+wrote for claims. A claim whose files are on disk but which the journal lacks was prepared and
+acknowledged, and the journal lost it: its entry is rebuilt from those files and saved at once, so
+its devices and CPUs stay taken until the kubelet unprepares it, and the loss is logged as an
+error, counted in :attr:`Journal.recoveries` (the metric ``numadra_state_recoveries_total``) and
+recorded in ``state/recoveries.log`` for ``numadra state``. An unchanged journal costs no scan.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import time
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from json.encoder import encode_basestring_ascii
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from driver.errors import JournalError
-from driver.pinning.types import ClaimPinning, CpuAssignment, CpuMode
+from driver.log import get_logger
+from driver.pinning.types import ClaimPinning, CpuAssignment, CpuMode, format_cpulist
 from driver.plugin import PreparedDevice
-from driver.state.wal import JournalLog, Put, journal_recovery_error
+from driver.state.wal import (
+    RESET_DELETED,
+    RESET_EMPTY,
+    RESET_START,
+    RESET_TRUNCATED,
+    JournalLog,
+    Put,
+    journal_recovery_error,
+)
+
+if TYPE_CHECKING:
+    from driver.state.evidence import Evidence, Found
 
 __all__ = [
     "JOURNAL_FILE",
     "JOURNAL_KIND",
     "JOURNAL_VERSION",
     "LEGACY_JOURNAL_FILE",
+    "RECOVERIES_FILE",
+    "STATE_RECOVERY_REASONS",
     "Journal",
     "JournalEntry",
     "StoredFile",
     "journal_path",
+    "read_recoveries",
+    "recovery_reason",
 ]
 
 JOURNAL_KIND = "NumadraJournal"
@@ -53,6 +81,42 @@ JOURNAL_FILE = "journal.log"
 #: the version 1 journal, adopted into the log once
 LEGACY_JOURNAL_FILE = "journal.json"
 _LEGACY_VERSION = 1
+#: one JSON line per claim rebuilt from evidence (``numadra state`` shows them)
+RECOVERIES_FILE = "recoveries.log"
+#: the ``reason`` label of ``numadra_state_recoveries_total``: why the journal lacked the claim
+STATE_RECOVERY_REASONS = (
+    "journal_missing",  # no journal at start, but files of prepared claims
+    "journal_empty",  # a journal of zero bytes (numadra only ever creates it whole)
+    "journal_deleted",  # deleted while the driver ran
+    "journal_replaced",  # another file put in its place while the driver ran
+    "journal_truncated",  # cut shorter while the driver ran
+    "entry_missing",  # a readable journal that lacks the claim (an old copy restored, say)
+)
+_log = get_logger("state.journal")
+
+
+def recovery_reason(reset: str) -> str:
+    """The metric label for a claim rebuilt after a log reset of this kind (``wal.RESET_*``)."""
+    return "entry_missing" if reset == RESET_START else f"journal_{reset}"
+
+
+def read_recoveries(state_dir: Path) -> list[dict[str, Any]]:
+    """The records of ``state/recoveries.log`` (oldest first; unreadable lines skipped)."""
+    try:
+        fd = os.open(state_dir / RECOVERIES_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return []
+    with os.fdopen(fd, "rb") as fh:
+        lines = fh.read().splitlines()
+    out: list[dict[str, Any]] = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            out.append(record)
+    return out
 
 
 def journal_path(plugin_dir: Path) -> Path:
@@ -84,6 +148,9 @@ class JournalEntry:
     directories: tuple[str, ...] = field(default=())
     #: devices (names, in this driver's pool) held with ``adminAccess``: they block no other claim
     admin_devices: tuple[str, ...] = field(default=())
+    #: UIDs of the pods in the claim's ``status.reservedFor`` when prepared: pinning is bound to
+    #: them; None for entries written before numadra recorded it (pinning then trusts the claim UID)
+    reserved_pods: tuple[str, ...] | None = None
 
     def files(self) -> tuple[StoredFile, ...]:
         """Every file of the claim: CDI specs then metadata files."""
@@ -112,6 +179,8 @@ class JournalEntry:
         }
         if self.admin_devices:  # only then: entries without admin access keep their old text
             out["adminDevices"] = list(self.admin_devices)
+        if self.reserved_pods is not None:  # only when recorded: older entries keep their text
+            out["reservedPods"] = list(self.reserved_pods)
         if self.pinning is not None:
             out["pinning"] = [
                 {
@@ -162,6 +231,9 @@ class JournalEntry:
             directories=tuple(_str(d) for d in obj["directories"]),
             pinning=pinning,
             admin_devices=tuple(_str(d) for d in obj.get("adminDevices", ())),
+            reserved_pods=(
+                None if obj.get("reservedPods") is None else tuple(_str(p) for p in obj["reservedPods"])
+            ),
         )
 
 
@@ -222,12 +294,13 @@ def _entry_text(entry: JournalEntry) -> str:
             )
         )
     admin = f'"adminDevices":{_strings(entry.admin_devices)},' if entry.admin_devices else ""
+    pods = "" if entry.reserved_pods is None else f'"reservedPods":{_strings(entry.reserved_pods)},'
     return (
         f'{{{admin}"cdiSpecs":[{",".join([_file_text(f) for f in entry.cdi_specs])}],'
         f'"devices":[{devices}],"directories":{_strings(entry.directories)},'
         f'"metadataFiles":[{",".join([_file_text(f) for f in entry.metadata_files])}],'
         f'"name":{_quote(entry.name)},"namespace":{_quote(entry.namespace)},'
-        f'"pinning":{pinning},"uid":{_quote(entry.uid)}}}'
+        f'"pinning":{pinning},{pods}"uid":{_quote(entry.uid)}}}'
     )
 
 
@@ -244,10 +317,18 @@ class Journal:
     indexes kept with the entries, so they cost the same with 1 or 300 prepared claims.
     """
 
-    def __init__(self, path: Path, *, read_only: bool = False) -> None:
+    def __init__(self, path: Path, *, read_only: bool = False, evidence: Evidence | None = None) -> None:
         self.path = path
         self.legacy_path = path.with_name(LEGACY_JOURNAL_FILE)
         self.read_only = read_only
+        self._evidence = evidence
+        #: why a cross-check with the evidence is due ("" when none is): set by a log reset, done
+        #: by the next load that may write (a reset seen by a read-only load is not forgotten)
+        self._check_due = ""
+        #: claims rebuilt from evidence since start, by reason (``STATE_RECOVERY_REASONS``)
+        self.recoveries: Counter[str] = Counter()
+        #: read-only journals: the claims the last cross-check found, not rebuilt (for display)
+        self.unjournaled: list[Found] = []
         self._log = JournalLog(path, legacy=self.legacy_path)
         self._entries: dict[str, JournalEntry] = {}
         #: canonical JSON of each entry: what the log stores and compacts from
@@ -303,13 +384,16 @@ class Journal:
     def _recovery(self, problem: str, path: Path | None = None) -> JournalError:
         return journal_recovery_error(path or self.path, problem)
 
-    def load(self) -> None:
+    def load(self, *, persist: bool = True) -> None:
         """Catch up with the file: what other processes appended since (nothing: one ``stat``).
 
         A missing file is an empty journal; a version 1 file is adopted first (see the module
-        docstring). Raises :class:`JournalError` (with the recovery in the message) on an
-        unreadable file, a checksum mismatch before the last line, an unknown kind or version, or
-        a malformed entry.
+        docstring). When the log started over, the entries are cross-checked with the evidence
+        (module docstring); claims rebuilt from it are saved at once unless ``persist`` is False
+        (a caller without the cross-process lock: the next load that persists does it). Raises
+        :class:`JournalError` (with the recovery in the message) on an unreadable file, a checksum
+        mismatch on a complete record, an unknown kind or version, a malformed entry, a symbolic
+        link in place of the journal, or evidence of a lost claim that cannot be read.
         """
         try:
             if self._log.legacy_pending():
@@ -317,12 +401,16 @@ class Journal:
                 if not self.read_only:
                     self._log.adopt(texts)  # the log, synced, then the marker replaces the old file
                 self._reset(entries, texts)
+                self._check_due = self._check_due or RESET_START
+                self._cross_check(persist)
                 return
             replay = self._log.read()
         except OSError as exc:
-            raise self._recovery(f"cannot be read ({exc.strerror})") from exc
+            raise self._recovery(f"cannot be read ({exc.strerror or exc})") from exc
         if replay.reset:
             self._reset({}, {})
+            if not self._check_due or self._check_due == RESET_START:
+                self._check_due = replay.reason or RESET_START
         final: dict[str, Put | None] = {}  # a log not yet compacted may name a claim many times
         for op in replay.ops:
             final[op.uid] = op if isinstance(op, Put) else None
@@ -337,6 +425,83 @@ class Journal:
             self._index(entry)
         for uid in final:
             self._dirty.pop(uid, None)
+        if self._check_due:
+            self._cross_check(persist)
+
+    def _cross_check(self, persist: bool) -> None:
+        """Rebuild claims the evidence shows and the journal lacks (see the module docstring)."""
+        if self._evidence is None:
+            self._check_due = ""
+            return
+        streams = {f.path for entry in self._entries.values() for f in entry.metadata_files}
+        found = self._evidence.unjournaled(self._entries, streams)
+        if self.read_only or not persist:
+            self.unjournaled = found
+            if self.read_only:
+                self._check_due = ""
+            return
+        reason = recovery_reason(self._check_due)
+        if self._check_due in (RESET_DELETED, RESET_TRUNCATED, RESET_EMPTY):
+            # never silently: even when no prepared claim was lost (no files of one on disk)
+            _log.error(
+                "journal was damaged under numadra; cross-checked with the files of prepared claims",
+                journal=str(self.path),
+                what=self._check_due,
+                rebuilt=len(found),
+            )
+        for item in found:
+            self.put(item.entry)
+        if found:
+            try:
+                self.save()
+                self._record_recoveries(found, reason)
+            except OSError as exc:
+                raise self._recovery(
+                    f"lost {len(found)} prepared claim(s) and cannot record them again ({exc})"
+                ) from exc
+        for item in found:
+            entry = item.entry
+            cpus = entry.pinning.cpus if entry.pinning is not None else frozenset()
+            _log.error(
+                "state lost: a prepared claim was missing from the journal; its entry was rebuilt "
+                "from the files numadra wrote, so its devices and CPUs stay taken until it is "
+                "unprepared",
+                claim_uid=entry.uid,
+                claim=f"{entry.namespace or '?'}/{entry.name or '?'}",
+                devices=[d.device_name for d in entry.devices],
+                cpus=format_cpulist(cpus),
+                reason=reason,
+                journal=str(self.path),
+                evidence=list(item.paths),
+            )
+            self.recoveries[reason] += 1
+        self._check_due = ""
+        self.unjournaled = []
+
+    def _record_recoveries(self, found: list[Found], reason: str) -> None:
+        """Append one line per rebuilt claim to ``state/recoveries.log`` (0600, no link followed)."""
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        lines = []
+        for item in found:
+            entry = item.entry
+            record = {
+                "time": now,
+                "uid": entry.uid,
+                "claim": f"{entry.namespace}/{entry.name}" if entry.name else "",
+                "reason": reason,
+                "devices": [d.device_name for d in entry.devices],
+                "cpus": format_cpulist(entry.pinning.cpus) if entry.pinning is not None else "",
+                "evidence": list(item.paths),
+            }
+            lines.append(json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n")
+        path = self.path.with_name(RECOVERIES_FILE)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            os.fchmod(fd, 0o600)
+            os.write(fd, "".join(lines).encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def _entry(self, uid: str, obj: Any, path: Path) -> JournalEntry:
         try:

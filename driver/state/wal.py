@@ -10,12 +10,21 @@ O(claims in the call) plus one ``fdatasync``. File shape::
 
 One line is one call, written with one ``write()`` to an ``O_APPEND`` descriptor: a crash (or a
 reader racing the writer) can only leave the *last* line torn, and a torn line drops that whole
-call, which was never acknowledged. Rules on read: an incomplete last line, or a complete last line
-whose checksum does not match, is a torn tail: ignored (the next :meth:`JournalLog.append` cuts it
-away). A bad line followed by more bytes, a header of another kind or version, or a record whose
-checksum matches but whose ops are malformed (on any line: no crash writes that) is corruption:
-:class:`JournalError` with the same recovery as version 1. Within a record puts come before removes;
-a claim is never both.
+call, which was never acknowledged. Rules on read: only an incomplete last line (no newline yet) is
+a torn tail: ignored (the next :meth:`JournalLog.append` cuts it away). A crash cannot write the
+newline of a record without the bytes before it (one ``write()``; a lost page reads as zeros, which
+are no newline), so a *complete* line whose checksum does not match is damage, wherever it is: it
+may be an acknowledged call, and dropping it would forget a prepared claim. That, a header of
+another kind or version, or a record whose checksum matches but whose ops are malformed is
+corruption: :class:`JournalError` naming the file and line, with the same recovery as version 1.
+Within a record puts come before removes; a claim is never both.
+
+Every read reports why it starts over (:attr:`Replay.reason`): the file is new to this object, or
+it was deleted, replaced or cut shorter since the last read. The caller cross-checks the state
+against the files numadra wrote when it does (:mod:`driver.state.evidence`): a journal that
+vanished or was emptied while the driver runs is never silently taken as "nothing prepared". The
+log and its directory are opened without following symbolic links (``O_NOFOLLOW``): a link planted
+as ``journal.log`` is an error, nothing is read or written through it.
 
 When the log outgrows ``max(compact_min, 4 x live state)`` the writer replaces it (temp file, fsync,
 rename, fsync dir) by the header plus one record of the live entries. Readers notice by the changed
@@ -28,15 +37,17 @@ need no lock. The object itself is not thread safe.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
+import stat
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cdi.io import atomic_write_bytes, fsync_dir, write_all
+from cdi.io import atomic_write_bytes, ensure_dir, fsync_dir, write_all
 from driver.errors import JournalError
 from driver.log import get_logger
 
@@ -44,6 +55,12 @@ __all__ = [
     "LEGACY_MARKER",
     "LOG_FILE",
     "LOG_VERSION",
+    "RESET_DELETED",
+    "RESET_EMPTY",
+    "RESET_MISSING",
+    "RESET_REPLACED",
+    "RESET_START",
+    "RESET_TRUNCATED",
     "JournalLog",
     "Op",
     "Put",
@@ -69,8 +86,9 @@ def journal_recovery_error(path: Path, problem: str) -> JournalError:
     """The one-line error for an unusable journal file: what is wrong, then the documented recovery."""
     return JournalError(
         f"journal {path} {problem}; recovery: stop numadra, move {path} aside "
-        "(mv it to a backup name) and start again: the kubelet re-prepares the claims of "
-        "running pods; check the CDI specs in the CDI dir of claims that are gone"
+        "(mv it to a backup name) and start again: numadra rebuilds the entries of prepared "
+        "claims from their CDI specs and metadata files, and the kubelet re-prepares the claims "
+        "of running pods (docs/troubleshooting.md)"
     )
 
 
@@ -93,12 +111,25 @@ class Remove:
 Op = Put | Remove
 
 
+#: why a read starts over (:attr:`Replay.reason`)
+RESET_START = "start"  # first read of an existing, non-empty file by this object
+RESET_MISSING = "missing"  # no file (never read one, or it is still gone)
+RESET_EMPTY = "empty"  # a file of zero bytes (never written by numadra: created whole)
+RESET_DELETED = "deleted"  # the file this object read is gone
+RESET_REPLACED = "replaced"  # another file at the path (compaction by another process, or by hand)
+RESET_TRUNCATED = "truncated"  # the same file, shorter than what this object read
+
+
 @dataclass(frozen=True, slots=True)
 class Replay:
-    """What changed since the last read or append: apply ``ops`` in order, after clearing if ``reset``."""
+    """What changed since the last read or append: apply ``ops`` in order, after clearing if ``reset``.
+
+    ``reason`` says why a reset happened (one of the ``RESET_*`` values; "" without reset).
+    """
 
     reset: bool
     ops: list[Op]
+    reason: str = field(default="", compare=False)
 
 
 def _record(puts: Mapping[str, str], removes: Collection[str]) -> bytes:
@@ -158,6 +189,7 @@ class JournalLog:
         self._ident = (0, 0)
         self._valid = 0  # end of the last good record: everything before it is final
         self._seen = 0  # file size at our last read/append; > _valid when the tail is torn
+        self._lines = 0  # complete lines before _valid (error messages name the line)
         self._sizes: dict[str, int] = {}  # uid -> bytes of its op in a compacted log
         self._live_bytes = 0  # sum of _sizes: kept per op so no call costs O(claims) to decide
         self._legacy_checked = False
@@ -178,39 +210,60 @@ class JournalLog:
             if fd is not None:
                 os.close(fd)
         self._fd = self._wfd = None
-        self._valid = self._seen = self._live_bytes = 0
+        self._valid = self._seen = self._live_bytes = self._lines = 0
         self._sizes = {}
 
     # -- reading ----------------------------------------------------------------------------------
 
+    def _lstat(self) -> os.stat_result | None:
+        """The path's own status (None: missing); a symbolic link is an error, never followed."""
+        try:
+            st = os.lstat(self.path)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise self._recovery(f"cannot be read ({exc.strerror})") from exc
+        if stat.S_ISLNK(st.st_mode):
+            raise JournalError(
+                f"journal {self.path} is a symbolic link; refusing to follow it (numadra never "
+                "makes one: it was planted or copied in). Remove the link; if it pointed at the "
+                "real journal, move that file to this path"
+            )
+        return st
+
     def read(self) -> Replay:
         """The calls appended since our last read/append (by anyone), or the whole file on reset.
 
-        Raises :class:`JournalError` (with the recovery) on corruption or an unknown version.
+        Raises :class:`JournalError` (with the recovery) on corruption or an unknown version, and
+        on a symbolic link at the journal's path.
         """
-        try:
-            st = self.path.stat()
-        except FileNotFoundError:
+        st = self._lstat()
+        had = self._fd is not None
+        if st is None:
             self.close()
-            return Replay(reset=True, ops=[])
-        except OSError as exc:
-            raise self._recovery(f"cannot be read ({exc.strerror})") from exc
-        if self._fd is not None and (st.st_dev, st.st_ino) == self._ident and st.st_size >= self._valid:
+            return Replay(reset=True, ops=[], reason=RESET_DELETED if had else RESET_MISSING)
+        same = had and (st.st_dev, st.st_ino) == self._ident
+        if same and st.st_size >= self._valid:
             if st.st_size == self._seen == self._valid:
                 return Replay(reset=False, ops=[])
             return Replay(reset=False, ops=self._scan(st.st_size))
+        reason = (RESET_TRUNCATED if same else RESET_REPLACED) if had else RESET_START
         self.close()
         try:
-            self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
             st = os.fstat(self._fd)  # the file we opened, whatever the path points to by now
         except FileNotFoundError:
             self.close()
-            return Replay(reset=True, ops=[])
+            return Replay(reset=True, ops=[], reason=RESET_DELETED if had else RESET_MISSING)
         except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                self._lstat()  # raises the symbolic link error
             raise self._recovery(f"cannot be read ({exc.strerror})") from exc
         self._ident = (st.st_dev, st.st_ino)
+        if st.st_size == 0:
+            reason = RESET_EMPTY
         try:
-            return Replay(reset=True, ops=self._scan(st.st_size))
+            return Replay(reset=True, ops=self._scan(st.st_size), reason=reason)
         except JournalError:
             self.close()  # the caller got nothing: the next read starts over too
             raise
@@ -224,20 +277,29 @@ class JournalLog:
             raise self._recovery(f"cannot be read ({exc.strerror})") from exc
         ops: list[Op] = []
         pos = 0
+        lines = self._lines
+        # only a last line without its newline is torn (see the module docstring): the loop never
+        # reaches it, and _seen > _valid says it is there
         while (nl := data.find(b"\n", pos)) >= 0:
             line, at = data[pos:nl], self._valid + pos
+            lines += 1
             if at == 0:
                 self._check_header(line)
             elif line[64:65] != b" " or hashlib.sha256(line[65:]).hexdigest().encode() != line[:64]:
-                if nl + 1 == len(data):
-                    break  # torn last line: that call was never acknowledged
-                raise self._recovery(f"is corrupt (checksum mismatch in the record at byte {at})")
+                raise self._recovery(
+                    f"is corrupt (checksum mismatch in the complete record on line {lines}, byte {at}: "
+                    "a crash only ever leaves a last line without its newline, so this may be an "
+                    "acknowledged call)"
+                )
             else:
                 try:
                     ops += _decode_ops(line[65:].decode())
                 except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError included
-                    raise self._recovery(f"is corrupt (malformed record at byte {at}: {exc})") from exc
+                    raise self._recovery(
+                        f"is corrupt (malformed record on line {lines}, byte {at}: {exc})"
+                    ) from exc
             pos = nl + 1
+        self._lines = lines
         if self._valid == 0 and pos == 0 and data:
             # the file is only ever created whole (temp file + rename), so a header without its
             # newline is damage, not a write in progress
@@ -292,6 +354,7 @@ class JournalLog:
             self._seen = self._valid
             raise
         self._valid = self._seen = self._valid + len(record)
+        self._lines += 1
         for uid, text in puts.items():
             self._track(uid, text)
         for uid in removes:
@@ -305,14 +368,15 @@ class JournalLog:
 
     def _writer(self) -> int:
         """The O_APPEND descriptor, after checking the file is still the one (and size) we read."""
-        try:
-            st = self.path.stat()
-        except FileNotFoundError:
-            st = None
-        if st is None or (st.st_dev, st.st_ino) != self._ident or st.st_size != self._seen:
-            raise self._stale("changed")
+        st = self._lstat()
+        if st is None:
+            raise self._stale("was deleted")
+        if (st.st_dev, st.st_ino) != self._ident:
+            raise self._stale("was replaced by another file")
+        if st.st_size != self._seen:
+            raise self._stale(f"changed size ({self._seen} -> {st.st_size} bytes)")
         if self._wfd is None:
-            wfd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+            wfd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW)
             st = os.fstat(wfd)
             if (st.st_dev, st.st_ino) != self._ident:
                 os.close(wfd)
@@ -323,7 +387,7 @@ class JournalLog:
     def _check_missing(self) -> None:
         if self._fd is not None:
             return  # the file exists but its header is torn: replaced whole
-        if self.path.exists():
+        if self._lstat() is not None:
             raise self._stale("appeared")
         if self.legacy is not None and self.legacy.exists():
             raise JournalError(f"journal {self.legacy} (version 1) must be adopted before appending")
@@ -338,24 +402,26 @@ class JournalLog:
         if record is None:
             record = _record(dict(sorted(live.items())), ())
         data = _HEADER + record
-        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        ensure_dir(self.path.parent, 0o700)  # SymlinkError (an OSError) when planted as a link
         if create:
             self._create(data)
         else:
             atomic_write_bytes(self.path, data, mode=0o600)
         self.close()
-        self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
         st = os.fstat(self._fd)
         self._ident = (st.st_dev, st.st_ino)
         self._valid = self._seen = len(data)
+        self._lines = data.count(b"\n")
         for uid, text in live.items():
             self._track(uid, text)
 
     def _create(self, data: bytes) -> None:
         temp = self.path.with_name(f".{self.path.name}.{os.getpid()}.new.tmp")
         temp.unlink(missing_ok=True)  # left by a crash of an earlier process with our pid
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
         try:
+            os.fchmod(fd, 0o600)  # whatever the umask
             write_all(fd, data)
             os.fsync(fd)
         finally:

@@ -31,6 +31,9 @@ class GpuSpec:
     drm: tuple[str, ...] = ()  # ("card0", "renderD128")
     accel: tuple[str, ...] = ()  # ("accel0",)
     vram_bytes: int | None = None  # amdgpu mem_info_vram_total
+    nvidia_uuid: str | None = None  # with a value, a "GPU UUID:" line in the proc information file
+    #: AER fatal counter (``aer_dev_fatal``'s TOTAL_ERR_FATAL); None: the file is absent
+    aer_fatal: int | None = None
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ __all__ = [
     "NodeSpec",
     "Topology",
     "VfSpec",
+    "aer_fatal_text",
     "write_host_tree",
 ]
 
@@ -101,6 +102,14 @@ def write_host_tree(root: Path, topo: Topology) -> Path:
         if path.is_symlink() or path.is_file():
             path.unlink()
     return root
+
+
+def aer_fatal_text(total: int) -> str:
+    """An ``aer_dev_fatal`` file as the kernel writes it, with ``total`` fatal errors in all."""
+    lines = ["Undefined 0", "DLP 0", "SDES 0", "TLP 0", "FCP 0", "CmpltTO 0", "CmpltAbrt 0"]
+    lines += ["UnxCmplt 0", "RxOF 0", "MalfTLP 0", "ECRC 0", "UnsupReq 0", "ACSViol 0"]
+    lines[1] = f"DLP {total}"
+    return "\n".join([*lines, f"TOTAL_ERR_FATAL {total}"])
 
 
 def _write_cpus(w: _Writer, topo: Topology) -> None:
@@ -230,9 +239,14 @@ def _write_gpu(w: _Writer, gpu: GpuSpec) -> None:
         w.file(f"dev/accel/{name}")
     if gpu.vram_bytes is not None:
         w.file(f"{d}/mem_info_vram_total", str(gpu.vram_bytes))
+    if gpu.aer_fatal is not None:
+        w.file(f"{d}/aer_dev_fatal", aer_fatal_text(gpu.aer_fatal))
     nvidia_proc = gpu.vendor_id == 0x10DE if gpu.nvidia_proc is None else gpu.nvidia_proc
     if nvidia_proc:
-        lines = [f"Model: \t\t {gpu.product_name or 'Unknown'}", "IRQ:   \t\t 42", "Bus Type: \t PCIe"]
+        lines = [f"Model: \t\t {gpu.product_name or 'Unknown'}", "IRQ:   \t\t 42"]
+        if gpu.nvidia_uuid is not None:
+            lines.append(f"GPU UUID: \t {gpu.nvidia_uuid}")
+        lines.append("Bus Type: \t PCIe")
         if gpu.nvidia_minor is not None:
             lines.append(f"Device Minor: \t {gpu.nvidia_minor}")
             w.file(f"dev/nvidia{gpu.nvidia_minor}")

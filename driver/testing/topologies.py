@@ -1,4 +1,5 @@
-"""Ready-made host topologies for tests: DGX-class server, workstation, cloud VM, huge node, hostile host.
+"""Ready-made host topologies for tests: DGX-class server, workstation, cloud VM, huge node, hostile
+host, mixed-vendor GPU node.
 
 Each is a :class:`~driver.testing.hosttree.Topology`; generate it with
 :func:`~driver.testing.hosttree.write_host_tree`. The figures are part of the contract that tests
@@ -16,6 +17,7 @@ __all__ = [
     "dgx",
     "hostile",
     "huge",
+    "mixed",
     "vf_bus_id",
     "workstation",
 ]
@@ -27,11 +29,25 @@ def vf_bus_id(pf_bus_id: str, k: int) -> str:
     return f"{pf_bus_id[:8]}{offset // 8:02x}.{offset % 8}"
 
 
+#: the board's BMC display chip (ASPEED AST2600 as on DGX H100 boards): class 0x0300, never a GPU
+ASPEED_BMC = GpuSpec(
+    bus_id="0000:03:00.0",
+    vendor_id=0x1A03,
+    device_id=0x2000,
+    pci_class=0x030000,
+    driver="ast",
+    bridges=("0000:00:1c.4", "0000:02:00.0"),
+    drm=("card0",),
+)
+
+
 def _dgx() -> Topology:
     """2 sockets / 2 NUMA nodes, 224 CPUs (SMT), 8 H100s, 8 mlx5 NICs with RDMA and 8 VFs each.
 
     Every GPU shares a PCIe switch (and root) with one NIC, four pairs per NUMA node, as on
-    DGX-class boards: GPU at ``<root+3>:00.0``, NIC at ``<root+2>:00.0``.
+    DGX-class boards: GPU at ``<root+3>:00.0``, NIC at ``<root+2>:00.0``. The board's ASPEED BMC
+    chip sits at 0000:03:00.0, before every GPU in PCI order: it is skipped, and no NVIDIA index
+    may count it.
     """
     roots = [(0x15, 0), (0x26, 0), (0x37, 0), (0x48, 0), (0x95, 1), (0xA6, 1), (0xB7, 1), (0xC8, 1)]
     gpus: list[GpuSpec] = []
@@ -80,7 +96,7 @@ def _dgx() -> Topology:
         threads_per_core=2,
         memory_per_node_kib=1024 * GiB_KIB,
         hugepages_per_node=((2048, 1024), (1048576, 16)),
-        gpus=tuple(gpus),
+        gpus=(ASPEED_BMC, *gpus),
         nics=tuple(nics),
         virtual_interfaces=("lo", "docker0"),
         product="DGX H100",
@@ -227,8 +243,9 @@ def _hostile() -> Topology:
     """Odd names and values the kernel or firmware can produce; discovery must survive and sanitize.
 
     2 sockets x 2 cores x 2 threads, CPU 7 offline, CPUs 2-3 isolated, no L3 ``id`` files, a
-    memory-only NUMA node 2, die_id missing on CPU 1; a 200-byte product name, an accelerator of an
-    unknown vendor whose ``numa_node`` is garbage, an NVIDIA GPU without a minor; interfaces with
+    memory-only NUMA node 2, die_id missing on CPU 1; a 200-byte product name, an AMD accelerator
+    whose ``numa_node`` is garbage and product name 300 bytes long, an NVIDIA GPU without a minor
+    (skipped: half-described), an accelerator of a vendor without a rule (skipped); interfaces with
     dots and capitals, an upper-case MAC, a bogus 0xffffffff link speed, two netdevs on one function,
     a NIC under a USB controller (not a PCI function itself) and a non-BDF entry in ``bus/pci``.
     """
@@ -253,13 +270,22 @@ def _hostile() -> Topology:
             GpuSpec(bus_id="0000:0b:00.0", numa_node=1, product_name="NVIDIA L4", nvidia_minor=None),
             GpuSpec(
                 bus_id="0000:0c:00.0",
+                vendor_id=0x1002,
+                device_id=0x74A1,
+                pci_class=0x120000,
+                driver="amdgpu",
+                numa_node="garbage",
+                drm=("card5", "renderD133"),
+                product_name="X" * 300,
+            ),
+            GpuSpec(
+                bus_id="0000:0d:00.0",
                 vendor_id=0x1E52,
                 device_id=0x401E,
                 pci_class=0x120000,
                 driver="tenstorrent",
-                numa_node="garbage",
+                numa_node=0,
                 accel=("accel0",),
-                product_name="X" * 300,
             ),
         ),
         nics=(
@@ -309,11 +335,87 @@ def _hostile() -> Topology:
     )
 
 
+def _mixed() -> Topology:
+    """A mixed GPU node: 4 NVIDIA H100, 2 AMD MI300X, 1 Intel (xe) and the BMC and Matrox chips.
+
+    2 sockets x 8 cores x 2 threads, 2 NUMA nodes, one 100G NIC per node. Per node: NVIDIA at
+    ``<x>:00.0`` with minors in PCI order, one AMD accelerator (class 0x1200, amdgpu), and on node 0
+    an Intel GPU on the xe driver. ASPEED (0000:03:00.0) and Matrox G200 (0000:04:00.0) display
+    chips come first in PCI order, so a position in numadra's list would differ from every
+    vendor's own number. DRM: ast card0, mgag200 card1, AMD card2/renderD128 and card3/renderD129,
+    Intel card4/renderD130.
+    """
+    nvidia = [("0000:18:00.0", 0, 0), ("0000:2a:00.0", 0, 1), ("0000:9a:00.0", 1, 2), ("0000:ab:00.0", 1, 3)]
+    gpus: list[GpuSpec] = [
+        ASPEED_BMC,
+        GpuSpec(
+            bus_id="0000:04:00.0",
+            vendor_id=0x102B,
+            device_id=0x0536,
+            pci_class=0x030000,
+            driver="mgag200",
+            bridges=("0000:00:1c.5",),
+            drm=("card1",),
+        ),
+    ]
+    gpus += [
+        GpuSpec(bus_id=bus, numa_node=node, product_name="NVIDIA H100 80GB HBM3", nvidia_minor=minor)
+        for bus, node, minor in nvidia
+    ]
+    gpus += [
+        GpuSpec(
+            bus_id=bus,
+            vendor_id=0x1002,
+            device_id=0x74A1,
+            pci_class=0x120000,
+            driver="amdgpu",
+            numa_node=node,
+            product_name="AMD Instinct MI300X",
+            drm=(f"card{2 + node}", f"renderD{128 + node}"),
+            vram_bytes=192 * 1024**3,
+        )
+        for bus, node in (("0000:3c:00.0", 0), ("0000:bc:00.0", 1))
+    ]
+    gpus.append(
+        GpuSpec(
+            bus_id="0000:4d:00.0",
+            vendor_id=0x8086,
+            device_id=0x56C0,
+            pci_class=0x038000,
+            driver="xe",
+            numa_node=0,
+            drm=("card4", "renderD130"),
+        )
+    )
+    nics = tuple(
+        NicSpec(
+            bus_id=bus,
+            interface=f"ens{k}f0",
+            mac=f"0c:42:a1:00:00:{k:02x}",
+            numa_node=k,
+            rdma=f"mlx5_{k}",
+            uverbs=k,
+        )
+        for k, bus in enumerate(("0000:1a:00.0", "0000:9c:00.0"))
+    )
+    return Topology(
+        name="mixed",
+        sockets=2,
+        cores_per_socket=8,
+        threads_per_core=2,
+        memory_per_node_kib=256 * GiB_KIB,
+        gpus=tuple(gpus),
+        nics=nics,
+        product="Mixed GPU server",
+    )
+
+
 dgx = _dgx()
 workstation = _workstation()
 cloud_vm = _cloud_vm()
 huge = _huge()
 hostile = _hostile()
+mixed = _mixed()
 
 #: the ready topologies by name (stable keys: other tests and the e2e suite use them)
-TOPOLOGIES: dict[str, Topology] = {t.name: t for t in (dgx, workstation, cloud_vm, huge, hostile)}
+TOPOLOGIES: dict[str, Topology] = {t.name: t for t in (dgx, workstation, cloud_vm, huge, hostile, mixed)}

@@ -127,6 +127,7 @@ def collection_path(obj: dict[str, Any]) -> str:
         "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings",
         "DeviceClass": "deviceclasses",
         "Namespace": "namespaces",
+        "NetworkPolicy": "networkpolicies",
     }[obj["kind"]]
     namespace = obj["metadata"].get("namespace")
     return f"{prefix}/namespaces/{namespace}/{plural}" if namespace else f"{prefix}/{plural}"

@@ -196,7 +196,8 @@ def test_numa_aligned_claim_is_scheduled_prepared_and_freed(cluster: Cluster, re
     }
     for request in ("gpu", "nic"):
         conditions = status_devices[results[request]["device"]]["conditions"]
-        assert [(c["type"], c["status"]) for c in conditions] == [("Ready", "True")]
+        # issue 12: and the device's health, from the same model as the health stream and taints
+        assert [(c["type"], c["status"]) for c in conditions] == [("Ready", "True"), ("Healthy", "True")]
     nic_attrs = next(
         dev["attributes"]
         for obj in cluster.slices()

@@ -3,38 +3,53 @@
 No sockets here: :class:`PinningHandlers` turns each NRI request into its response, so the
 decisions can be tested without a runtime, and the transport (``plugin.py``) stays dumb.
 
-* A container is ours when its env (CDI edits are applied before NRI sees it) carries the
-  marker ``NUMADRA_CPUS`` (and usually ``NUMADRA_MEMS``), or when the driver registered an
-  explicit assignment for its id. Ours get ``linux.resources.cpu.cpus`` / ``.mems``. Other
-  containers get an empty adjustment, unless a **node shared pool** is configured (opt-in): then
-  they are confined to it (online CPUs minus reserved minus claimed), which is what makes claim
-  CPUs exclusive against pods without a claim. When the pool shrinks because a new claim took
-  CPUs, the next CreateContainer of a claim container carries updates that move the others off;
-  an empty pool refuses non-claim containers (an empty cpuset would mean "all CPUs").
-* Fail closed: a malformed marker, or (when a claim lookup is configured) a marker that names an
-  unknown claim or CPUs outside that claim, is an error, so the runtime refuses the container
-  instead of running it unpinned.
-* ``Synchronize`` rebuilds the bookkeeping from the containers the runtime reports and returns
-  updates for those whose cpuset drifted from their marker or from the node shared pool (the
-  restart-recovery path).
+* A container's marker env (``NUMADRA_CLAIM_UID``, ``NUMADRA_REQUEST``, ...; CDI edits are
+  applied before NRI sees it) only *names* a claim: any pod can put those variables in its own
+  spec. So a container is pinned only when its **pod** (NRI sends the sandbox's Kubernetes UID
+  and namespace) is one the claim was reserved for at prepare (``status.reservedFor``, kept in
+  the journal, :class:`~driver.pinning.types.ClaimBinding`), and the CPUs and memory nodes
+  applied are the journal's, never the env's. A marker of a claim holding CPUs from any other
+  pod is refused: the CreateContainer call fails, so the runtime reports CreateContainerError.
+  (A claim without CPUs, GPUs and NICs only, grants nothing to steal: a container of another pod
+  naming it is handled as one without a claim, so a claim the kubelet prepared once for one pod
+  and shares with a later pod still starts there.)
+* Ours get ``linux.resources.cpu.cpus`` / ``.mems``; a claim without CPUs gets its memory nodes
+  and, with the shared pool on, the pool's CPUs. Other containers get an empty adjustment,
+  unless a **node shared pool** is configured (opt-in): then they are confined to it (online
+  CPUs minus claimed; ``--reserved-cpus`` always stay in it), which is what makes claim CPUs
+  exclusive against pods without a claim. When the pool shrinks because a new claim took CPUs,
+  the next CreateContainer of a claim container carries updates that move the others off; an
+  empty pool refuses non-claim containers (an empty cpuset would mean "all CPUs"), and
+  :meth:`PinningHandlers.pool_users` tells the planner whether containers run on the pool, so a
+  prepare never empties it under them.
+* Fail closed: a malformed marker, a marker that names no claim or an unknown one, or a claim
+  without records to check against (no lookup) is an error, so the runtime refuses the
+  container instead of running it on CPUs it was not given.
+* ``UpdateContainer`` (the kubelet's in-place resize) is answered with the claim's cpuset, not
+  the update's; containers numadra did not pin are left alone.
+* ``Synchronize`` rebuilds the bookkeeping from the containers the runtime reports, with the
+  same pod check (a container whose marker does not bind is handled as one without a claim, not
+  adopted), and returns updates for those whose cpuset drifted from their claim or from the
+  node shared pool (the restart-recovery path).
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from driver._proto.nri import api_pb2 as nri
 from driver.errors import PinningError
 from driver.log import get_logger
+from driver.pinning.binding import bind
 from driver.pinning.types import (
     ENV_CLAIM_UID,
     ENV_CPU_MODE,
     ENV_CPUS,
     ENV_MEMS,
     ENV_REQUEST,
-    ClaimPinning,
+    ClaimBinding,
     CpuAssignment,
     CpuMode,
     env_markers,
@@ -60,9 +75,9 @@ EVENTS = (
     | (1 << (nri.REMOVE_CONTAINER - 1))
 )
 
-#: claim UID -> the pinning the driver prepared for it (None when unknown)
-ClaimLookup = Callable[[str], ClaimPinning | None]
-#: the CPUs containers without a claim may use now (online - reserved - claimed)
+#: claim UID -> what the driver recorded for it (None when it has not prepared it)
+ClaimLookup = Callable[[str], ClaimBinding | None]
+#: the CPUs containers without a claim may use now (online - claimed; reserved CPUs stay in)
 SharedPool = Callable[[], frozenset[int]]
 
 _log = get_logger("pinning.nri")
@@ -124,6 +139,14 @@ def _pool_marker(pool: frozenset[int]) -> Marker:
     return Marker(cpus=pool, mems=frozenset(), mode=CpuMode.SHARED)
 
 
+def _describe(pod: nri.PodSandbox, ctr: nri.Container) -> str:
+    """Who asked ("container app of pod ns/name (uid U)"), for error texts and logs."""
+    return (
+        f"container {ctr.name or ctr.id} of pod {pod.namespace or '?'}/{pod.name or '?'} "
+        f"(uid {pod.uid or 'unknown'})"
+    )
+
+
 class PinningHandlers:
     """NRI request -> response for CPU/memory pinning (see the module docstring)."""
 
@@ -134,9 +157,12 @@ class PinningHandlers:
         self._pool = node_shared_pool
         self._lock = threading.Lock()
         self._containers: dict[str, TrackedContainer] = {}
-        self._others: dict[str, frozenset[int]] = {}  # containers confined to the node pool
+        self._others: dict[str, frozenset[int]] = {}  # running containers on the node pool
         self._expected: dict[str, Marker] = {}
         self._pending_sync: list[nri.Container] = []
+        self._pending_pods: dict[str, nri.PodSandbox] = {}
+        self._synced = False
+        self._unbound_warned: set[str] = set()
 
     # -- bookkeeping visible to the driver ------------------------------------------------------
 
@@ -144,6 +170,16 @@ class PinningHandlers:
         """A snapshot of the pinned containers, by container id."""
         with self._lock:
             return dict(self._containers)
+
+    def pool_users(self) -> int | None:
+        """How many running containers use the node shared pool; None before the first Synchronize.
+
+        The planner asks this before a prepare takes the pool's last CPU: those containers would
+        stay on that CPU. None means "not known yet" (the runtime has not told us which
+        containers run), which the planner must treat as "some do".
+        """
+        with self._lock:
+            return len(self._others) if self._synced else None
 
     def expect(self, container_id: str, assignment: CpuAssignment) -> None:
         """Pin ``container_id`` to ``assignment`` even without a marker (explicit backend apply)."""
@@ -171,39 +207,55 @@ class PinningHandlers:
         return nri.ConfigureResponse(events=EVENTS)
 
     def synchronize(self, req: nri.SynchronizeRequest) -> nri.SynchronizeResponse:
-        """Rebuild the bookkeeping from every container; re-pin drifted ones (paged by ``more``)."""
+        """Rebuild the bookkeeping from every container; re-pin drifted ones (paged by ``more``).
+
+        The same binding rule as at creation: a container whose marker does not bind to its pod
+        is not adopted; it is handled as a container without a claim (with the shared pool on,
+        it is moved onto the pool).
+        """
         with self._lock:
             self._pending_sync.extend(req.containers)
+            self._pending_pods.update((p.id, p) for p in req.pods)
             if req.more:
                 return nri.SynchronizeResponse(more=True)
             containers, self._pending_sync = self._pending_sync, []
+            pods, self._pending_pods = self._pending_pods, {}
         rebuilt: dict[str, TrackedContainer] = {}
         others: dict[str, frozenset[int]] = {}
         updates: list[nri.ContainerUpdate] = []
         pool = self._pool() if self._pool is not None else frozenset()
         for ctr in containers:
+            pod = pods.get(ctr.pod_sandbox_id) or nri.PodSandbox(id=ctr.pod_sandbox_id)
+            stopped = ctr.state == nri.CONTAINER_STOPPED
             try:
-                marker = self._marker(ctr)
+                marker = self._resolve(pod, ctr)
             except PinningError as exc:
-                _log.error("container with a bad pinning marker left alone", container=ctr.id, error=str(exc))
+                _log.error(
+                    "running container not adopted: its pinning marker does not bind; "
+                    "handled as a container without a claim",
+                    container=ctr.id,
+                    pod_uid=pod.uid,
+                    error=str(exc),
+                )
+                marker = None
+            if marker is not None:
+                rebuilt[ctr.id] = TrackedContainer(ctr.id, ctr.name, marker, stopped=stopped)
+            if stopped:
                 continue
-            if marker is None:
-                if pool and ctr.state != nri.CONTAINER_STOPPED:
-                    others[ctr.id] = pool
-                    if ctr.linux.resources.cpu.cpus != format_cpulist(pool):
-                        updates.append(_update(ctr.id, _pool_marker(pool)))
+            if self._pool is not None and (marker is None or not marker.cpus):
+                others[ctr.id] = pool  # it runs on the pool (counted even while the pool is empty)
+            want = self._wanted(marker, pool)
+            if want is None:
                 continue
-            rebuilt[ctr.id] = TrackedContainer(
-                ctr.id, ctr.name, marker, stopped=ctr.state == nri.CONTAINER_STOPPED
-            )
             current = ctr.linux.resources.cpu
-            if current.cpus != format_cpulist(marker.cpus) or (
-                marker.mems and current.mems != format_cpulist(marker.mems)
+            if (want.cpus and current.cpus != format_cpulist(want.cpus)) or (
+                want.mems and current.mems != format_cpulist(want.mems)
             ):
-                updates.append(_update(ctr.id, marker))
+                updates.append(_update(ctr.id, want))
         with self._lock:
             self._containers = rebuilt
             self._others = others
+            self._synced = True
         _log.info(
             "synchronized",
             pinned=len(rebuilt),
@@ -214,11 +266,22 @@ class PinningHandlers:
         return nri.SynchronizeResponse(update=updates)
 
     def create_container(self, req: nri.CreateContainerRequest) -> nri.CreateContainerResponse:
-        """Pin a container carrying our marker; confine others to the node shared pool if configured."""
-        ctr = req.container
-        marker = self._marker(ctr)
+        """Pin a container of a pod that holds the claim its marker names; others: the pool if on."""
+        pod, ctr = req.pod, req.container
+        marker = self._resolve(pod, ctr)
         if marker is None:
-            return self._create_other(ctr)
+            return self._create_other(pod, ctr)
+        want = marker
+        if not marker.cpus and self._pool is not None:  # a claim without CPUs runs on the pool
+            pool = self._pool()
+            if not pool:
+                raise PinningError(
+                    f"node shared pool is empty (every CPU is claimed): refusing to start "
+                    f"{_describe(pod, ctr)}, whose claim holds no CPUs; it would run on every CPU"
+                )
+            want = replace(marker, cpus=pool)
+            with self._lock:
+                self._others[ctr.id] = pool
         with self._lock:
             self._containers[ctr.id] = TrackedContainer(ctr.id, ctr.name, marker)
         _log.info(
@@ -226,21 +289,22 @@ class PinningHandlers:
             claim_uid=marker.claim_uid,
             request=marker.request,
             container=ctr.id,
-            cpus=format_cpulist(marker.cpus),
-            mems=format_cpulist(marker.mems),
+            pod_uid=pod.uid,
+            cpus=format_cpulist(want.cpus),
+            mems=format_cpulist(want.mems),
         )
-        adjust = nri.ContainerAdjustment(linux=nri.LinuxContainerAdjustment(resources=_resources(marker)))
+        adjust = nri.ContainerAdjustment(linux=nri.LinuxContainerAdjustment(resources=_resources(want)))
         return nri.CreateContainerResponse(adjust=adjust, update=self._shrink_others())
 
-    def _create_other(self, ctr: nri.Container) -> nri.CreateContainerResponse:
+    def _create_other(self, pod: nri.PodSandbox, ctr: nri.Container) -> nri.CreateContainerResponse:
         """A container without a claim: nothing, or the node shared pool (never an empty one)."""
         if self._pool is None:
             return nri.CreateContainerResponse()
         pool = self._pool()
         if not pool:
             raise PinningError(
-                f"node shared pool is empty (every CPU is reserved or claimed): refusing to start "
-                f"container {ctr.name or ctr.id} without a claim, it would run on every CPU"
+                f"node shared pool is empty (every CPU is claimed): refusing to start "
+                f"{_describe(pod, ctr)} without a claim, it would run on every CPU"
             )
         with self._lock:
             self._others[ctr.id] = pool
@@ -264,16 +328,40 @@ class PinningHandlers:
         return [_update(cid, _pool_marker(pool)) for cid in stale]
 
     def update_container(self, req: nri.UpdateContainerRequest) -> nri.UpdateContainerResponse:
-        """Keep our pinning when the kubelet or another plugin updates the container's resources."""
-        marker = self._marker(req.container)
-        if marker is None:
+        """Keep our pinning when the kubelet (in-place resize) or another plugin updates resources.
+
+        The answer carries the claim's cpuset (or the pool's), not the update's; a container
+        numadra neither pinned nor confined to the pool is left alone.
+        """
+        ctr = req.container
+        with self._lock:
+            tracked = self._containers.get(ctr.id)
+            on_pool = ctr.id in self._others
+        marker: Marker | None
+        if tracked is not None:
+            marker = tracked.marker
+        else:
+            try:
+                marker = self._resolve(req.pod, ctr)
+            except PinningError as exc:
+                _log.warning(
+                    "update of a container whose marker does not bind; not pinned",
+                    container=ctr.id,
+                    error=str(exc),
+                )
+                marker = None
+        if marker is None and not on_pool:
+            return nri.UpdateContainerResponse()
+        pool = self._pool() if self._pool is not None else frozenset()
+        want = self._wanted(marker, pool)
+        if want is None:
             return nri.UpdateContainerResponse()
         cpu = req.linux_resources.cpu
-        if cpu.cpus == format_cpulist(marker.cpus) and (
-            not marker.mems or cpu.mems == format_cpulist(marker.mems)
+        if (not want.cpus or cpu.cpus == format_cpulist(want.cpus)) and (
+            not want.mems or cpu.mems == format_cpulist(want.mems)
         ):
             return nri.UpdateContainerResponse()
-        return nri.UpdateContainerResponse(update=[_update(req.container.id, marker)])
+        return nri.UpdateContainerResponse(update=[_update(ctr.id, want)])
 
     def stop_container(self, req: nri.StopContainerRequest) -> nri.StopContainerResponse:
         """Bookkeeping only: CPUs stay with the claim until unprepare, so restarts find them."""
@@ -283,6 +371,7 @@ class PinningHandlers:
                 self._containers[tracked.container_id] = TrackedContainer(
                     tracked.container_id, tracked.name, tracked.marker, stopped=True
                 )
+            self._others.pop(req.container.id, None)  # no longer runs on the pool
         return nri.StopContainerResponse()
 
     def remove_container(self, req: nri.RemoveContainerRequest) -> nri.RemoveContainerResponse:
@@ -295,24 +384,83 @@ class PinningHandlers:
 
     # -- helpers --------------------------------------------------------------------------------
 
-    def _marker(self, ctr: nri.Container) -> Marker | None:
-        """The container's marker, checked against the prepared claim when a lookup is set."""
+    @staticmethod
+    def _wanted(marker: Marker | None, pool: frozenset[int]) -> Marker | None:
+        """The cpuset a running container should have: its claim's, the pool's, or None (any)."""
+        if marker is None:
+            return _pool_marker(pool) if pool else None
+        if not marker.cpus and pool:
+            return replace(marker, cpus=pool)
+        if not marker.cpus and not marker.mems:
+            return None
+        return marker
+
+    def _resolve(self, pod: nri.PodSandbox, ctr: nri.Container) -> Marker | None:
+        """What to pin ``ctr`` to (the journal's values), None for a container without a claim.
+
+        Raises :class:`PinningError` for a marker that must be refused (see the module docstring).
+        """
         with self._lock:
             expected = self._expected.get(ctr.id)
         if expected is not None:
             return expected
-        marker = marker_from_env(ctr.env)
-        if marker is None or self._lookup is None:
-            return marker
-        pinning = self._lookup(marker.claim_uid) if marker.claim_uid else None
-        if pinning is None:
+        claimed = marker_from_env(ctr.env)
+        if claimed is None:
+            return None
+        return self._bind(pod, ctr, claimed)
+
+    def _bind(self, pod: nri.PodSandbox, ctr: nri.Container, claimed: Marker) -> Marker | None:
+        """Check a marker against the claim's record and return the record's values."""
+        who = _describe(pod, ctr)
+        if self._lookup is None:
             raise PinningError(
-                f"container {ctr.name or ctr.id} carries a pinning marker for claim "
-                f"{marker.claim_uid or '<none>'} that this driver has not prepared"
+                f"{who} carries a pinning marker, but this plugin has no claim records to check it "
+                "against: refusing it"
             )
-        if not marker.cpus <= pinning.cpus:
+        if not claimed.claim_uid:
+            raise PinningError(f"{who} carries a pinning marker that names no claim ({ENV_CLAIM_UID})")
+        binding = self._lookup(claimed.claim_uid)
+        if binding is None:
             raise PinningError(
-                f"container {ctr.name or ctr.id}: marker CPUs {format_cpulist(marker.cpus)} are not "
-                f"CPUs of claim {marker.claim_uid} ({format_cpulist(pinning.cpus)})"
+                f"{who} carries a pinning marker for claim {claimed.claim_uid} that this driver has "
+                "not prepared"
             )
-        return marker
+        if binding.pods is None:
+            self._warn_unbound(binding)
+        assignment = bind(
+            binding, request=claimed.request, pod_uid=pod.uid, pod_namespace=pod.namespace, who=who
+        )
+        if assignment is None:
+            if binding.pinning is None and binding.pods is not None and pod.uid not in binding.pods:
+                _log.warning(
+                    "marker of a claim without CPUs from a pod it was not prepared for; "
+                    "handled as a container without a claim",
+                    claim_uid=binding.claim_uid,
+                    container=ctr.id,
+                    pod_uid=pod.uid,
+                )
+            return None
+        if assignment.cpus and (
+            claimed.cpus != assignment.cpus or (claimed.mems and claimed.mems != assignment.mems)
+        ):
+            _log.warning(
+                "marker env differs from the journal; applying the journal's CPUs and nodes",
+                claim_uid=binding.claim_uid,
+                container=ctr.id,
+                env_cpus=format_cpulist(claimed.cpus),
+                cpus=format_cpulist(assignment.cpus),
+            )
+        mode = assignment.mode if assignment.cpus else claimed.mode
+        return Marker(assignment.cpus, assignment.mems, binding.claim_uid, assignment.request, mode)
+
+    def _warn_unbound(self, binding: ClaimBinding) -> None:
+        """Once per claim: an entry from before pods were recorded binds by claim UID alone."""
+        with self._lock:
+            if binding.claim_uid in self._unbound_warned:
+                return
+            self._unbound_warned.add(binding.claim_uid)
+        _log.warning(
+            "claim prepared before numadra recorded its pods: its marker is trusted by claim UID "
+            "until the claim is prepared again",
+            claim_uid=binding.claim_uid,
+        )

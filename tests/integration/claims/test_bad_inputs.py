@@ -154,6 +154,16 @@ CASES = {
         "empty shared pool restriction",
     ),
     "cpus-exhausted": Case(_add(results=[cpu_result("cpu", 9)]), "request cpu"),
+    "shareid-on-a-whole-gpu": Case(
+        _add(results=[result("gpu", GPU1, share_id="5e1d0c3a-0000-4000-8000-000000000001")]),
+        "has shareID '5e1d0c3a-0000-4000-8000-000000000001', but this gpu is not published as shareable",
+    ),
+    "shareid-path-like": Case(
+        _add(results=[cpu_result("cpu", 1, share="../x")]), "shareID '../x' is not a UID"
+    ),
+    "shareid-not-a-string": Case(
+        _add(results=[{**result("gpu", GPU1), "shareID": 7}]), "shareID 7 is not a UID"
+    ),
 }
 
 
@@ -255,6 +265,41 @@ def test_device_already_prepared_for_another_claim(world: World) -> None:
     out = world.driver().prepare_claims([a, b])
     assert out["u-a"].ok
     assert "device 'gpu-0000-3b-00-0' is already prepared for claim default/a (uid u-a)" in out["u-b"].error
+
+
+def test_share_ids_do_not_split_a_whole_gpu(world: World) -> None:
+    """The attack: three claims name the same GPU, each with its own shareID. A GPU is published
+    without allowMultipleAllocations, so the shareIDs are refused and at most one claim gets it."""
+    refs = [
+        world.getter.add(
+            claim(
+                f"u-s{i}",
+                f"s{i}",
+                results=[result("gpu", GPU0, share_id=f"5e1d0c3a-0000-4000-8000-00000000000{i}")],
+            )
+        )
+        for i in range(3)
+    ]
+    out = world.driver().prepare_claims(refs)
+    assert not any(res.ok for res in out.values())
+    assert all("not published as shareable" in res.error for res in out.values())
+    assert world.cdi_files() == []
+
+
+def test_shareable_kinds_are_the_published_ones() -> None:
+    """selection.SHAREABLE_KINDS is exactly the kinds the slice builder marks allowMultipleAllocations."""
+    from driver.claims.selection import SHAREABLE_KINDS
+    from driver.slices.builder import build_slices
+    from tests.integration.claims._world import NODE, make_inventory
+
+    shareable: set[str] = set()
+    whole: set[str] = set()
+    for obj in build_slices(make_inventory(), node_name=NODE, driver_name=DRIVER):
+        for device in obj["spec"].get("devices", []):
+            kind = device["attributes"]["type"]["string"]
+            (shareable if device.get("allowMultipleAllocations") else whole).add(kind)
+    assert shareable == {k.value for k in SHAREABLE_KINDS}
+    assert not shareable & whole
 
 
 def test_cpu_shares_of_one_device_in_two_claims(world: World) -> None:

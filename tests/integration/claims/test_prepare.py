@@ -524,7 +524,8 @@ def test_unprepare_removes_metadata_dir_holding_a_stray_file(world: World) -> No
 
 
 def test_prepare_makes_metadata_and_state_dirs_with_their_modes(world: World) -> None:
-    """The claim dir gets 0o777 minus the umask, request dirs 0o755, state/ 0o700 (umask 0 here)."""
+    """Explicit modes whatever the umask (000 here; before, the claim dir was 0777 under it):
+    metadata dirs 0755, state/ 0700, specs and metadata files 0644, the journal 0600."""
     import os
 
     ref = world.getter.add(_full_claim())
@@ -533,11 +534,16 @@ def test_prepare_makes_metadata_and_state_dirs_with_their_modes(world: World) ->
         assert world.driver().prepare_claims([ref])[UID].ok
     finally:
         os.umask(old)
-    claim_dir = world.plugin_dir / "dra-device-metadata" / "ml_train"
-    assert claim_dir.stat().st_mode & 0o777 == 0o777
+    meta_root = world.plugin_dir / "dra-device-metadata"
+    claim_dir = meta_root / "ml_train"
+    assert meta_root.stat().st_mode & 0o777 == 0o755
+    assert claim_dir.stat().st_mode & 0o777 == 0o755
     assert sorted(p.name for p in claim_dir.iterdir()) == ["cpu", "gpu", "nic"]
     assert all(p.stat().st_mode & 0o777 == 0o755 for p in claim_dir.iterdir())
+    assert all((p / "metadata.json").stat().st_mode & 0o777 == 0o644 for p in claim_dir.iterdir())
+    assert all(p.stat().st_mode & 0o777 == 0o644 for p in world.cdi_dir.iterdir())
     assert (world.plugin_dir / "state").stat().st_mode & 0o777 == 0o700
+    assert (world.plugin_dir / "state" / "journal.log").stat().st_mode & 0o777 == 0o600
 
 
 def test_claim_recreated_under_the_same_name_waits_for_the_old_one(world: World) -> None:

@@ -52,6 +52,7 @@ _COLLECTIONS = {
         "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings"
     ),
     "DaemonSet": "/apis/apps/v1/namespaces/{ns}/daemonsets",
+    "NetworkPolicy": "/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies",
     "DeviceClass": "/apis/resource.k8s.io/v1/deviceclasses",
     "ResourceClaim": "/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims",
     "ResourceClaimTemplate": "/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaimtemplates",
@@ -162,7 +163,7 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
 
 def _base_objects() -> list[dict[str, Any]]:
     kustomization = yaml.safe_load((BASE / "kustomization.yaml").read_text())
-    objects = []
+    objects: list[dict[str, Any]] = []
     for name in kustomization["resources"]:
         objects.extend(doc for doc in yaml.safe_load_all((BASE / name).read_text()) if doc)
     for obj in objects:
@@ -226,9 +227,20 @@ def test_every_base_object_is_accepted(installed: Api) -> None:
     status, classes = installed.call("GET", "/apis/resource.k8s.io/v1/deviceclasses")
     assert status == 200
     names = sorted(c["metadata"]["name"] for c in classes["items"])
-    assert names == ["cpu.numadra.dev", "gpu.numadra.dev", "nic.numadra.dev"]
-    gpu = next(c for c in classes["items"] if c["metadata"]["name"] == "gpu.numadra.dev")
-    assert gpu["spec"]["extendedResourceName"] == "nvidia.com/gpu"  # not dropped: the field is served
+    assert names == [
+        "amd-gpu.numadra.dev",
+        "cpu.numadra.dev",
+        "gpu.numadra.dev",
+        "intel-i915-gpu.numadra.dev",
+        "intel-xe-gpu.numadra.dev",
+        "nic.numadra.dev",
+        "nvidia-gpu.numadra.dev",
+    ]
+    by_name = {c["metadata"]["name"]: c["spec"] for c in classes["items"]}
+    assert "extendedResourceName" not in by_name["gpu.numadra.dev"]
+    # not dropped: the field is served
+    assert by_name["nvidia-gpu.numadra.dev"]["extendedResourceName"] == "nvidia.com/gpu"
+    assert by_name["intel-xe-gpu.numadra.dev"]["extendedResourceName"] == "gpu.intel.com/xe"
 
 
 def test_driver_may_write_its_own_nodes_slices(installed: Api) -> None:
@@ -306,7 +318,7 @@ def test_rbac_allows_only_what_the_guide_lists(installed: Api, method: str, path
 
 
 def test_cgroupfs_overlay_daemonset_is_valid(installed: Api) -> None:
-    """The privileged cgroupfs variant (kustomize overlay) passes the apiserver's DaemonSet validation."""
+    """The cgroupfs variant (kustomize overlay) passes the apiserver's DaemonSet validation, unprivileged."""
     kustomize = shutil.which("kustomize") or str(
         Path.home() / ".cache" / "numadra-tools" / "bin" / "kustomize"
     )
@@ -322,7 +334,8 @@ def test_cgroupfs_overlay_daemonset_is_valid(installed: Api) -> None:
     ds["metadata"]["name"] = "numadra-cgroupfs"
     status, body = installed.create(ds, dry_run=True)
     assert status == 201, body.get("message", body)
-    assert body["spec"]["template"]["spec"]["containers"][0]["securityContext"]["privileged"] is True
+    context = body["spec"]["template"]["spec"]["containers"][0]["securityContext"]
+    assert "privileged" not in context and context["capabilities"] == {"drop": ["ALL"]}
 
 
 @pytest.mark.parametrize(

@@ -102,16 +102,34 @@ def test_custom_driver_name_and_kubelet_dir_reach_every_object() -> None:
     (role,) = [o for o in objects if o["kind"] == "ClusterRole"]
     assert ["numa.example.com"] in [r.get("resourceNames") for r in role["rules"]]
     classes = sorted(o["metadata"]["name"] for o in objects if o["kind"] == "DeviceClass")
-    assert classes == ["cpu.numa.example.com", "gpu.numa.example.com", "nic.numa.example.com"]
+    assert classes == [
+        "amd-gpu.numa.example.com",
+        "cpu.numa.example.com",
+        "gpu.numa.example.com",
+        "intel-i915-gpu.numa.example.com",
+        "intel-xe-gpu.numa.example.com",
+        "nic.numa.example.com",
+        "nvidia-gpu.numa.example.com",
+    ]
     (vap,) = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"]
     assert 'variables.objectDriver == "numa.example.com"' in yaml.safe_dump(vap)
 
 
-def test_extended_resource_name_can_be_turned_off() -> None:
-    """deviceClasses.gpu.extendedResourceName="" drops the field (clusters that keep the device plugin)."""
-    objects = _helm("--set", "deviceClasses.gpu.extendedResourceName=")
-    (gpu,) = [o for o in objects if o["kind"] == "DeviceClass" and o["metadata"]["name"].startswith("gpu.")]
-    assert "extendedResourceName" not in gpu["spec"]
+def test_extended_resource_name_can_be_turned_off_per_vendor() -> None:
+    """deviceClasses.nvidiaGpu.extendedResourceName="" drops only NVIDIA's mapping (that node pool
+    keeps the device plugin); the class stays for claims and the other vendors keep theirs."""
+    objects = _helm("--set", "deviceClasses.nvidiaGpu.extendedResourceName=")
+    spec = {o["metadata"]["name"]: o["spec"] for o in objects if o["kind"] == "DeviceClass"}
+    assert "extendedResourceName" not in spec["nvidia-gpu.numadra.dev"]
+    assert spec["amd-gpu.numadra.dev"]["extendedResourceName"] == "amd.com/gpu"
+    assert "extendedResourceName" not in spec["gpu.numadra.dev"]
+
+
+def test_old_generic_extended_resource_value_fails_the_render() -> None:
+    """The removed deviceClasses.gpu.extendedResourceName is an error, not silently ignored."""
+    with pytest.raises(subprocess.CalledProcessError) as exc:
+        _helm("--set", "deviceClasses.gpu.extendedResourceName=nvidia.com/gpu")
+    assert "deviceClasses.nvidiaGpu" in exc.value.stderr
 
 
 def test_unknown_pinning_backend_fails_the_render() -> None:
@@ -162,3 +180,62 @@ def test_reserved_cpus_and_extra_args() -> None:
     ds = _daemonset(_helm("--set", "reservedCpus=0-1", "--set", "extraArgs={--taint-unhealthy=NoExecute}"))
     args = ds["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[-2:] == ["--reserved-cpus=0-1", "--taint-unhealthy=NoExecute"]
+
+
+#: the hostPath mounts every backend has: host path -> (mount path, read-only)
+_COMMON_MOUNTS = {
+    "/var/lib/kubelet/plugins_registry": ("/var/lib/kubelet/plugins_registry", False),
+    "/var/lib/kubelet/plugins/numadra.dev": ("/var/lib/kubelet/plugins/numadra.dev", False),
+    "/var/run/cdi": ("/var/run/cdi", False),
+    "/sys": ("/host/sys", True),
+    "/dev": ("/host/dev", True),
+}
+_BACKEND_MOUNTS = {
+    "nri": {"/var/run/nri": ("/var/run/nri", False)},
+    "hook": {"/opt/numadra": ("/host/opt/numadra", False)},
+    "cgroupfs": {},
+    "off": {},
+}
+
+
+@pytest.mark.parametrize("backend", sorted(_BACKEND_MOUNTS))
+def test_each_backend_mounts_the_minimum_unprivileged(backend: str) -> None:
+    """Per pinning backend: exactly the hostPath mounts it reads or writes (never the host's / nor all
+    of /var/lib/kubelet/plugins), and the same unprivileged container: root without capabilities,
+    no privilege escalation, read-only root filesystem, RuntimeDefault seccomp."""
+    from tests.unit.deploy.test_manifests import host_mounts
+
+    ds = _daemonset(_helm("--set", f"pinning.backend={backend}"))
+    assert host_mounts(ds) == {**_COMMON_MOUNTS, **_BACKEND_MOUNTS[backend]}
+    spec = ds["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    assert container["securityContext"] == {
+        "runAsUser": 0,
+        "runAsGroup": 0,
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    assert not {"hostNetwork", "hostPID", "hostIPC"} & spec.keys()
+
+
+def test_network_policy_values() -> None:
+    """metrics.networkPolicy: on by default for the monitoring namespace; another namespace, more
+    peers, or off."""
+    (policy,) = [o for o in _helm() if o["kind"] == "NetworkPolicy"]
+    assert policy["spec"]["ingress"][0]["from"] == [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    ]
+    objects = _helm(
+        "--set", "metrics.networkPolicy.namespace=observability",
+        "--set", "metrics.networkPolicy.extraFrom[0].ipBlock.cidr=10.0.0.0/16",
+    )  # fmt: skip
+    (policy,) = [o for o in objects if o["kind"] == "NetworkPolicy"]
+    assert policy["spec"]["ingress"][0]["from"] == [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "observability"}}},
+        {"ipBlock": {"cidr": "10.0.0.0/16"}},
+    ]
+    assert not [
+        o for o in _helm("--set", "metrics.networkPolicy.enabled=false") if o["kind"] == "NetworkPolicy"
+    ]

@@ -119,7 +119,14 @@ GPU = pci_device_name(DeviceKind.GPU, GPU_BDF)
             lambda r, t: replug(r, GPU_BDF, t),
             id="device-removed",
         ),
-        pytest.param(NIC, "PciAerFatal", lambda r: bump_aer(r, NIC_BDF, 1), None, id="aer-fatal"),
+        # fatal: heals only on evidence of a reset, here the counter of a new device instance
+        pytest.param(
+            NIC,
+            "PciAerFatal",
+            lambda r: bump_aer(r, NIC_BDF, 1),
+            lambda r, _: bump_aer(r, NIC_BDF, 0),
+            id="aer-fatal-then-new-instance",
+        ),
     ],
 )
 def test_flip_reports_taints_and_heals(

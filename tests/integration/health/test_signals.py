@@ -9,7 +9,7 @@ import pytest
 
 from driver.health.signals import SignalReader
 from driver.inventory.discovery import discover
-from driver.inventory.model import Inventory, InventoryDevice
+from driver.inventory.model import Inventory, InventoryDevice, NumaNode
 from driver.plugin import HealthState
 from driver.testing.hosttree import write_host_tree
 
@@ -23,7 +23,7 @@ def host(tmp_path: Path) -> tuple[Path, Inventory]:
 
 
 def _device(inventory: Inventory, bus_id: str) -> InventoryDevice:
-    return next(d for _, d in inventory.devices() if not hasattr(d, "cpus") and d.pci.bus_id == bus_id)  # type: ignore[union-attr]
+    return next(d for _, d in inventory.devices() if not isinstance(d, NumaNode) and d.pci.bus_id == bus_id)
 
 
 def test_fixture_host_reads_healthy(host: tuple[Path, Inventory]) -> None:
@@ -94,7 +94,8 @@ def test_aer_counts_only_increases(host: tuple[Path, Inventory]) -> None:
     assert reader.read(gpu).state == HealthState.HEALTHY
     bump_aer(root, GPU_BDF, 6)
     assert reader.read(gpu).reason == "PciAerFatal"
-    assert reader.read(gpu).state == HealthState.HEALTHY  # no further increase
+    # no further increase, but nothing reset the device: the fatal fault sticks
+    assert (reader.read(gpu).state, reader.read(gpu).sticky) == (HealthState.UNHEALTHY, True)
 
 
 def test_vanished_numa_node_is_unhealthy(host: tuple[Path, Inventory]) -> None:

@@ -12,6 +12,7 @@ import contextlib
 import socket
 import struct
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 from typing import TypeVar
@@ -127,17 +128,42 @@ class FakePluginConnection:
         )
         return self.call("Configure", req, nri.ConfigureResponse)
 
-    def synchronize(self, containers: list[nri.Container], more: bool = False) -> nri.SynchronizeResponse:
-        """Report existing containers."""
-        return self.call(
-            "Synchronize", nri.SynchronizeRequest(containers=containers, more=more), nri.SynchronizeResponse
+    def synchronize(
+        self,
+        containers: list[nri.Container],
+        more: bool = False,
+        pods: list[nri.PodSandbox] | None = None,
+    ) -> nri.SynchronizeResponse:
+        """Report existing pods (default: the one pod of :func:`container`'s default) and containers."""
+        req = nri.SynchronizeRequest(pods=[POD] if pods is None else pods, containers=containers, more=more)
+        return self.call("Synchronize", req, nri.SynchronizeResponse)
+
+    def create_container(
+        self, container: nri.Container, timeout: float = 5.0, pod: nri.PodSandbox | None = None
+    ) -> nri.CreateContainerResponse:
+        """Ask for the adjustment of a container being created (in ``pod``, default :data:`POD`)."""
+        req = nri.CreateContainerRequest(pod=pod or POD, container=container)
+        return self.call("CreateContainer", req, nri.CreateContainerResponse, timeout)
+
+    def create_container_raw(
+        self, container: nri.Container, pod: nri.PodSandbox | None = None
+    ) -> ttrpc.Response:
+        """CreateContainer, returning the ttrpc envelope (a refusal is a non-OK status)."""
+        return self.call_raw(
+            "CreateContainer", nri.CreateContainerRequest(pod=pod or POD, container=container)
         )
 
-    def create_container(self, container: nri.Container, timeout: float = 5.0) -> nri.CreateContainerResponse:
-        """Ask for the adjustment of a container being created."""
-        pod = nri.PodSandbox(id="pod-1", name="demo", uid="pod-uid-1", namespace="default")
-        req = nri.CreateContainerRequest(pod=pod, container=container)
-        return self.call("CreateContainer", req, nri.CreateContainerResponse, timeout)
+    def update_container(
+        self, container: nri.Container, resources: nri.LinuxResources, pod: nri.PodSandbox | None = None
+    ) -> nri.UpdateContainerResponse:
+        """The kubelet's UpdateContainerResources (e.g. an in-place resize), as containerd relays it."""
+        req = nri.UpdateContainerRequest(pod=pod or POD, container=container, linux_resources=resources)
+        return self.call("UpdateContainer", req, nri.UpdateContainerResponse)
+
+    def remove_container(self, container: nri.Container, pod: nri.PodSandbox | None = None) -> None:
+        """The container is gone."""
+        req = nri.RemoveContainerRequest(pod=pod or POD, container=container)
+        self.call("RemoveContainer", req, nri.RemoveContainerResponse)
 
     def close(self) -> None:
         """Drop the connection (as a runtime restart would)."""
@@ -171,6 +197,15 @@ class FakeNriRuntime:
             self.socket_path.unlink()
 
 
+def pod(sandbox_id: str, uid: str, name: str = "demo", namespace: str = "default") -> nri.PodSandbox:
+    """A pod sandbox as containerd reports it: ``uid`` and ``namespace`` are the Kubernetes pod's."""
+    return nri.PodSandbox(id=sandbox_id, name=name, uid=uid, namespace=namespace)
+
+
+#: the pod every container is in unless a test says otherwise
+POD = pod("pod-1", "pod-uid-1")
+
+
 def container(
     cid: str,
     name: str,
@@ -178,7 +213,26 @@ def container(
     cpus: str = "",
     mems: str = "",
     state: int = nri.CONTAINER_RUNNING,
+    sandbox: str = "pod-1",
 ) -> nri.Container:
     """An NRI Container message with the given env and current cpuset."""
     linux = nri.LinuxContainer(resources=nri.LinuxResources(cpu=nri.LinuxCPU(cpus=cpus, mems=mems)))
-    return nri.Container(id=cid, pod_sandbox_id="pod-1", name=name, state=state, env=env or [], linux=linux)
+    return nri.Container(id=cid, pod_sandbox_id=sandbox, name=name, state=state, env=env or [], linux=linux)
+
+
+def connect_plugin(runtime: FakeNriRuntime, connect: Callable[[], None]) -> FakePluginConnection:
+    """Run a plugin's ``connect`` (it blocks until registered) while the runtime accepts it."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            connect()
+        except BaseException as exc:
+            errors.append(exc)
+
+    t = threading.Thread(target=run)
+    t.start()
+    conn = runtime.accept()
+    t.join(5)
+    assert not errors, errors
+    return conn

@@ -15,7 +15,8 @@ from driver.inventory.model import Cpu, Inventory, NumaNode
 from driver.pinning.backend import PinTarget
 from driver.pinning.cgroupfs import CgroupfsBackend
 from driver.pinning.planner import CpuPlanner
-from driver.pinning.types import CpuAssignment, CpuMode, CpuRequest, format_cpulist, marker_env
+from driver.pinning.types import ClaimPinning, CpuAssignment, CpuMode, CpuRequest, format_cpulist, marker_env
+from driver.state.journal import Journal, JournalEntry
 from tests.integration.pinning.conftest import CgroupProcess
 
 pytestmark = pytest.mark.cgroup
@@ -83,24 +84,75 @@ def _hook(cg: CgroupProcess, bundle: Path, *args: str) -> subprocess.CompletedPr
     )
 
 
-def _bundle(tmp_path: Path, env: list[str]) -> Path:
+def _bundle(tmp_path: Path, env: list[str], pod_uid: str = "") -> Path:
+    """A bundle whose config.json has ``env``; ``pod_uid``: the pod annotations containerd sets."""
     bundle = tmp_path / "bundle"
     bundle.mkdir()
-    config = {"ociVersion": "1.2.0", "process": {"args": ["sleep", "300"], "env": ["PATH=/usr/bin", *env]}}
+    config: dict[str, object] = {
+        "ociVersion": "1.2.0",
+        "process": {"args": ["sleep", "300"], "env": ["PATH=/usr/bin", *env]},
+    }
+    if pod_uid:
+        config["annotations"] = {
+            "io.kubernetes.cri.container-type": "container",
+            "io.kubernetes.cri.sandbox-uid": pod_uid,
+            "io.kubernetes.cri.sandbox-namespace": "default",
+        }
     (bundle / "config.json").write_text(json.dumps(config))
     return bundle
 
 
-def test_hook_pins_from_bundle_env(cg: CgroupProcess, tmp_path: Path) -> None:
-    """The create-runtime hook reads NUMADRA_CPUS/MEMS from config.json and pins the cgroup."""
-    _, last = _two_cpus(cg)
+POD_UID = "pod-uid-1"
+
+
+def _journal(tmp_path: Path, assignment: CpuAssignment, claim_uid: str = "claim-uid-1") -> Path:
+    """A claims journal holding one claim with ``assignment``, reserved for pod POD_UID."""
+    path = tmp_path / "state" / "journal.log"
+    path.parent.mkdir()
+    journal = Journal(path)
+    journal.load()
+    pinning = ClaimPinning(claim_uid, (assignment,))
+    journal.put(JournalEntry("default", "cpus", claim_uid, (), pinning=pinning, reserved_pods=(POD_UID,)))
+    journal.save()
+    journal.close()
+    return path
+
+
+def test_hook_pins_from_bundle_env_checked_against_the_journal(cg: CgroupProcess, tmp_path: Path) -> None:
+    """Env mode: the pod holds the claim, so the hook pins to the journal's CPUs/nodes, not the env's."""
+    first, last = _two_cpus(cg)
     _, node_b = _mems_pair(cg)
-    bundle = _bundle(tmp_path, [f"NUMADRA_CPUS={last}", f"NUMADRA_MEMS={node_b}"])
-    result = _hook(cg, bundle)
+    journal = _journal(tmp_path, _assignment({last}, {node_b}))
+    env = ["NUMADRA_CPUS=" + str(first), "NUMADRA_MEMS=" + str(node_b), "NUMADRA_CLAIM_UID=claim-uid-1"]
+    bundle = _bundle(tmp_path, [*env, "NUMADRA_REQUEST=main"], pod_uid=POD_UID)
+    result = _hook(cg, bundle, "--journal", str(journal))
     assert result.returncode == 0, result.stderr
     assert cg.status("Cpus_allowed_list") == str(last)
     assert cg.status("Mems_allowed_list") == str(node_b)
     assert (cg.directory / "cpuset.cpus").read_text().strip() == str(last)
+
+
+@pytest.mark.parametrize(
+    ("pod_uid", "with_journal", "message"),
+    [
+        pytest.param(POD_UID, False, "--journal", id="no-journal"),
+        pytest.param("pod-uid-evil", True, "not for this pod", id="other-pod"),
+        pytest.param("", True, "cannot tell its pod", id="no-pod-annotation"),
+    ],
+)
+def test_hook_refuses_env_marker_it_cannot_bind(
+    cg: CgroupProcess, tmp_path: Path, pod_uid: str, with_journal: bool, message: str
+) -> None:
+    """A forged marker env (copied by a pod that does not hold the claim) fails the container."""
+    _, last = _two_cpus(cg)
+    journal = _journal(tmp_path, _assignment({last}, set(cg.parent_mems)))
+    env = [f"NUMADRA_CPUS={last}", "NUMADRA_CLAIM_UID=claim-uid-1", "NUMADRA_REQUEST=main"]
+    args = ["--journal", str(journal)] if with_journal else []
+    result = _hook(cg, _bundle(tmp_path, env, pod_uid=pod_uid), *args)
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], result.stderr
+    assert cg.status("Cpus_allowed_list") == format_cpulist(cg.parent_cpus)
 
 
 def test_hook_args_override_env(cg: CgroupProcess, tmp_path: Path) -> None:
@@ -125,7 +177,7 @@ def test_hook_without_marker_changes_nothing(cg: CgroupProcess, tmp_path: Path) 
 def test_hook_failure_is_one_line_nonzero(cg: CgroupProcess, tmp_path: Path) -> None:
     """An impossible CPU fails cgroup write and affinity fallback: exit 1 with one stderr line."""
     missing_cpu = max(cg.parent_cpus) + 64
-    result = _hook(cg, _bundle(tmp_path, [f"NUMADRA_CPUS={missing_cpu}"]))
+    result = _hook(cg, _bundle(tmp_path, []), "--cpus", str(missing_cpu))
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
@@ -155,8 +207,8 @@ def test_claim_chain_planner_marker_env_hook(cg: CgroupProcess, tmp_path: Path) 
     planner = CpuPlanner(lambda: host, reserved_cpus=(cpus[0],))  # the system keeps the first CPU
     (assignment,) = planner.plan("claim-uid-1", [CpuRequest("main", (node,), 1)], taken=()).assignments
     env = marker_env(assignment, "claim-uid-1")
-    bundle = _bundle(tmp_path, [f"{k}={v}" for k, v in env.items()])
-    result = _hook(cg, bundle)
+    bundle = _bundle(tmp_path, [f"{k}={v}" for k, v in env.items()], pod_uid=POD_UID)
+    result = _hook(cg, bundle, "--journal", str(_journal(tmp_path, assignment)))
     assert result.returncode == 0, result.stderr
     assert cg.status("Cpus_allowed_list") == env["NUMADRA_CPUS"] == format_cpulist(assignment.cpus)
     assert cg.status("Mems_allowed_list") == env["NUMADRA_MEMS"] == str(node)

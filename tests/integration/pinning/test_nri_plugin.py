@@ -14,7 +14,7 @@ import pytest
 from driver._proto.nri import api_pb2 as nri
 from driver.pinning.backend import PinTarget
 from driver.pinning.nri import NriPlugin, PinningHandlers
-from driver.pinning.types import ClaimPinning, CpuAssignment, CpuMode
+from driver.pinning.types import ClaimBinding, ClaimPinning, CpuAssignment, CpuMode
 from tests.integration.pinning.fake_nri_runtime import (
     FakeNriRuntime,
     FakePluginConnection,
@@ -32,6 +32,9 @@ OURS_ENV = [
 CLAIM_A = ClaimPinning(
     "claim-a", (CpuAssignment("main", CpuMode.EXCLUSIVE, frozenset({2, 3}), frozenset({0})),)
 )
+#: claim-a as the journal records it: reserved for the fake runtime's default pod
+BINDING_A = ClaimBinding("claim-a", "default", "cpus-a", frozenset({"pod-uid-1"}), CLAIM_A)
+LOOKUP = {"claim-a": BINDING_A}.get
 
 
 @pytest.fixture
@@ -70,8 +73,8 @@ def _start(runtime: FakeNriRuntime, plugin: NriPlugin) -> FakePluginConnection:
 
 @pytest.fixture
 def plugin(runtime: FakeNriRuntime) -> Iterator[NriPlugin]:
-    """A plugin (no claim lookup) aimed at the fake runtime's socket."""
-    p = NriPlugin(socket_path=runtime.socket_path)
+    """A plugin (claim-a prepared for the default pod) aimed at the fake runtime's socket."""
+    p = NriPlugin(claim_lookup=LOOKUP, socket_path=runtime.socket_path)
     yield p
     p.close()
 
@@ -104,7 +107,7 @@ def test_synchronize_after_plugin_restart_rebuilds_and_repins(
     runtime: FakeNriRuntime, sock_dir: Path
 ) -> None:
     """A fresh plugin learns running containers from Synchronize and re-pins the drifted one."""
-    first = NriPlugin(socket_path=runtime.socket_path)
+    first = NriPlugin(claim_lookup=LOOKUP, socket_path=runtime.socket_path)
     conn = _start(runtime, first)
     conn.configure()
     conn.synchronize([])
@@ -112,23 +115,21 @@ def test_synchronize_after_plugin_restart_rebuilds_and_repins(
     first.close()  # plugin restart: the process and its memory are gone
     assert conn.closed.wait(5)
 
-    second = NriPlugin(socket_path=runtime.socket_path)
+    second = NriPlugin(claim_lookup=LOOKUP, socket_path=runtime.socket_path)
     try:
         conn2 = _start(runtime, second)
         conn2.configure()
         running = [
             container("c1", "app", OURS_ENV, cpus="2-3", mems="0"),  # still pinned
-            container(
-                "c2", "app2", [*OURS_ENV[:1], "NUMADRA_CPUS=4-5", "NUMADRA_MEMS=1"], cpus="0-7"
-            ),  # drifted
+            container("c2", "app2", OURS_ENV, cpus="0-7"),  # drifted
             container("c3", "web", ["PATH=/usr/bin"], cpus="0-7"),  # not ours
         ]
         first_page = conn2.synchronize(running[:1], more=True)
         assert first_page.more and not first_page.update
-        resp = conn2.synchronize(running[1:])
+        resp = conn2.synchronize(running[1:], pods=[])  # the pod came with the first page
         assert [u.container_id for u in resp.update] == ["c2"]
-        assert resp.update[0].linux.resources.cpu.cpus == "4-5"
-        assert resp.update[0].linux.resources.cpu.mems == "1"
+        assert resp.update[0].linux.resources.cpu.cpus == "2-3"
+        assert resp.update[0].linux.resources.cpu.mems == "0"
         assert set(second.handlers.containers()) == {"c1", "c2"}
     finally:
         second.close()
@@ -138,9 +139,9 @@ def test_slow_handler_answers_within_one_second(runtime: FakeNriRuntime) -> None
     """A handler stuck (slow claim lookup) is abandoned after 1 s with an empty adjustment."""
     release = threading.Event()
 
-    def slow_lookup(uid: str) -> ClaimPinning | None:
+    def slow_lookup(uid: str) -> ClaimBinding | None:
         release.wait(10)
-        return CLAIM_A
+        return BINDING_A
 
     plugin = NriPlugin(claim_lookup=slow_lookup, socket_path=runtime.socket_path)
     try:
@@ -163,38 +164,37 @@ def test_slow_handler_answers_within_one_second(runtime: FakeNriRuntime) -> None
         pytest.param(["NUMADRA_CPUS=3-1"], None, "malformed pinning marker", id="malformed"),
         pytest.param(["NUMADRA_CPUS="], None, "empty pinning marker", id="empty"),
         pytest.param(OURS_ENV, {}, "has not prepared", id="unknown-claim"),
+        pytest.param(OURS_ENV, None, "no claim records", id="no-lookup"),
+        pytest.param(["NUMADRA_CPUS=2-3"], {"claim-a": BINDING_A}, "names no claim", id="no-claim-uid"),
         pytest.param(
-            [*OURS_ENV[:-4], "NUMADRA_CPUS=2-5", "NUMADRA_CLAIM_UID=claim-a"],
-            {"claim-a": CLAIM_A},
-            "not CPUs of claim claim-a",
-            id="foreign-cpus",
+            [*OURS_ENV[:-1], "NUMADRA_REQUEST=other"],
+            {"claim-a": BINDING_A},
+            "no CPU assignment for request 'other'",
+            id="unknown-request",
         ),
     ],
 )
 def test_bad_markers_fail_closed(
-    runtime: FakeNriRuntime, env: list[str], lookup: dict[str, ClaimPinning] | None, message: str
+    runtime: FakeNriRuntime, env: list[str], lookup: dict[str, ClaimBinding] | None, message: str
 ) -> None:
     """A bad or untrusted marker makes the runtime refuse the container (error status)."""
     plugin = NriPlugin(claim_lookup=None if lookup is None else lookup.get, socket_path=runtime.socket_path)
     try:
         conn = _start(runtime, plugin)
-        req = nri.CreateContainerRequest(container=container("c-bad", "app", env))
-        resp = conn.call_raw("CreateContainer", req)
+        resp = conn.create_container_raw(container("c-bad", "app", env))
         assert resp.status.code == 9
         assert message in resp.status.message
     finally:
         plugin.close()
 
 
-def test_trusted_marker_with_lookup(runtime: FakeNriRuntime) -> None:
-    """With a claim lookup, a marker matching the prepared claim is applied."""
-    plugin = NriPlugin(claim_lookup={"claim-a": CLAIM_A}.get, socket_path=runtime.socket_path)
-    try:
-        conn = _start(runtime, plugin)
-        resp = conn.create_container(container("c-ok", "app", OURS_ENV))
-        assert resp.adjust.linux.resources.cpu.cpus == "2-3"
-    finally:
-        plugin.close()
+def test_cpus_come_from_the_record_not_the_env(runtime: FakeNriRuntime, plugin: NriPlugin) -> None:
+    """The rightful pod's container gets the journal's CPUs and nodes whatever its env says."""
+    conn = _start(runtime, plugin)
+    env = [*OURS_ENV[:1], "NUMADRA_CPUS=0-7", "NUMADRA_MEMS=0-1", *OURS_ENV[3:]]
+    resp = conn.create_container(container("c-ok", "app", env))
+    assert resp.adjust.linux.resources.cpu.cpus == "2-3"
+    assert resp.adjust.linux.resources.cpu.mems == "0"
 
 
 def test_unknown_method_is_unimplemented(runtime: FakeNriRuntime, plugin: NriPlugin) -> None:
@@ -247,7 +247,7 @@ def test_backend_apply_pins_container_without_marker(runtime: FakeNriRuntime, pl
 
 def test_reconnects_after_runtime_restart(runtime: FakeNriRuntime) -> None:
     """serve_forever registers again when the runtime drops the connection, keeping handler state."""
-    handlers = PinningHandlers()
+    handlers = PinningHandlers(LOOKUP)
     plugin = NriPlugin(handlers, socket_path=runtime.socket_path)
     stop = threading.Event()
     t = threading.Thread(target=plugin.serve_forever, args=(stop,), daemon=True)
@@ -271,7 +271,9 @@ def test_reconnects_after_runtime_restart(runtime: FakeNriRuntime) -> None:
 def test_node_shared_pool_confines_other_containers(runtime: FakeNriRuntime) -> None:
     """With a node shared pool, other containers get it; a claim's arrival moves them off its CPUs."""
     pool = {"cpus": frozenset(range(8))}
-    plugin = NriPlugin(node_shared_pool=lambda: pool["cpus"], socket_path=runtime.socket_path)
+    plugin = NriPlugin(
+        claim_lookup=LOOKUP, node_shared_pool=lambda: pool["cpus"], socket_path=runtime.socket_path
+    )
     try:
         conn = _start(runtime, plugin)
         web = conn.create_container(container("c-web", "web"))
@@ -291,12 +293,10 @@ def test_node_shared_pool_confines_other_containers(runtime: FakeNriRuntime) -> 
 
 def test_empty_node_shared_pool_refuses_other_containers(runtime: FakeNriRuntime) -> None:
     """An empty node pool fails a container without a claim instead of giving it every CPU."""
-    plugin = NriPlugin(node_shared_pool=frozenset, socket_path=runtime.socket_path)
+    plugin = NriPlugin(claim_lookup=LOOKUP, node_shared_pool=frozenset, socket_path=runtime.socket_path)
     try:
         conn = _start(runtime, plugin)
-        resp = conn.call_raw(
-            "CreateContainer", nri.CreateContainerRequest(container=container("c-web", "web"))
-        )
+        resp = conn.create_container_raw(container("c-web", "web"))
         assert resp.status.code == 9
         assert "node shared pool is empty" in resp.status.message
         assert (
@@ -310,7 +310,9 @@ def test_empty_node_shared_pool_refuses_other_containers(runtime: FakeNriRuntime
 def test_time_box_follows_a_short_runtime_timeout(runtime: FakeNriRuntime) -> None:
     """A runtime request timeout below 1 s shrinks the time box so the plugin answers before it."""
     release = threading.Event()
-    plugin = NriPlugin(claim_lookup=lambda uid: release.wait(10) and CLAIM_A, socket_path=runtime.socket_path)
+    plugin = NriPlugin(
+        claim_lookup=lambda uid: release.wait(10) and BINDING_A, socket_path=runtime.socket_path
+    )
     try:
         conn = _start(runtime, plugin)
         conn.configure(request_timeout_ms=500)
@@ -323,13 +325,26 @@ def test_time_box_follows_a_short_runtime_timeout(runtime: FakeNriRuntime) -> No
         plugin.close()
 
 
-def test_concurrent_creates_are_multiplexed_by_stream(runtime: FakeNriRuntime, plugin: NriPlugin) -> None:
+def test_concurrent_creates_are_multiplexed_by_stream(runtime: FakeNriRuntime) -> None:
     """Parallel CreateContainer calls on one socket each get their own container's adjustment."""
+    claims = {
+        f"claim-{i}": ClaimBinding(
+            f"claim-{i}",
+            "default",
+            f"c{i}",
+            frozenset({"pod-uid-1"}),
+            ClaimPinning(
+                f"claim-{i}", (CpuAssignment("main", CpuMode.EXCLUSIVE, frozenset({i}), frozenset({0})),)
+            ),
+        )
+        for i in range(24)
+    }
+    plugin = NriPlugin(claim_lookup=claims.get, socket_path=runtime.socket_path)
     conn = _start(runtime, plugin)
     results: dict[int, str] = {}
 
     def create(i: int) -> None:
-        env = [f"NUMADRA_CPUS={i}", "NUMADRA_MEMS=0"]
+        env = [f"NUMADRA_CPUS={i}", "NUMADRA_MEMS=0", f"NUMADRA_CLAIM_UID=claim-{i}", "NUMADRA_REQUEST=main"]
         results[i] = conn.create_container(container(f"c{i}", "app", env)).adjust.linux.resources.cpu.cpus
 
     threads = [threading.Thread(target=create, args=(i,)) for i in range(24)]
@@ -337,6 +352,7 @@ def test_concurrent_creates_are_multiplexed_by_stream(runtime: FakeNriRuntime, p
         t.start()
     for t in threads:
         t.join(10)
+    plugin.close()
     assert results == {i: str(i) for i in range(24)}
 
 
@@ -344,18 +360,16 @@ def test_handler_bug_is_internal_error_and_connection_survives(runtime: FakeNriR
     """An unexpected handler exception answers Internal (13); the next call still works."""
     calls = {"n": 0}
 
-    def flaky(uid: str) -> ClaimPinning | None:
+    def flaky(uid: str) -> ClaimBinding | None:
         calls["n"] += 1
         if calls["n"] == 1:
             raise RuntimeError("boom")
-        return CLAIM_A
+        return BINDING_A
 
     plugin = NriPlugin(claim_lookup=flaky, socket_path=runtime.socket_path)
     try:
         conn = _start(runtime, plugin)
-        resp = conn.call_raw(
-            "CreateContainer", nri.CreateContainerRequest(container=container("c1", "app", OURS_ENV))
-        )
+        resp = conn.create_container_raw(container("c1", "app", OURS_ENV))
         assert resp.status.code == 13 and "boom" in resp.status.message
         assert (
             conn.create_container(container("c2", "app", OURS_ENV)).adjust.linux.resources.cpu.cpus == "2-3"
@@ -367,7 +381,9 @@ def test_handler_bug_is_internal_error_and_connection_survives(runtime: FakeNriR
 def test_flood_of_stuck_handlers_still_answers_every_create_in_time(runtime: FakeNriRuntime) -> None:
     """More stuck requests than worker threads: each still gets its (empty) answer within ~1 s."""
     release = threading.Event()
-    plugin = NriPlugin(claim_lookup=lambda uid: release.wait(10) and CLAIM_A, socket_path=runtime.socket_path)
+    plugin = NriPlugin(
+        claim_lookup=lambda uid: release.wait(10) and BINDING_A, socket_path=runtime.socket_path
+    )
     took: dict[int, float] = {}
     try:
         conn = _start(runtime, plugin)
@@ -395,7 +411,7 @@ def test_preconnected_socket_fd(sock_dir: Path) -> None:
     import socket
 
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    plugin = NriPlugin(socket_path=sock_dir / "absent.sock", socket_fd=ours.detach())
+    plugin = NriPlugin(claim_lookup=LOOKUP, socket_path=sock_dir / "absent.sock", socket_fd=ours.detach())
     conn = FakePluginConnection(theirs)
     try:
         t = threading.Thread(target=plugin.connect)

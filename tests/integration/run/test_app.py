@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 
 import pytest
 
 from driver.app import App, RunConfig
 from driver.errors import DriverError
+from driver.kube.client import shared_client
 from tests.integration.run.conftest import GPU, NODE, RunNode, wait_for
 
 
@@ -27,9 +29,10 @@ def _config(node: RunNode) -> RunConfig:
 
 def test_start_wires_components_and_stop_is_idempotent(node: RunNode) -> None:
     """After start: registered server, health in the stream source, slices published; stop twice is fine."""
-    app = App(_config(node))
+    app = App(replace(_config(node), claim_read_timeout=3.5))
     app.start()
     try:
+        assert shared_client(node.api.kubeconfig_path).read_deadline == 3.5  # --claim-read-timeout
         node.kubelet.register(node.registration_socket)
         assert app.kubelet is not None
         assert app.kubelet.wait_registered(5)

@@ -15,8 +15,10 @@ from driver.claims.render import claim_spec_file_name
 from driver.pinning.types import ENV_CPUS, parse_cpulist
 from driver.plugin import ClaimRef
 from driver.testing.kubeletclient import KubeletClient
+from tests.integration.pinning.fake_nri_runtime import POD as NRI_POD
 from tests.integration.pinning.fake_nri_runtime import FakeNriRuntime
 from tests.integration.pinning.fake_nri_runtime import container as nri_container
+from tests.integration.pinning.fake_nri_runtime import pod as nri_pod
 from tests.integration.run.conftest import (
     CPU_DEVICE,
     DRIVER,
@@ -32,9 +34,13 @@ from tests.integration.run.conftest import (
 )
 
 
-def _put_claim(node: RunNode, name: str, cpus: int = 2, gpu: str = GPU) -> ClaimRef:
+def _put_claim(node: RunNode, name: str, cpus: int = 2, gpu: str = GPU, pod_uid: str = "") -> ClaimRef:
+    """A claim in the fake apiserver; ``pod_uid``: reserved for that pod (status.reservedFor)."""
     uid = str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{node.root.name}-{name}"))
-    node.api.put_object(gpu_cpu_claim(uid, name, cpus, gpu))
+    obj = gpu_cpu_claim(uid, name, cpus, gpu)
+    if pod_uid:
+        obj["status"]["reservedFor"] = [{"resource": "pods", "name": "app", "uid": pod_uid}]
+    node.api.put_object(obj)
     return ClaimRef("default", name, uid)
 
 
@@ -340,7 +346,7 @@ def test_nri_backend_pins_containers_of_prepared_claims(node: RunNode) -> None:
     try:
         process = node.spawn("--pinning", "nri", "--nri-socket", str(node.root / "nri.sock"))
         _registered(node, process)
-        ref = _put_claim(node, "pinned", cpus=4)
+        ref = _put_claim(node, "pinned", cpus=4, pod_uid=NRI_POD.uid)
         assert _prepare(node, ref).error == ""
         spec = json.loads(_spec_file(node, ref.uid).read_text())
         env = next(
@@ -360,6 +366,14 @@ def test_nri_backend_pins_containers_of_prepared_claims(node: RunNode) -> None:
             forged.append("NUMADRA_CLAIM_UID=00000000-0000-0000-0000-000000000000")
             with pytest.raises(RuntimeError, match="has not prepared"):
                 conn.create_container(nri_container("c2", "intruder", env=forged))
+            # the claim's own env, copied by a pod the claim is not reserved for: refused
+            evil = nri_pod("pod-evil", "pod-uid-evil", name="evil")
+            with pytest.raises(
+                RuntimeError, match=f"claim default/pinned \\(uid {ref.uid}\\).*not for this pod"
+            ):
+                conn.create_container(
+                    nri_container("c3", "intruder", env=list(env), sandbox=evil.id), pod=evil
+                )
             assert process.stop() == 0  # the NRI connection does not hold up the shutdown
         finally:
             conn.close()

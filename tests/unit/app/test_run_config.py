@@ -48,6 +48,7 @@ def test_defaults_follow_the_design_contract(tmp_path: Path) -> None:
     assert cfg.metrics_address == ""
     assert cfg.taint_unhealthy == "NoSchedule"
     assert cfg.claim_status is True
+    assert cfg.claim_read_timeout == 10.0
 
 
 def test_plugin_dir_default_follows_the_driver_name() -> None:
@@ -72,6 +73,9 @@ def test_plugin_dir_default_follows_the_driver_name() -> None:
         pytest.param({"NUMADRA_HEALTH_INTERVAL": "0.5"}, "health_interval", 0.5, id="health-interval"),
         pytest.param({"NUMADRA_RESCAN_INTERVAL": "0"}, "rescan_interval", 0.0, id="rescan-off"),
         pytest.param({"NUMADRA_CLAIM_STATUS": "off"}, "claim_status", False, id="claim-status"),
+        pytest.param(
+            {"NUMADRA_CLAIM_READ_TIMEOUT": "2.5"}, "claim_read_timeout", 2.5, id="claim-read-timeout"
+        ),
         pytest.param({"NUMADRA_METRICS_ADDRESS": ":8080"}, "metrics_address", ":8080", id="metrics"),
     ],
 )
@@ -118,6 +122,13 @@ def test_a_flag_beats_its_environment_variable(
         pytest.param(["--host-root", "/does/not/exist"], {}, ("--host-root",), id="host-root"),
         pytest.param([], {"NUMADRA_TAINT_UNHEALTHY": "Evict"}, ("NUMADRA_TAINT_UNHEALTHY",), id="taint-env"),
         pytest.param(["--hook-path", "bin/numadra"], {}, ("--hook-path",), id="hook-path-relative"),
+        pytest.param(["--claim-read-timeout", "0"], {}, ("--claim-read-timeout",), id="read-timeout-zero"),
+        pytest.param(
+            [],
+            {"NUMADRA_CLAIM_READ_TIMEOUT": "45"},
+            ("NUMADRA_CLAIM_READ_TIMEOUT", "45 s"),
+            id="read-timeout-long",
+        ),
     ],
 )
 def test_bad_values_are_config_errors_naming_the_option(

@@ -44,6 +44,7 @@ class RecordingLister(RecordingGetter):
     def __init__(self, names: dict[str, list[str]]) -> None:
         super().__init__(names)
         self.list_error: Exception | None = None
+        self.junk: list[Any] = []  # items put on every page as they are, like a broken apiserver
 
     def list_resource_claims(
         self, namespace: str, *, limit: int = 0, continue_token: str = ""
@@ -54,8 +55,8 @@ class RecordingLister(RecordingGetter):
             raise self.list_error
         items = sorted((obj for (ns, _), obj in self.store.items() if ns == namespace), key=_name)
         if limit and len(items) > limit:
-            return items[:limit], "more"
-        return items, ""
+            return [*self.junk, *items[:limit]], "more"
+        return [*self.junk, *items], ""
 
 
 def _name(obj: dict[str, Any]) -> str:
@@ -231,3 +232,55 @@ def test_get_errors_become_claim_errors(
     got = _fetcher(fetchers, source).fetch(_refs("ns", ["c01", "c02"]))
     assert got["uid-c01"] == expected
     assert got["uid-c02"] == source.store[("ns", "c02")]
+
+
+@pytest.mark.parametrize(
+    "junk",
+    [42, "claim", None, [], {"metadata": None}, {"metadata": {"name": 7}}, {"kind": "ResourceClaim"}],
+    ids=["int", "string", "null", "list", "null-metadata", "numeric-name", "no-metadata"],
+)
+def test_junk_list_items_fall_back_to_gets(fetchers: list[ClaimFetcher], junk: Any) -> None:
+    """A LIST page with an item that is not a named object (a broken or hostile apiserver) is not a
+    failed call: the claims found on it are used, the others are fetched one GET each, and a claim
+    that does not exist gets its own 404 error rather than an INTERNAL for the whole call."""
+    source = RecordingLister({"ns": ["a", "b", "c", "d"]})
+    source.junk = [junk]
+    del source.store[("ns", "d")]  # "d" is missing: not on the page, 404 on GET
+    got = _fetcher(fetchers, source).fetch(_refs("ns", ["a", "b", "c", "d"]))
+    assert {uid: _name(obj) for uid, obj in got.items() if isinstance(obj, dict)} == {
+        "uid-a": "a",
+        "uid-b": "b",
+        "uid-c": "c",
+    }
+    assert "not found in the apiserver" in str(got["uid-d"])
+    assert ("get", "ns", "d") in source.calls
+    assert not any(call[0] == "get" and call[2] != "d" for call in source.calls)
+
+
+class StuckGetter(RecordingGetter):
+    """GETs that never answer until released (reads queued behind stuck ones), with a read deadline."""
+
+    read_deadline = 0.2
+
+    def __init__(self, names: dict[str, list[str]]) -> None:
+        super().__init__(names)
+        self.release = threading.Event()
+
+    def get_resource_claim(self, namespace: str, name: str) -> JsonObject:
+        self.release.wait(30)
+        return super().get_resource_claim(namespace, name)
+
+
+def test_a_call_stops_waiting_for_queued_gets(fetchers: list[ClaimFetcher]) -> None:
+    """GETs stuck in the shared I/O pool (its threads all taken) give each claim an error once the
+    call has waited two read deadlines: the kubelet gets an answer, not its own 45 s timeout."""
+    source = StuckGetter({"ns": ["a", "b", "c"]})
+    fetcher = ClaimFetcher(source, max_workers=1)  # one thread: b and c queue behind a
+    fetchers.append(fetcher)
+    try:
+        got = fetcher.fetch(_refs("ns", ["a", "b", "c"]))
+    finally:
+        source.release.set()
+    assert set(got) == {"uid-a", "uid-b", "uid-c"}
+    for uid, value in got.items():
+        assert isinstance(value, str) and "no answer from the apiserver" in value, (uid, value)

@@ -146,38 +146,86 @@ def test_daemonset_rolling_update_surges_one() -> None:
     assert strategy == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
 
 
-def test_daemonset_host_paths_are_mounted_at_the_same_path() -> None:
-    """Kubelet and CDI dirs are hostPath mounts at identical paths; host root is read-only at /host."""
-    spec = _one("DaemonSet")["spec"]["template"]["spec"]
-    host_paths = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
-    mounts = {m["name"]: m for m in _container()["volumeMounts"]}
-    for path in (
-        "/var/lib/kubelet/plugins_registry",
-        "/var/lib/kubelet/plugins",
-        "/var/run/cdi",
-        "/var/run/nri",
-    ):
-        (name,) = [n for n, p in host_paths.items() if p == path]
-        assert mounts[name]["mountPath"] == path
-        assert not mounts[name].get("readOnly", False)
-    (root,) = [n for n, p in host_paths.items() if p == "/"]
-    assert mounts[root]["mountPath"] == "/host"
-    assert mounts[root]["readOnly"] is True
+#: every hostPath of the base DaemonSet: host path -> (mount path, read-only); nothing else
+BASE_HOST_MOUNTS = {
+    "/var/lib/kubelet/plugins_registry": ("/var/lib/kubelet/plugins_registry", False),
+    f"/var/lib/kubelet/plugins/{DEFAULT_DRIVER_NAME}": (
+        f"/var/lib/kubelet/plugins/{DEFAULT_DRIVER_NAME}",
+        False,
+    ),
+    "/var/run/cdi": ("/var/run/cdi", False),
+    "/sys": ("/host/sys", True),
+    "/dev": ("/host/dev", True),
+    "/var/run/nri": ("/var/run/nri", False),
+}
+
+
+def host_mounts(ds: dict[str, Any]) -> dict[str, tuple[str, bool]]:
+    """host path -> (mount path, read-only) of a DaemonSet's hostPath volumes."""
+    spec = ds["spec"]["template"]["spec"]
+    by_volume = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
+    (container,) = spec["containers"]
+    out: dict[str, tuple[str, bool]] = {}
+    for mount in container["volumeMounts"]:
+        if mount["name"] in by_volume:
+            read_only = bool(mount.get("readOnly", False))
+            if read_only:
+                assert mount.get("recursiveReadOnly") == "IfPossible", mount
+            out[by_volume[mount["name"]]] = (mount["mountPath"], read_only)
+    assert len(out) == len(by_volume), "a hostPath volume is not mounted"
+    return out
+
+
+def test_daemonset_mounts_only_what_it_reads_and_writes() -> None:
+    """Not the host's / (kubelet credentials, every pod's secrets) and not all of
+    /var/lib/kubelet/plugins (other drivers' sockets): sys and dev read-only for discovery, the
+    driver's own plugin dir, the registry, CDI and NRI dirs read-write."""
+    mounts = host_mounts(_one("DaemonSet"))
+    assert mounts == BASE_HOST_MOUNTS
+    assert "/" not in mounts and "/var/lib/kubelet/plugins" not in mounts and "/proc" not in mounts
+    assert "--host-root=/host" in _container()["args"]
 
 
 def test_daemonset_env_args_and_probes() -> None:
-    """NODE_NAME/POD_UID from the downward API; probes hit /healthz and /readyz on the metrics port."""
+    """NODE_NAME/POD_UID/POD_IP from the downward API; metrics on the pod IP; probes on that port."""
     c = _container()
     env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in c["env"]}
-    assert env == {"NODE_NAME": "spec.nodeName", "POD_UID": "metadata.uid"}
+    assert env == {"NODE_NAME": "spec.nodeName", "POD_UID": "metadata.uid", "POD_IP": "status.podIP"}
     assert c["args"][0] == "run"
     assert "--host-root=/host" in c["args"]
     assert "--pinning=nri" in c["args"]
     (port,) = c["ports"]
-    assert f"--metrics-address=:{port['containerPort']}" in c["args"]
+    assert f"--metrics-address=$(POD_IP):{port['containerPort']}" in c["args"]
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": port["name"]}
     assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": port["name"]}
     assert {"cpu", "memory"} <= c["resources"]["requests"].keys()
+
+
+def test_network_policy_admits_only_monitoring_to_the_metrics_port() -> None:
+    """Ingress to the driver pods: the metrics port, from the monitoring namespace; nothing else."""
+    policy = _one("NetworkPolicy")
+    assert policy["apiVersion"] == "networking.k8s.io/v1"
+    assert policy["metadata"]["namespace"] == _one("DaemonSet")["metadata"]["namespace"]
+    spec = policy["spec"]
+    pod_labels = _one("DaemonSet")["spec"]["template"]["metadata"]["labels"]
+    assert spec["podSelector"]["matchLabels"].items() <= pod_labels.items()
+    assert spec["policyTypes"] == ["Ingress"]
+    (rule,) = spec["ingress"]
+    assert rule["from"] == [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    ]
+    (port,) = _container()["ports"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": port["name"]}]
+
+
+def test_cgroupfs_component_is_unprivileged() -> None:
+    """The cgroupfs variant only swaps the backend and drops the NRI mount: no privilege, no new mount."""
+    component = ROOT / "deploy" / "kustomize" / "components" / "cgroupfs" / "kustomization.yaml"
+    (patch,) = yaml.safe_load(component.read_text())["patches"]
+    ops = yaml.safe_load(patch["patch"])
+    assert {op["op"] for op in ops} == {"replace", "test", "remove"}
+    assert [op["value"] for op in ops if op["op"] == "replace"] == ["--pinning=cgroupfs"]
+    assert [op["value"] for op in ops if op["op"] == "test"] == ["nri", "nri"]
 
 
 def test_daemonset_security_and_scheduling() -> None:
@@ -210,7 +258,45 @@ def test_device_classes_are_the_ones_explain_assumes() -> None:
         c["metadata"]["name"]: tuple(s["cel"]["expression"] for s in c["spec"]["selectors"]) for c in classes
     } == {name: cls.selectors for name, cls in defaults.items()}
     extended = {c["metadata"]["name"]: c["spec"].get("extendedResourceName") for c in classes}
-    assert extended == {"gpu.numadra.dev": "nvidia.com/gpu", "nic.numadra.dev": None, "cpu.numadra.dev": None}
+    assert extended == {
+        "gpu.numadra.dev": None,
+        "nic.numadra.dev": None,
+        "cpu.numadra.dev": None,
+        "nvidia-gpu.numadra.dev": "nvidia.com/gpu",
+        "amd-gpu.numadra.dev": "amd.com/gpu",
+        "intel-i915-gpu.numadra.dev": "gpu.intel.com/i915",
+        "intel-xe-gpu.numadra.dev": "gpu.intel.com/xe",
+    }
+
+
+def _gpu(vendor: str, kernel_driver: str) -> CelDevice:
+    attrs = {"type": "gpu", "vendor": vendor, "driver": kernel_driver}
+    return CelDevice(DEFAULT_DRIVER_NAME, {DEFAULT_DRIVER_NAME: attrs}, {})
+
+
+@pytest.mark.parametrize(
+    ("cls", "selected"),
+    [
+        pytest.param("nvidia-gpu", {("nvidia", "nvidia")}, id="nvidia"),
+        pytest.param("amd-gpu", {("amd", "amdgpu")}, id="amd"),
+        pytest.param("intel-i915-gpu", {("intel", "i915")}, id="intel-i915"),
+        pytest.param("intel-xe-gpu", {("intel", "xe")}, id="intel-xe"),
+        pytest.param(
+            "gpu", {("nvidia", "nvidia"), ("amd", "amdgpu"), ("intel", "i915"), ("intel", "xe")}, id="generic"
+        ),
+    ],
+)
+def test_vendor_class_selects_only_its_vendors_gpus(cls: str, selected: set[tuple[str, str]]) -> None:
+    """nvidia.com/gpu (and each vendor's resource) can only ever be an NVIDIA (that vendor's) GPU."""
+    (obj,) = [
+        o for o in _objects() if o["kind"] == "DeviceClass" and o["metadata"]["name"] == f"{cls}.numadra.dev"
+    ]
+    (expr,) = [s["cel"]["expression"] for s in obj["spec"]["selectors"]]
+    gpus = [("nvidia", "nvidia"), ("amd", "amdgpu"), ("intel", "i915"), ("intel", "xe")]
+    got = {g for g in gpus if evaluate(expr, _gpu(*g)).matches is True}
+    assert got == selected
+    nic = CelDevice(DEFAULT_DRIVER_NAME, {DEFAULT_DRIVER_NAME: {"type": "nic", "vendor": "nvidia"}}, {})
+    assert evaluate(expr, nic).matches is False
 
 
 @pytest.mark.parametrize("dtype", ["gpu", "nic", "cpu"])

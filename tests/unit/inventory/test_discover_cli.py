@@ -59,7 +59,9 @@ def test_table_shows_topology(capsys: pytest.CaptureFixture[str]) -> None:
     assert "total     224 CPUs, 2.0 TiB NUMA-node memory, 2 NUMA node(s), 8 GPU(s), 72 NIC(s)" in out
     assert "NUMA node 1\n  cpus      112 (56-111,168-223): 56 cores x 2 threads, socket 1" in out
     assert "  hugepages 2Mi x 1024, 1Gi x 16" in out
-    assert "  gpu  gpu-0000-98-00-0  nvidia NVIDIA H100 80GB HBM3  root pci0000:95  /dev/nvidia4" in out
+    assert (
+        "  gpu  gpu-0000-98-00-0  nvidia NVIDIA H100 80GB HBM3  index 4  root pci0000:95  /dev/nvidia4" in out
+    )
     assert (
         "  nic  nic-0000-97-00-0  enp151s0np0  mlx5_core  b8:ce:f6:00:04:00  400000 Mb/s  up  PF, 16 VFs"
         in out

@@ -34,6 +34,16 @@ def test_dgx_gpus() -> None:
     assert gpus[0].memory_bytes is None  # no NVML on a fixture tree
 
 
+def test_dgx_bmc_chip_is_skipped_and_counts_in_no_index() -> None:
+    """The ASPEED BMC (class 0x0300, first in PCI order) is listed as skipped; minors stay the indexes."""
+    inv = inventory("dgx")
+    (bmc,) = inv.skipped
+    assert (bmc.bus_id, bmc.vendor_id, bmc.pci_class, bmc.driver) == ("0000:03:00.0", 0x1A03, 0x030000, "ast")
+    assert "ASPEED" in bmc.reason
+    assert inv.find("gpu-0000-03-00-0") is None
+    assert [g.index for g in inv.gpus] == [g.minor for g in inv.gpus] == list(range(8))
+
+
 def test_dgx_nics_and_sriov() -> None:
     """8 mlx5 PFs with RDMA and 8 VFs each: 72 NIC devices, VFs linked to their PF, split 36/36 by node."""
     nics = inventory("dgx").nics
@@ -84,13 +94,13 @@ def test_dgx_cpus_and_numa() -> None:
 
 
 def test_workstation_amd_and_intel_gpus() -> None:
-    """Intel iGPU (index 0) and AMD dGPU (index 1) with DRM nodes, /dev/kfd and VRAM; one NUMA node."""
+    """Intel iGPU (renderD129: index 1) and AMD dGPU (renderD128: index 0) with DRM nodes, /dev/kfd, VRAM."""
     inv = inventory("workstation")
     intel, amd = inv.gpus
-    assert (intel.name, intel.vendor, intel.index, intel.driver) == ("gpu-0000-00-02-0", "intel", 0, "i915")
+    assert (intel.name, intel.vendor, intel.index, intel.driver) == ("gpu-0000-00-02-0", "intel", 1, "i915")
     assert intel.device_nodes == ("/dev/dri/card1", "/dev/dri/renderD129")
     assert intel.product_name is None and intel.memory_bytes is None
-    assert (amd.name, amd.vendor, amd.index, amd.driver) == ("gpu-0000-03-00-0", "amd", 1, "amdgpu")
+    assert (amd.name, amd.vendor, amd.index, amd.driver) == ("gpu-0000-03-00-0", "amd", 0, "amdgpu")
     assert amd.device_nodes == ("/dev/dri/card0", "/dev/dri/renderD128", "/dev/kfd")
     assert amd.memory_bytes == 24 * GiB
     assert amd.product_name == "Radeon RX 7900 XTX"
@@ -153,14 +163,18 @@ def test_hostile_cpus() -> None:
 
 
 def test_hostile_devices() -> None:
-    """Odd GPUs and NICs are kept with sane values; USB and duplicate netdevs are not separate NICs."""
+    """Odd GPUs and NICs are kept with sane values, half-described ones skipped; USB and duplicate
+    netdevs are not separate NICs."""
     inv = inventory("hostile")
-    big, l4, accel = inv.gpus
+    big, accel = inv.gpus
     assert big.product_name == HOSTILE_PRODUCT_NAME  # clipping happens when publishing
-    assert l4.minor is None
-    assert l4.device_nodes == ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
-    assert (accel.vendor, accel.pci_class, accel.pci.numa_node) == ("generic", 0x120000, None)
-    assert accel.device_nodes == ("/dev/accel/accel0",)
+    assert (big.minor, big.index) == (3, 3)
+    assert (accel.vendor, accel.pci_class, accel.pci.numa_node, accel.index) == ("amd", 0x120000, None, 5)
+    assert accel.device_nodes == ("/dev/dri/card5", "/dev/dri/renderD133", "/dev/kfd")
+    l4, tenstorrent = inv.skipped
+    assert (l4.bus_id, l4.reason) == ("0000:0b:00.0", "NVIDIA information file has no readable Device Minor")
+    assert (tenstorrent.bus_id, tenstorrent.vendor_id) == ("0000:0d:00.0", 0x1E52)
+    assert "no compute rule" in tenstorrent.reason
     assert [n.interface_name for n in inv.nics] == ["Eth.Uplink.0", "MGMT.vlan.7"]
     eth, mgmt = inv.nics
     assert eth.mac_address == "aa:bb:cc:dd:ee:ff"

@@ -56,7 +56,9 @@ def test_dgx_layout_matches_sysfs() -> None:
 def test_topology_figures() -> None:
     """The ready topologies have the documented sizes."""
     dgx = TOPOLOGIES["dgx"]
-    assert (dgx.cpu_count, dgx.node_count, len(dgx.gpus), len(dgx.nics)) == (224, 2, 8, 8)
+    # 8 GPUs and the ASPEED BMC display chip (a GpuSpec: a display-class PCI function)
+    assert (dgx.cpu_count, dgx.node_count, len(dgx.gpus), len(dgx.nics)) == (224, 2, 9, 8)
+    assert [g.vendor_id for g in dgx.gpus].count(0x1A03) == 1
     assert sum(len(n.vfs) for n in dgx.nics) == 64
     huge = TOPOLOGIES["huge"]
     assert len(huge.gpus) + len(huge.nics) + sum(len(n.vfs) for n in huge.nics) + huge.node_count > 300

@@ -49,27 +49,34 @@ def test_cpu_dirs_without_online_file(tmp_path: Path) -> None:
     assert inv.numa_nodes[0].cpus == (0, 1, 2)
 
 
-def _pci(bus_id: str, pci_class: int, **kw: object) -> PciFacts:
-    return PciFacts(bus_id, "pci0000:00", 0, pci_class, 0x10DE, 0x1234, None, **kw)  # type: ignore[arg-type]
+def _pci(bus_id: str, pci_class: int, driver: str | None = None, **kw: object) -> PciFacts:
+    return PciFacts(bus_id, "pci0000:00", 0, pci_class, 0x10DE, 0x1234, driver, **kw)  # type: ignore[arg-type]
 
 
 def test_build_classifies_pci_functions() -> None:
-    """Only classes 0x0300/0x0302/0x1200 are GPUs; bridges and storage are ignored."""
+    """Only display (0x0300/0x0302/0x0380) and accelerator (0x1200) classes are looked at; bridges
+    and storage never are, even when bound to the NVIDIA driver."""
+    nv = [NvidiaFacts(f"0000:0{k}:00.0", k, None) for k in range(1, 7)]
     facts = HostFacts(
         pci=(
-            _pci("0000:00:01.0", 0x060400),
-            _pci("0000:01:00.0", 0x030000),
-            _pci("0000:02:00.0", 0x030200),
-            _pci("0000:03:00.0", 0x120000),
-            _pci("0000:04:00.0", 0x038000),
-            _pci("0000:05:00.0", 0x010802),
-        )
+            _pci("0000:01:00.0", 0x060400, driver="nvidia"),
+            _pci("0000:02:00.0", 0x030000, driver="nvidia"),
+            _pci("0000:03:00.0", 0x030200, driver="nvidia"),
+            _pci("0000:04:00.0", 0x120000, driver="nvidia"),
+            _pci("0000:05:00.0", 0x038000, driver="nvidia"),
+            _pci("0000:06:00.0", 0x010802, driver="nvidia"),
+        ),
+        nvidia=tuple(nv),
+        dev_nodes=frozenset(f"/dev/nvidia{k}" for k in range(1, 7)),
     )
-    assert [g.pci.bus_id for g in build_inventory(facts).gpus] == [
-        "0000:01:00.0",
-        "0000:02:00.0",
-        "0000:03:00.0",
+    inv = build_inventory(facts)
+    assert [(g.pci.bus_id, g.index) for g in inv.gpus] == [
+        ("0000:02:00.0", 2),
+        ("0000:03:00.0", 3),
+        ("0000:04:00.0", 4),
+        ("0000:05:00.0", 5),
     ]
+    assert inv.skipped == ()
 
 
 def test_build_nic_from_facts() -> None:
@@ -97,7 +104,7 @@ def test_build_nic_from_facts() -> None:
 def test_build_nvidia_nodes_only_when_present() -> None:
     """Device nodes are listed only when they exist under dev/ (the CDI spec must name real files)."""
     facts = HostFacts(
-        pci=(_pci("0000:18:00.0", 0x030200),),
+        pci=(_pci("0000:18:00.0", 0x030200, driver="nvidia"),),
         nvidia=(NvidiaFacts("0000:18:00.0", 2, "NVIDIA A100"),),
         dev_nodes=frozenset({"/dev/nvidia2", "/dev/nvidiactl"}),
     )

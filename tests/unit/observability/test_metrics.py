@@ -116,3 +116,19 @@ def test_journal_recoveries_count_several_entries_at_once() -> None:
     m.count_journal_recovery("ok")
     assert m.sample("numadra_journal_recoveries_total", {"action": "recreated"}) == 3
     assert m.sample("numadra_journal_recoveries_total", {"action": "ok"}) == 1
+
+
+def test_state_recoveries_follow_running_totals_by_reason() -> None:
+    """numadra_state_recoveries_total{reason}: every reason starts at 0, totals turn into
+    increments once, and an unknown reason is refused (bounded series)."""
+    m = Metrics()
+    from driver.observability.metrics import STATE_RECOVERY_REASONS
+
+    for reason in STATE_RECOVERY_REASONS:
+        assert m.sample("numadra_state_recoveries_total", {"reason": reason}) == 0
+    m.set_state_recoveries({"journal_deleted": 2})
+    m.set_state_recoveries({"journal_deleted": 2, "entry_missing": 1})
+    assert m.sample("numadra_state_recoveries_total", {"reason": "journal_deleted"}) == 2
+    assert m.sample("numadra_state_recoveries_total", {"reason": "entry_missing"}) == 1
+    with pytest.raises(ValueError, match="state recovery reason"):
+        m.set_state_recoveries({"bogus": 1})

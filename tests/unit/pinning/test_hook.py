@@ -18,7 +18,7 @@ from driver.pinning.hook import (
     parse_oci_state,
     run_create_runtime,
 )
-from driver.pinning.types import CpuAssignment, CpuMode
+from driver.pinning.types import ClaimBinding, ClaimPinning, CpuAssignment, CpuMode
 
 
 @pytest.mark.parametrize(
@@ -124,3 +124,44 @@ def test_cdi_hook_validates_in_a_cdi_spec() -> None:
     doc = spec.to_json()
     assert doc["cdiVersion"] == "0.3.0"
     assert doc["devices"][0]["containerEdits"]["hooks"][0]["hookName"] == "createRuntime"
+
+
+def _env_bundle(tmp_path: Path, env: list[str], annotations: dict[str, str]) -> str:
+    """The OCI state of our own pid with a bundle whose config.json has ``env`` and ``annotations``."""
+    (tmp_path / "config.json").write_text(json.dumps({"process": {"env": env}, "annotations": annotations}))
+    return json.dumps({"id": "c1", "pid": os.getpid(), "bundle": str(tmp_path)})
+
+
+def test_env_mode_claim_without_cpus_from_another_pod_pins_nothing(tmp_path: Path) -> None:
+    """A GPU claim's marker in a pod it was not prepared for: nothing to steal, nothing pinned."""
+    gpu = ClaimBinding("claim-g", "default", "gpu", frozenset({"pod-a"}), None, mems=frozenset({0}))
+    state = _env_bundle(
+        tmp_path, ["NUMADRA_MEMS=0", "NUMADRA_CLAIM_UID=claim-g"], {"io.kubernetes.cri.sandbox-uid": "pod-b"}
+    )
+    assert run_create_runtime(state, lookup={"claim-g": gpu}.get).method == "none"
+
+
+def test_env_mode_entry_from_before_pods_were_recorded_binds_by_claim_uid(tmp_path: Path) -> None:
+    """A journal entry of an older numadra has no pods: the claim UID binds, the journal's CPUs apply."""
+    proc = tmp_path / "proc"
+    pid = os.getpid()
+    (proc / str(pid) / "task" / str(pid)).mkdir(parents=True)
+    (proc / str(pid) / "cgroup").write_text("3:cpuset:/gone\n")
+    backend = HookBackend(
+        CgroupfsBackend(CpusetHierarchy(1, tmp_path / "nocg"), proc_root=proc), proc_root=proc
+    )
+    before = os.sched_getaffinity(pid)
+    target = min(before)
+    pinning = ClaimPinning(
+        "claim-a", (CpuAssignment("main", CpuMode.EXCLUSIVE, frozenset({target}), frozenset()),)
+    )
+    legacy = ClaimBinding("claim-a", "default", "cpus", None, pinning)
+    env = ["NUMADRA_CPUS=0-255", "NUMADRA_CLAIM_UID=claim-a", "NUMADRA_REQUEST=main"]
+    try:
+        out = run_create_runtime(
+            _env_bundle(tmp_path, env, {}), backend=backend, lookup={"claim-a": legacy}.get
+        )
+        assert (out.method, out.cpus) == ("affinity", frozenset({target}))
+        assert os.sched_getaffinity(pid) == {target}
+    finally:
+        os.sched_setaffinity(pid, before)

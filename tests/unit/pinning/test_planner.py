@@ -161,10 +161,60 @@ def test_mems_for_devices() -> None:
     assert mems_for_devices(inv, ["cpu-numa0", "gpu-0000-3b-00-0"]) == frozenset({0, 1})
 
 
-def test_node_shared_pool_excludes_reserved_and_claimed() -> None:
-    """The node shared pool is every online CPU minus reserved and claimed ones."""
+def test_node_shared_pool_keeps_reserved_and_excludes_claimed() -> None:
+    """The node shared pool is every online CPU minus claimed ones; reserved CPUs stay in it."""
     planner = _planner(reserved=(0,))
-    assert planner.node_shared_pool({1, 2, 3}) == frozenset(range(4, 16))
+    assert planner.node_shared_pool({1, 2, 3}) == frozenset({0, *range(4, 16)})
+
+
+def _pool_planner(reserved: tuple[int, ...], users: int | None, *, watch: bool = True) -> CpuPlanner:
+    inv = synthetic_inventory(nodes=1, cores_per_node=2)  # 4 CPUs: 0-3
+    planner = CpuPlanner(lambda: inv, reserved, shared_pool=True)
+    if watch:
+        planner.watch_pool(lambda: users)
+    return planner
+
+
+@pytest.mark.parametrize(
+    ("users", "watch", "running"),
+    [
+        pytest.param(1, True, "1 container(s)", id="one-running"),
+        pytest.param(None, True, "containers", id="not-synchronized-yet"),
+        pytest.param(0, False, "containers", id="no-nri-plugin-yet"),
+    ],
+)
+def test_claim_that_would_empty_the_shared_pool_is_refused(
+    users: int | None, watch: bool, running: str
+) -> None:
+    """Without reserved CPUs, taking the pool's last CPUs while containers use it is a claim error."""
+    planner = _pool_planner((), users, watch=watch)
+    planner.plan("uid-1", [CpuRequest("main", (0,), 2)], taken=())
+    with pytest.raises(ClaimError) as err:
+        planner.plan("uid-2", [CpuRequest("main", (0,), 2)], taken={0, 2})
+    assert err.value.claim_uid == "uid-2"
+    assert f"last CPUs of the node shared pool (1,3) while {running} without a claim" in err.value.reason
+    assert "--reserved-cpus" in err.value.reason
+
+
+def test_pool_may_be_emptied_when_nothing_runs_on_it() -> None:
+    """No container on the pool: the last CPUs may be claimed (later claimless ones are refused)."""
+    planner = _pool_planner((), 0)
+    assert planner.plan("uid-1", [CpuRequest("main", (0,), 4)], taken=()).cpus == frozenset(range(4))
+
+
+def test_reserved_cpus_keep_the_shared_pool_from_emptying() -> None:
+    """With a reserved CPU every other CPU can be claimed: the reserved one stays the pool."""
+    planner = _pool_planner((0,), 5)
+    pinning = planner.plan("uid-1", [CpuRequest("main", (0,), 3)], taken=())
+    assert pinning.cpus == frozenset({1, 2, 3})
+    assert planner.node_shared_pool(pinning.cpus) == frozenset({0})
+
+
+def test_without_the_shared_pool_claims_may_take_every_cpu() -> None:
+    """The rule only exists with the node shared pool enforced (--nri-shared-pool)."""
+    inv = synthetic_inventory(nodes=1, cores_per_node=2)
+    planner = CpuPlanner(lambda: inv)
+    assert planner.plan("uid-1", [CpuRequest("main", (0,), 4)], taken=()).cpus == frozenset(range(4))
 
 
 def test_alignment_cpus_and_memory_on_the_gpus_node() -> None:

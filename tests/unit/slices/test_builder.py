@@ -11,7 +11,7 @@ from driver.slices.builder import ATTR_NUMA_NODE, build_slices, slice_name
 from driver.slices.validation import validate_slices
 from tests.unit.inventory.trees import inventory
 
-FIXTURES = ["dgx", "workstation", "cloud_vm", "huge", "hostile"]
+FIXTURES = ["dgx", "workstation", "cloud_vm", "huge", "hostile", "mixed"]
 POLICY_1 = {"default": "1", "validRange": {"min": "1", "step": "1"}}
 
 
@@ -30,7 +30,8 @@ def _attrs(device: dict[str, Any]) -> dict[str, Any]:
         pytest.param("workstation", [4], id="workstation"),
         pytest.param("cloud_vm", [3], id="cloud_vm"),
         pytest.param("huge", [128, 128, 76], id="huge"),
-        pytest.param("hostile", [8], id="hostile"),
+        pytest.param("hostile", [7], id="hostile"),
+        pytest.param("mixed", [11], id="mixed"),
     ],
 )
 def test_slice_split_and_pool(name: str, per_slice: list[int]) -> None:
@@ -77,6 +78,7 @@ def test_dgx_gpu_device_exact() -> None:
             "pciVendorID": {"string": "10de"},
             "pciDeviceID": {"string": "2330"},
             "productName": {"string": "NVIDIA H100 80GB HBM3"},
+            "driver": {"string": "nvidia"},
             "index": {"int": 1},
             "resource.kubernetes.io/numaNode": {"int": 0},
             "resource.kubernetes.io/pcieRoot": {"string": "pci0000:26"},

@@ -141,8 +141,10 @@ def test_an_empty_file_is_an_empty_journal(path: Path) -> None:
     assert fresh_state(path) == {"a": text("a")}
 
 
-def test_bad_checksum_on_the_complete_last_line_is_a_torn_tail(path: Path) -> None:
-    """A last line with a wrong checksum is ignored on read and cut by the next append."""
+def test_bad_checksum_on_the_complete_last_line_is_corruption(path: Path) -> None:
+    """A complete last line (newline and all) with a wrong checksum may be an acknowledged call:
+    an error naming file and line, never dropped as a torn tail (it was, before: claim "b" was
+    forgotten without a word)."""
     log = JournalLog(path)
     log.read()
     log.append({"a": text("a")}, (), {"a": text("a")})
@@ -150,10 +152,36 @@ def test_bad_checksum_on_the_complete_last_line_is_a_torn_tail(path: Path) -> No
     data = bytearray(path.read_bytes())
     data[-5] ^= 1  # a flipped bit inside the last payload
     path.write_bytes(bytes(data))
+    with pytest.raises(JournalError, match=r"checksum mismatch in the complete record on line 3") as info:
+        JournalLog(path).read()
+    assert str(path) in str(info.value)
+    assert "\n" not in str(info.value)
     reader = JournalLog(path)
-    assert state([reader.read()]) == {"a": text("a")}
-    reader.append({"c": text("c")}, (), {"a": text("a"), "c": text("c")})
-    assert fresh_state(path) == {"a": text("a"), "c": text("c")}
+    with pytest.raises(JournalError):
+        reader.append({"c": text("c")}, (), {"c": text("c")})  # never appended over
+    assert bytes(data) == path.read_bytes()
+
+
+def test_reads_say_why_they_start_over(path: Path) -> None:
+    """Every reset names its cause, so the journal knows when to cross-check with the evidence."""
+    log = JournalLog(path)
+    assert log.read().reason == "missing"
+    log.append({"a": text("a")}, (), {"a": text("a")})
+    assert log.read().reset is False
+    path.unlink()
+    assert log.read().reason == "deleted"
+    assert log.read().reason == "missing"
+    log.append({"a": text("a")}, (), {"a": text("a")})
+    other = path.with_name("other")
+    other.write_bytes(path.read_bytes())
+    other.replace(path)
+    assert log.read().reason == "replaced"
+    with path.open("r+b") as fh:
+        fh.truncate(len(HEADER))
+    assert log.read().reason == "truncated"
+    assert JournalLog(path).read().reason == "start"
+    path.write_bytes(b"")
+    assert JournalLog(path).read().reason == "empty"
 
 
 def test_corruption_before_the_last_line_is_an_error_with_the_recovery(path: Path) -> None:
@@ -165,12 +193,14 @@ def test_corruption_before_the_last_line_is_an_error_with_the_recovery(path: Pat
     lines = path.read_bytes().splitlines(keepends=True)
     lines[2] = lines[2].replace(b"xxxx", b"xxxy", 1)
     path.write_bytes(b"".join(lines))
-    with pytest.raises(JournalError, match="checksum mismatch in the record at byte") as info:
+    with pytest.raises(
+        JournalError, match="checksum mismatch in the complete record on line 3, byte"
+    ) as info:
         JournalLog(path).read()
     message = str(info.value)
     assert "\n" not in message
     assert f"move {path} aside" in message
-    assert "the kubelet re-prepares the claims" in message
+    assert "numadra rebuilds the entries of prepared claims" in message
 
 
 def test_corruption_seen_incrementally_is_an_error_too(path: Path) -> None:
@@ -207,7 +237,7 @@ def test_malformed_op_with_a_good_checksum_is_an_error(path: Path, payload: byte
     """A record that checks out but is not our shape is corruption, even on the last line."""
     path.parent.mkdir()
     path.write_bytes(HEADER + line(payload))
-    with pytest.raises(JournalError, match=f"malformed record at byte {len(HEADER)}: .*{problem}"):
+    with pytest.raises(JournalError, match=f"malformed record on line 2, byte {len(HEADER)}: .*{problem}"):
         JournalLog(path).read()
 
 
@@ -313,7 +343,9 @@ def test_append_without_a_fresh_read_is_refused(path: Path) -> None:
         two.append({"b": text("b")}, (), {"b": text("b")})
     two.read()
     two.append({"b": text("b")}, (), {"a": text("a"), "b": text("b")})
-    with pytest.raises(JournalError, match="changed since this process last read it"):
+    with pytest.raises(
+        JournalError, match=r"changed size \(\d+ -> \d+ bytes\) since this process last read it"
+    ):
         one.append({"c": text("c")}, (), {})
     assert state([one.read()], {"a": text("a")}) == {"a": text("a"), "b": text("b")}
     one.append({"c": text("c")}, (), {})

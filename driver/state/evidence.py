@@ -1,0 +1,341 @@
+"""What numadra wrote for prepared claims, read back to catch a journal that forgot one.
+
+The journal is the record of which claims hold which devices and CPUs; a claim it does not know is
+free to be handed out again. But every prepared claim also left files that carry its UID:
+
+* its CDI spec ``<cdi-dir>/<driver>_claim_<uid>.json`` (device names ``<uid>-<device>[-<shareID>]``,
+  the pinning markers ``NUMADRA_CPUS``/``NUMADRA_MEMS``/``NUMADRA_CPU_MODE``/``NUMADRA_REQUEST`` in
+  the environment of its cpu devices);
+* its metadata specs ``<cdi-dir>/<driver>_metadata_<uid>_<request>.json``, each mounting
+* a metadata stream ``<plugin-dir>/dra-device-metadata/<ns>_<name>/<request>/metadata.json`` that
+  names the claim (namespace, name, uid) and its devices (pool, name) per request.
+
+The journal is saved before those files are written and after they are removed, under the same
+lock, so every file of a claim lies inside the journal's lifetime of that claim: files of a UID the
+journal does not hold mean the journal lost it (deleted, emptied, replaced, restored from an old
+copy). :meth:`Evidence.unjournaled` finds such UIDs and rebuilds an entry from the files: the
+devices (so the "one claim per whole device" check holds them), the CPUs (so the planner does not
+hand them out again), and the files themselves (so unprepare removes them). A device whose
+``adminAccess`` cannot be told from the files is held as exclusive: the safe side.
+
+Reading is cheap enough for where it runs (at start, and when the journal file was deleted,
+replaced or cut shorter, never on an unchanged journal): one directory listing of the CDI dir,
+one of the metadata tree, and a read of the files of each unknown UID.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import stat
+from collections.abc import Container, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cdi.naming import split_kind
+from driver.errors import JournalError
+from driver.pinning.types import (
+    ENV_CPU_MODE,
+    ENV_CPUS,
+    ENV_MEMS,
+    ENV_REQUEST,
+    ClaimPinning,
+    CpuAssignment,
+    CpuMode,
+    parse_cpulist,
+)
+from driver.plugin import PreparedDevice
+from driver.state.journal import JournalEntry, StoredFile
+
+__all__ = ["Evidence", "Found", "holds_only"]
+
+#: the spec and metadata classes (``driver.claims.render.CLAIM_CDI_CLASS``, ``metadata_cdi_kind``);
+#: spelled here so that reading state does not import the claims package
+_CLAIM_CLASS = "claim"
+_METADATA_CLASS = "metadata"
+#: ``driver.claims.metadata.METADATA_DIR``
+_METADATA_DIR = "dra-device-metadata"
+_METADATA_FILE = "metadata.json"
+#: a shareID (a UID) at the end of a CDI device name ``<uid>-<device>-<shareID>``
+_SHARE_SUFFIX = re.compile(r"-([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})")
+_REQUEST = re.compile(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?")
+#: a metadata stream larger than this is not ours (one claim's stream is a few KB)
+_MAX_READ = 4 << 20
+#: the name rules of ``driver.claims.names`` (not imported: the claims package imports this
+#: module), as full matches: a trailing newline is no name
+_UID = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,126}[A-Za-z0-9])?")
+_DNS_LABEL = _REQUEST
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*")
+
+
+def _uid_ok(uid: str) -> bool:
+    return _UID.fullmatch(uid) is not None
+
+
+def _names_ok(namespace: str, name: str) -> bool:
+    return (
+        _DNS_LABEL.fullmatch(namespace) is not None
+        and len(name) <= 253
+        and _DNS_SUBDOMAIN.fullmatch(name) is not None
+    )
+
+
+def holds_only(entry: JournalEntry) -> bool:
+    """True for an entry rebuilt from metadata alone: it holds its devices, but the CDI spec that
+    gives them to a container is gone, so a repeat prepare must render the claim anew (every
+    prepared claim with devices has that spec otherwise)."""
+    return bool(entry.devices) and not entry.cdi_specs
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """A claim the journal does not hold although its files are on disk."""
+
+    uid: str
+    entry: JournalEntry
+    #: every file and directory that shows it, for the operator
+    paths: tuple[str, ...]
+
+
+@dataclass(slots=True)
+class _Claim:
+    """What the files of one UID say (filled while scanning)."""
+
+    spec: str = ""
+    metadata_specs: dict[str, str] = field(default_factory=dict)  # request -> spec path
+    streams: dict[str, str] = field(default_factory=dict)  # request -> metadata.json path
+
+
+@dataclass(slots=True)
+class _Streams:
+    """What a claim's metadata streams say."""
+
+    namespace: str = ""
+    name: str = ""
+    by_request: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # -> [(pool, device)]
+    files: list[StoredFile] = field(default_factory=list)
+    dirs: list[str] = field(default_factory=list)
+
+
+def _read(path: str) -> str:
+    """A file's text, never through a symbolic link; OSError/UnicodeDecodeError as raised."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_READ:
+            raise ValueError("not a regular file of a plausible size")
+        return os.read(fd, _MAX_READ + 1).decode()
+    finally:
+        os.close(fd)
+
+
+def _first_object(text: str) -> dict[str, Any]:
+    obj = json.loads(text.split("\n", 1)[0])
+    if not isinstance(obj, dict):
+        raise ValueError("not a JSON object")
+    return obj
+
+
+class Evidence:
+    """The files numadra writes per claim in one CDI dir and one plugin dir (see the module doc)."""
+
+    def __init__(self, *, cdi_dir: Path, plugin_dir: Path, driver_name: str, pool: str) -> None:
+        self.cdi_dir = cdi_dir
+        self.plugin_dir = plugin_dir
+        self.driver_name = driver_name
+        self.pool = pool
+        # the same text as the paths prepare writes (``driver.claims.names.dir_prefix``)
+        self._cdi_base = str(cdi_dir / "_")[:-1]
+        self._meta_base = str(plugin_dir / _METADATA_DIR)
+        vendor, _ = split_kind(f"{driver_name}/{_CLAIM_CLASS}")
+        self._spec_prefix = f"{vendor}_{_CLAIM_CLASS}_"
+        self._meta_prefix = f"{vendor}_{_METADATA_CLASS}_"
+
+    # -- scanning ---------------------------------------------------------------------------------
+
+    def _scan(self, known: Container[str], known_files: Container[str]) -> dict[str, _Claim]:
+        claims: dict[str, _Claim] = {}
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError), os.scandir(self.cdi_dir) as it:
+            for item in it:
+                name = item.name
+                if not name.endswith(".json") or name.startswith("."):
+                    continue
+                if name.startswith(self._spec_prefix):
+                    uid = name[len(self._spec_prefix) : -5]
+                    if uid not in known and _uid_ok(uid):
+                        claims.setdefault(uid, _Claim()).spec = self._cdi_base + name
+                elif name.startswith(self._meta_prefix):
+                    uid, sep, request = name[len(self._meta_prefix) : -5].partition("_")
+                    if sep and uid not in known and _uid_ok(uid) and _REQUEST.fullmatch(request):
+                        claims.setdefault(uid, _Claim()).metadata_specs[request] = self._cdi_base + name
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError), os.scandir(self._meta_base) as dirs:
+            for claim_dir in dirs:
+                if claim_dir.name.startswith(".") or not claim_dir.is_dir(follow_symlinks=False):
+                    continue
+                self._scan_claim_dir(claim_dir.path, known, known_files, claims)
+        return claims
+
+    def _scan_claim_dir(
+        self, path: str, known: Container[str], known_files: Container[str], claims: dict[str, _Claim]
+    ) -> None:
+        with contextlib.suppress(OSError), os.scandir(path) as requests:
+            for request in requests:
+                if not _REQUEST.fullmatch(request.name) or not request.is_dir(follow_symlinks=False):
+                    continue
+                stream = f"{request.path}/{_METADATA_FILE}"
+                if stream in known_files:
+                    continue  # a journaled claim's file: no need to read it for its UID
+                try:
+                    uid = _first_object(_read(stream))["metadata"]["uid"]
+                except (OSError, ValueError, KeyError, TypeError):
+                    continue  # nothing of ours, or not readable as ours: no claim to name
+                if isinstance(uid, str) and uid not in known and _uid_ok(uid):
+                    claims.setdefault(uid, _Claim()).streams[request.name] = stream
+
+    def unjournaled(self, known: Container[str], known_files: Container[str] = ()) -> list[Found]:
+        """Claims with files on disk that ``known`` (the journal's UIDs) lacks, rebuilt; UID order.
+
+        ``known_files``: metadata streams of journaled claims, which need not be read for their UID.
+
+        Raises :class:`JournalError` when such a claim's CDI spec cannot be read as the spec
+        numadra writes: its devices are then unknown, and carrying on could hand them out twice.
+        """
+        found: list[Found] = []
+        for uid, claim in sorted(self._scan(known, known_files).items()):
+            entry = self._rebuild(uid, claim)
+            paths = [p for p in (claim.spec, *claim.metadata_specs.values(), *claim.streams.values()) if p]
+            found.append(Found(uid=uid, entry=entry, paths=tuple(paths)))
+        return found
+
+    # -- rebuilding -------------------------------------------------------------------------------
+
+    def _streams(self, uid: str, claim: _Claim) -> _Streams:
+        """What the claim's metadata streams say (those its metadata specs mount included)."""
+        out = _Streams()
+        for request, path in claim.metadata_specs.items():
+            host = self._mounted_stream(path)
+            if host is not None and request not in claim.streams:
+                claim.streams[request] = host
+        for request, path in sorted(claim.streams.items()):
+            try:
+                content = _read(path)
+                obj = _first_object(content)
+                meta = obj["metadata"]
+                listed = obj["requests"][0]["devices"]
+                held = [(str(d["pool"]), str(d["name"])) for d in listed]
+            except (OSError, ValueError, KeyError, TypeError, IndexError):
+                continue
+            if meta.get("uid") != uid:
+                continue
+            out.by_request[request] = held
+            ns, nm = meta.get("namespace"), meta.get("name")
+            if isinstance(ns, str) and isinstance(nm, str) and _names_ok(ns, nm):
+                out.namespace, out.name = ns, nm
+            out.files.append(StoredFile(path, content))
+            claim_dir = path.rsplit("/", 2)[0]
+            if claim_dir not in out.dirs:
+                out.dirs.append(claim_dir)
+        return out
+
+    def _rebuild(self, uid: str, claim: _Claim) -> JournalEntry:
+        streams = self._streams(uid, claim)
+        by_request = streams.by_request
+        device_request = {dev: req for req, devs in by_request.items() for _, dev in devs}
+        devices: list[PreparedDevice] = []
+        specs: list[StoredFile] = []
+        pinning: ClaimPinning | None = None
+        if claim.spec:
+            text, devices, pinning = self._claim_spec(uid, claim.spec, device_request)
+            specs.append(StoredFile(claim.spec, text))
+        else:  # metadata only (the CDI dir was emptied too): hold the devices the streams name
+            for request, devs in by_request.items():
+                devices += [PreparedDevice((request,), pool, dev, ()) for pool, dev in devs]
+        for request, path in sorted(claim.metadata_specs.items()):
+            with contextlib.suppress(OSError, ValueError):
+                specs.append(StoredFile(path, _read(path)))
+                cdi_id = f"{self.driver_name}/{_METADATA_CLASS}={uid}_{request}"
+                for i, dev in enumerate(devices):  # appended to the request's first device, as prepare does
+                    if dev.request_names == (request,):
+                        devices[i] = PreparedDevice(
+                            dev.request_names,
+                            dev.pool_name,
+                            dev.device_name,
+                            (*dev.cdi_device_ids, cdi_id),
+                            dev.share_id,
+                        )
+                        break
+        return JournalEntry(
+            namespace=streams.namespace,
+            name=streams.name,
+            uid=uid,
+            devices=tuple(devices),
+            cdi_specs=tuple(specs),
+            metadata_files=tuple(streams.files),
+            pinning=pinning,
+            directories=tuple(streams.dirs),
+        )
+
+    def _mounted_stream(self, spec_path: str) -> str | None:
+        """The metadata stream a metadata spec mounts, when it lies in our metadata tree."""
+        try:
+            host = json.loads(_read(spec_path))["devices"][0]["containerEdits"]["mounts"][0]["hostPath"]
+        except (OSError, ValueError, KeyError, TypeError, IndexError):
+            return None
+        if not isinstance(host, str) or not host.startswith(self._meta_base + "/") or "/../" in host:
+            return None
+        return host
+
+    def _claim_spec(
+        self, uid: str, path: str, device_request: Mapping[str, str]
+    ) -> tuple[str, list[PreparedDevice], ClaimPinning | None]:
+        """The devices and pinning a claim's CDI spec shows; JournalError when it is not ours."""
+        try:
+            text = _read(path)
+            spec = json.loads(text)
+            if spec.get("kind") != f"{self.driver_name}/{_CLAIM_CLASS}":
+                raise ValueError(f"kind {spec.get('kind')!r}")
+            raw_devices = spec["devices"]
+            if not isinstance(raw_devices, list):
+                raise TypeError("devices is not a list")
+            devices: list[PreparedDevice] = []
+            assignments: dict[str, CpuAssignment] = {}
+            for raw in raw_devices:
+                cdi_name = raw["name"]
+                if not isinstance(cdi_name, str) or not cdi_name.startswith(f"{uid}-"):
+                    raise ValueError(f"device {cdi_name!r} is not named after the claim")
+                rest = cdi_name[len(uid) + 1 :]
+                share = _SHARE_SUFFIX.search(rest)
+                device = rest[: share.start()] if share and share.end() == len(rest) else rest
+                share_id = share.group(1) if share and share.end() == len(rest) else None
+                env = dict(e.split("=", 1) for e in raw.get("containerEdits", {}).get("env", ()) if "=" in e)
+                request = env.get(ENV_REQUEST) or device_request.get(device, "")
+                if ENV_CPUS in env and request and request not in assignments:
+                    assignments[request] = CpuAssignment(
+                        request=request,
+                        mode=CpuMode(env.get(ENV_CPU_MODE, "")),
+                        cpus=parse_cpulist(env[ENV_CPUS]),
+                        mems=parse_cpulist(env.get(ENV_MEMS, "")),
+                    )
+                devices.append(
+                    PreparedDevice(
+                        request_names=(request,) if request else (),
+                        pool_name=self.pool,
+                        device_name=device,
+                        cdi_device_ids=(f"{self.driver_name}/{_CLAIM_CLASS}={cdi_name}",),
+                        share_id=share_id,
+                    )
+                )
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise JournalError(
+                f"state lost: claim {uid} is not in the journal but its CDI spec {path} is on disk, "
+                f"and that spec cannot be read as numadra's ({exc}); its devices are unknown, so "
+                "numadra refuses to go on. If the claim is gone (no pod uses it), move that file "
+                "and the claim's other files aside and start again"
+            ) from exc
+        pinning = (
+            ClaimPinning(claim_uid=uid, assignments=tuple(assignments.values())) if assignments else None
+        )
+        return text, devices, pinning

@@ -1,0 +1,106 @@
+"""A hostile apiserver: a real TCP server that never finishes an answer, only keeps it alive.
+
+Test-only fake at the network boundary (a broken apiserver, or a proxy in front of one, cannot be
+made from the real binaries on demand). Every connection reads one request head and then, by
+``mode``:
+
+* ``trickle-body``: a 200 head promising 100 000 body bytes, then one byte every ``interval``;
+* ``trickle-head``: the status line and headers, one byte every ``interval``, never the end;
+* ``continue``: ``HTTP/1.1 100 Continue`` every ``interval``, never a final answer.
+
+Each byte arrives well within any per-read timeout, so only an overall deadline ends the read.
+``connections`` counts accepted connections; ``close()`` drops them all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Literal
+
+Mode = Literal["trickle-body", "trickle-head", "continue"]
+
+
+class HostileApiServer:
+    """See the module docstring; ``url`` is ``http://127.0.0.1:<port>``."""
+
+    def __init__(self, mode: Mode, interval: float = 0.2) -> None:
+        self.mode = mode
+        self.interval = interval
+        self.connections = 0
+        self._listener = socket.create_server(("127.0.0.1", 0), backlog=128)
+        self._listener.settimeout(0.05)  # accept() is not woken by close(): poll the closed flag
+        self._closed = threading.Event()
+        self._socks: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._accept, name="hostile-api", daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+
+    def close(self) -> None:
+        self._closed.set()
+        self._thread.join(5)
+        self._listener.close()
+        with self._lock:
+            socks, self._socks = self._socks, []
+        for sock in socks:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+    def _accept(self) -> None:
+        while not self._closed.is_set():
+            try:
+                sock, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            sock.settimeout(None)
+            with self._lock:
+                self.connections += 1
+                self._socks.append(sock)
+            threading.Thread(target=self._serve, args=(sock,), daemon=True).start()
+
+    def _serve(self, sock: socket.socket) -> None:
+        try:
+            head = b""
+            while b"\r\n\r\n" not in head:
+                data = sock.recv(65536)
+                if not data:
+                    return
+                head += data
+            for chunk in self._chunks():
+                if self._closed.wait(self.interval):
+                    return
+                sock.sendall(chunk)
+        except OSError:
+            return
+
+    def _chunks(self) -> Iterator[bytes]:
+        if self.mode == "continue":
+            while True:
+                yield b"HTTP/1.1 100 Continue\r\n\r\n"
+        if self.mode == "trickle-head":
+            for byte in b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Pad: " + b"a" * 10_000:
+                yield bytes([byte])
+            while True:
+                yield b"a"
+        yield b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{"
+        while True:
+            yield b" "
+
+
+def wait_connections(server: HostileApiServer, count: int, timeout: float = 30.0) -> None:
+    """Wait until ``count`` connections were accepted (the reads are then stuck in it)."""
+    deadline = time.monotonic() + timeout
+    while server.connections < count:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"only {server.connections} of {count} connections after {timeout} s")
+        time.sleep(0.02)

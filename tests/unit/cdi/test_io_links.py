@@ -1,0 +1,146 @@
+"""cdi.io under planted links and any umask: nothing is written through a link, modes are exact."""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import cdi
+
+
+@pytest.fixture
+def umask0() -> Iterator[None]:
+    old = os.umask(0)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+@pytest.fixture
+def victim(tmp_path: Path) -> Path:
+    out = tmp_path / "victim"
+    out.mkdir()
+    return out
+
+
+def test_write_below_a_root_refuses_a_link_on_the_way(tmp_path: Path, victim: Path) -> None:
+    root = tmp_path / "root"
+    (root / "a").mkdir(parents=True)
+    (root / "a" / "b").symlink_to(victim)
+    target = root / "a" / "b" / "c" / "file.json"
+    with pytest.raises(cdi.SymlinkError) as info:
+        cdi.atomic_write_bytes(target, b"{}", roots=[str(root)], dir_mode=0o755)
+    assert info.value.errno == errno.ELOOP
+    assert info.value.filename == str(root / "a" / "b")
+    assert (
+        str(info.value)
+        == f"{root / 'a' / 'b'} is a symbolic link, which numadra never makes: refusing to follow it"
+    )
+    assert list(victim.iterdir()) == []
+
+
+def test_the_root_itself_may_be_a_link(tmp_path: Path, victim: Path) -> None:
+    """/var/run/cdi lies below the /var/run -> /run link on most hosts: the root is followed."""
+    root = tmp_path / "run-link"
+    root.symlink_to(victim)
+    cdi.atomic_write_bytes(root / "spec.json", b"{}", roots=[str(root)], sync=False)
+    assert (victim / "spec.json").read_bytes() == b"{}"
+
+
+def test_write_replaces_a_link_at_the_target_instead_of_following_it(tmp_path: Path, victim: Path) -> None:
+    (victim / "keep").write_text("precious")
+    target = tmp_path / "spec.json"
+    target.symlink_to(victim / "keep")
+    cdi.atomic_write_bytes(target, b"{}", roots=[str(tmp_path)])
+    assert not target.is_symlink() and target.read_bytes() == b"{}"
+    assert (victim / "keep").read_text() == "precious"
+
+
+def test_make_dir_below_a_root_sets_exact_modes_and_refuses_links(
+    tmp_path: Path, victim: Path, umask0: None
+) -> None:
+    root = tmp_path / "plugin"
+    root.mkdir()
+    cdi.make_dir(str(root / "meta" / "ns_name" / "req"), 0o755, roots=[str(root)])
+    for rel in ("meta", "meta/ns_name", "meta/ns_name/req"):
+        assert (root / rel).stat().st_mode & 0o777 == 0o755, rel
+    (root / "meta" / "planted").symlink_to(victim)
+    with pytest.raises(cdi.SymlinkError, match="planted is a symbolic link"):
+        cdi.make_dir(str(root / "meta" / "planted"), 0o755, roots=[str(root)])
+    with pytest.raises(cdi.SymlinkError):
+        cdi.make_dir(str(root / "meta" / "planted" / "req"), 0o755, roots=[str(root)])
+    assert list(victim.iterdir()) == []
+
+
+def test_files_get_their_mode_under_umask_000(tmp_path: Path, umask0: None) -> None:
+    cdi.atomic_write_bytes(tmp_path / "a.json", b"{}", roots=[str(tmp_path)])
+    cdi.atomic_write_bytes(tmp_path / "b.json", b"{}", mode=0o600)
+    cdi.atomic_write_bytes(tmp_path / "d" / "c.json", b"{}", roots=[str(tmp_path)], dir_mode=0o755)
+    assert (tmp_path / "a.json").stat().st_mode & 0o777 == 0o644
+    assert (tmp_path / "b.json").stat().st_mode & 0o777 == 0o600
+    assert (tmp_path / "d").stat().st_mode & 0o777 == 0o755
+
+
+def test_ensure_dir_makes_exact_modes_and_refuses_a_link(tmp_path: Path, victim: Path, umask0: None) -> None:
+    cdi.ensure_dir(tmp_path / "x" / "state", 0o700)
+    assert (tmp_path / "x").stat().st_mode & 0o777 == 0o700
+    assert (tmp_path / "x" / "state").stat().st_mode & 0o777 == 0o700
+    (tmp_path / "link").symlink_to(victim)
+    with pytest.raises(cdi.SymlinkError):
+        cdi.ensure_dir(tmp_path / "link", 0o700)
+
+
+def test_a_failed_write_names_the_target_not_the_temp_file(tmp_path: Path) -> None:
+    """Every OSError of a write carries the file the caller asked for."""
+    target = tmp_path / "missing-dir" / "spec.json"
+    with pytest.raises(FileNotFoundError) as info:
+        cdi.atomic_write_bytes(target, b"{}")
+    assert info.value.filename == str(target)
+    with pytest.raises(FileNotFoundError) as info:
+        cdi.atomic_write_bytes(target, b"{}", roots=[str(tmp_path)])
+    assert info.value.filename == str(tmp_path / "missing-dir")
+
+
+def test_a_name_error_is_a_spec_error() -> None:
+    """Callers that report spec errors per claim report name errors too (a bad shareID)."""
+    with pytest.raises(cdi.CdiSpecError, match="invalid CDI device name 'a/b'"):
+        cdi.qualified_name("numadra.dev/claim", "a/b")
+
+
+def test_removals_below_a_root_never_follow_links(tmp_path: Path, victim: Path) -> None:
+    """remove_file / remove_dir / remove_tree refuse a link on the way or at the target."""
+    root = tmp_path / "plugin"
+    (root / "meta").mkdir(parents=True)
+    (victim / "req").mkdir()
+    (victim / "req" / "metadata.json").write_text("keep")
+    (root / "meta" / "ns_name").symlink_to(victim)
+    roots = [str(root)]
+    with pytest.raises(cdi.SymlinkError):
+        cdi.remove_file(root / "meta" / "ns_name" / "req" / "metadata.json", roots=roots)
+    with pytest.raises(cdi.SymlinkError):
+        cdi.remove_dir(root / "meta" / "ns_name" / "req", roots=roots)
+    with pytest.raises(cdi.SymlinkError):
+        cdi.remove_dir(root / "meta" / "ns_name", roots=roots)
+    with pytest.raises(cdi.SymlinkError):
+        cdi.remove_tree(root / "meta" / "ns_name", roots=roots)
+    assert (victim / "req" / "metadata.json").read_text() == "keep"
+    assert cdi.remove_file(root / "meta" / "gone" / "x.json", roots=roots) is False
+    (root / "meta" / "real" / "req").mkdir(parents=True)
+    (root / "meta" / "real" / "req" / "link").symlink_to(victim)
+    cdi.remove_tree(root / "meta" / "real", roots=roots)  # the link inside goes, not its target
+    assert not (root / "meta" / "real").exists()
+    assert (victim / "req" / "metadata.json").read_text() == "keep"
+
+
+def test_a_missing_root_is_made_on_first_write(tmp_path: Path) -> None:
+    """--cdi-dir that does not exist yet: made on the first write, as before the walk existed."""
+    root = tmp_path / "run" / "cdi"
+    with pytest.raises(FileNotFoundError):
+        cdi.atomic_write_bytes(root / "spec.json", b"{}", roots=[str(root)])
+    cdi.atomic_write_bytes(root / "spec.json", b"{}", roots=[str(root)], dir_mode=0o755)
+    assert (root / "spec.json").read_bytes() == b"{}"
