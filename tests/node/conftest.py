@@ -69,6 +69,8 @@ CONTROLLERS = (
     "root-ca-cert-publisher",
     "daemonset-controller",
 )
+#: container states in which a pod will not run without a change (wait_running fails at once)
+FATAL_WAITING_REASONS = frozenset({"CreateContainerError", "CreateContainerConfigError", "RunContainerError"})
 #: the driver's flags in every scenario unless it restarts the driver with others
 DEFAULT_DRIVER_FLAGS: tuple[str, ...] = ()
 
@@ -295,6 +297,12 @@ class NodeCluster:
             self.check_running()
             pod = self.pod(namespace, name)
             statuses = pod.get("status", {}).get("containerStatuses") or []
+            for status in statuses:  # the kubelet retries these with backoff: fail at once
+                reason = status.get("state", {}).get("waiting", {}).get("reason", "")
+                if reason in FATAL_WAITING_REASONS:
+                    raise AssertionError(
+                        f"pod {namespace}/{name}: {reason}\n{self.describe(namespace, name)}"
+                    )
             if (
                 pod["status"].get("phase") == "Running"
                 and statuses
