@@ -108,8 +108,13 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The host-clean check tears the node down: it must run after every other node scenario."""
     last = [i for i in items if i.nodeid.startswith("tests/node/test_host_clean.py")]
-    if last:
-        items[:] = [i for i in items if i not in last] + last
+    if not last:
+        return
+    rest = [i for i in items if i not in last]
+    node_items = [n for n, i in enumerate(rest) if i.nodeid.startswith("tests/node/")]
+    # right after the last other node scenario: the node is up no longer than the tier needs
+    at = node_items[-1] + 1 if node_items else len(rest)
+    items[:] = rest[:at] + last + rest[at:]
 
 
 def figure(name: str, value: float | str) -> None:
