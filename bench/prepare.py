@@ -1,26 +1,45 @@
-"""Prepare latency of the whole node path: kubelet gRPC -> ClaimsDriver -> claim GET -> files.
+"""Prepare latency of the whole node path, side by side with a Go driver on the official helper.
 
-The driver runs in a child process exactly as ``numadra run`` wires the prepare path
-(``KubeletPluginServer`` + ``ClaimsDriver`` + ``KubeClient`` + ``CpuPlanner``) on an inventory
-discovered from a generated DGX-class host tree. This process plays the kubelet (gRPC client over
-the unix socket) and the apiserver (the fake apiserver on loopback HTTP). Each claim holds one
-NIC VF and a 2-CPU share of a ``cpu-numa<N>`` device, so every prepare does a GET, config
-resolution, CPU planning, one CDI spec, a metadata file + spec per request and one journal write.
+Four plugins serve the same claims from the same apiserver, each in its own process with its own
+plugin, registration and CDI dirs, and this process plays the kubelet (gRPC over unix sockets):
 
-Prints one JSON object: p50/p99 (ms) of NodePrepareResources for 1 claim and for 32 claims in one
-call, their ratio, start-to-registered time, the steady RSS of the driver process (also of the
-whole ``numadra run`` process: ``run_*``, from bench/startup.py), and two figures that show where
-the time goes: the same prepares through ``ClaimsDriver`` alone (``driver_only_*``: no gRPC, no
-HTTP), and the ``floor_*``: the same calls served by a plugin that only reads the claims (same
-fetcher, same apiserver) and prepares nothing, i.e. what gRPC and the claim reads cost on this
-machine before the driver does any work.
+* ``numadra``: the prepare path of ``numadra run --claim-status=false`` (``KubeletPluginServer``
+  + ``ClaimsDriver`` + ``KubeClient`` + ``CpuPlanner``) on an inventory discovered from a generated
+  DGX-class host tree; the server holds the cross-process flock around each whole call (``numadra
+  run`` lets ``ClaimsDriver`` hold it around its journal sections only: one flock per call
+  either way, as these calls come one at a time);
+* ``numadra_status``: the same with the asynchronous claim status writer that ``numadra run``
+  turns on by default (``--claim-status``): one server-side apply of ``status.devices`` per
+  prepared claim and one per unprepared claim, off the kubelet's path;
+* ``go``: bench/goprep, a minimal driver on ``k8s.io/dynamic-resource-allocation/kubeletplugin``
+  v0.37.2 (built into a cache dir by bench/_gopeer.py) doing the same file work per claim: one CDI
+  spec, the helper's metadata file and metadata CDI spec per request, one checkpoint write per call;
+* ``floor``: numadra's claim reads alone (same fetcher, prepares nothing): what gRPC and the claim
+  reads cost on this machine before any driver work.
 
-Directories follow a node's layout by default: the plugin dir (journal, metadata files, lock) on
-disk under ``--base`` (/tmp here, /var/lib/kubelet/plugins on a node) and the CDI dir on tmpfs
-under ``--cdi-base`` (/dev/shm here, /var/run/cdi on a node); ``--cdi-base /tmp`` puts both on
-disk, ``--base /dev/shm`` both on tmpfs. ``--claim-reads get`` hides the client's LIST, as the
-default RBAC (get only) does, so 32 claims are 32 GETs. ``--background N`` keeps N other claims
-(one exclusive CPU each) prepared during the measurement, as on a busy node.
+Each claim holds one NIC VF and a 2-CPU share of a ``cpu-numa<N>`` device, so every numadra
+prepare does a GET, config resolution, CPU planning, one CDI spec, a metadata file + spec per
+request and one journal write. The calls are interleaved: every round makes the same call on each
+plugin in turn (the order rotates), so load on the shared machine hits all of them alike. The
+figures of each plugin are in ``peers``; ``ratios_vs_go`` divides numadra's by the Go peer's and
+gives the issue's target for each (``claim_status_cpu_per_claim`` is numadra with the status
+writer over numadra without it; RSS and start-to-registered are numadra's own, with the ratio to
+Go beside). ``cpu_ms_per_claim`` is the process's CPU time over the 1-claim rounds (a prepare and
+an unprepare each) once it went quiet, per claim. ``start_to_registered_s`` is the median over
+``--starts`` cold starts of each plugin child: spawn until GetInfo and NotifyRegistrationStatus
+succeeded (the numadra child imports the prepare path and discovers the host tree first; the
+``run_*`` figures are the whole ``numadra run`` process, from bench/startup.py).
+
+Two more figures show where numadra's time goes: ``driver_only_*``, the same prepares through
+``ClaimsDriver`` in this process (no gRPC, no HTTP), and ``floor_*``.
+
+Directories follow a node's layout by default: the plugin dirs (journal, metadata files, lock,
+the Go peer's checkpoint) on disk under ``--base`` (/tmp here, /var/lib/kubelet/plugins on a node)
+and the CDI dirs on tmpfs under ``--cdi-base`` (/dev/shm here, /var/run/cdi on a node);
+``--cdi-base /tmp`` puts both on disk, ``--base /dev/shm`` both on tmpfs. ``--claim-reads get``
+hides numadra's LIST, as the default RBAC (get only) does, so 32 claims are 32 GETs (the Go helper
+always GETs each claim). ``--background N`` keeps N other claims (one exclusive CPU each) prepared
+in every plugin during the measurement, as on a busy node.
 """
 
 from __future__ import annotations
@@ -37,7 +56,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -88,8 +107,13 @@ class _ReadsOnly:
         raise err
 
 
-def _serve(root: Path, cdi_dir: Path, kubeconfig: str, claim_reads: str, plugin: str) -> None:
-    """Child: the driver's prepare path (or, ``plugin == "floor"``, only its reads) until stdin closes."""
+def _serve(host: Path, root: Path, cdi_dir: Path, kubeconfig: str, claim_reads: str, plugin: str) -> None:
+    """Child: the driver's prepare path until stdin closes.
+
+    ``plugin`` is ``driver`` (as ``numadra run --claim-status=false`` wires it), ``status`` (the
+    same with the asynchronous claim status writer that ``numadra run`` turns on by default) or
+    ``floor`` (only the claim reads).
+    """
     import logging
 
     from driver.claims import ClaimsDriver
@@ -101,12 +125,22 @@ def _serve(root: Path, cdi_dir: Path, kubeconfig: str, claim_reads: str, plugin:
     from driver.pinning.planner import CpuPlanner
 
     configure_logging("json", logging.INFO)
-    inventory = discover(root / "host", use_nvml=False)
-    claims = shared_client(kubeconfig) if claim_reads == "list" else _GetOnly(shared_client(kubeconfig))
+    inventory = discover(host, use_nvml=False)
+    client = shared_client(kubeconfig)
+    claims = client if claim_reads == "list" else _GetOnly(client)
     served: Any
     if plugin == "floor":
         served = _ReadsOnly(claims)
     else:
+        status = None
+        if plugin == "status":
+            from driver.health.status import ClaimStatusWriter
+            from driver.health.statusqueue import AsyncStatusWriter
+
+            def writer() -> ClaimStatusWriter:
+                return ClaimStatusWriter(client, driver_name=DRIVER, inventory=inventory, host_root=str(host))
+
+            status = AsyncStatusWriter(writer)
         served = ClaimsDriver(
             driver_name=DRIVER,
             node_name=NODE,
@@ -115,6 +149,7 @@ def _serve(root: Path, cdi_dir: Path, kubeconfig: str, claim_reads: str, plugin:
             cdi_dir=cdi_dir,
             plugin_dir=root / "plugin",
             planner=CpuPlanner(lambda: inventory),
+            status=status,
         )
         served.reconcile()
     server = KubeletPluginServer(
@@ -131,7 +166,7 @@ def _serve(root: Path, cdi_dir: Path, kubeconfig: str, claim_reads: str, plugin:
 
 
 def _in_process(
-    root: Path, cdi_dir: Path, claims: dict[tuple[str, str], Any], refs: list[Any], rounds: int
+    host: Path, root: Path, cdi_dir: Path, claims: dict[tuple[str, str], Any], refs: list[Any], rounds: int
 ) -> dict[str, float]:
     """The driver logic alone (no gRPC, no HTTP): ClaimsDriver with an in-memory claim source."""
     import logging
@@ -147,14 +182,14 @@ def _in_process(
         def get_resource_claim(self, namespace: str, name: str) -> Any:
             return claims[(namespace, name)]
 
-    inventory = discover(root / "host", use_nvml=False)
+    inventory = discover(host, use_nvml=False)
     driver = ClaimsDriver(
         driver_name=DRIVER,
         node_name=NODE,
         inventory=lambda: inventory,
         claims=DictClaims(),
         cdi_dir=cdi_dir,
-        plugin_dir=root / "plugin2",
+        plugin_dir=root / "plugin",
         planner=CpuPlanner(lambda: inventory),
     )
 
@@ -176,69 +211,158 @@ def _in_process(
     }
 
 
+#: the peers, in the order of each interleaved round (rotated every round)
+PEERS = ("numadra", "numadra_status", "go", "floor")
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process and its threads so far (/proc/<pid>/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 @dataclass
-class _Run:
-    single: list[float]
-    batch: list[float]
-    registered_s: float
-    rss_mib: float
+class _Child:
+    """One serving peer: its process, registration and samples."""
+
+    name: str
+    argv: list[str]
+    reg_sock: Path
+    proc: subprocess.Popen[bytes] | None = None
+    kubelet: Any = None  # its own kubelet client: closed with the process, its sockets go too
+    endpoint: str = ""
+    registered_s: list[float] = field(default_factory=list)
+    prepare_1: list[float] = field(default_factory=list)
+    unprepare_1: list[float] = field(default_factory=list)
+    prepare_32: list[float] = field(default_factory=list)
+    unprepare_32: list[float] = field(default_factory=list)
+    cpu_single_s: float = 0.0
+    rss_mib: float = float("nan")
+
+    def start(self) -> None:
+        """Spawn and register (GetInfo polled as the kubelet does once the socket is there)."""
+        from driver.testing.kubeletclient import KubeletClient
+
+        self.reg_sock.unlink(missing_ok=True)
+        self.kubelet = kubelet = KubeletClient()
+        started = time.monotonic()
+        logs = os.environ.get("NUMADRA_BENCH_LOGS")  # a dir: keep each child's stderr there
+        sink = (Path(logs) / f"{self.name}.log").open("ab") if logs else subprocess.DEVNULL
+        self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stderr=sink)
+        if logs:
+            assert not isinstance(sink, int)
+            sink.close()  # the child holds its own copy
+        while True:
+            if self.reg_sock.exists():
+                try:
+                    reg = kubelet.register(self.reg_sock)
+                    break
+                except Exception:  # listening but not answering yet: poll again
+                    pass
+            if self.proc.poll() is not None:
+                raise SystemExit(f"peer {self.name} exited with {self.proc.returncode}")
+            time.sleep(0.002)
+        self.registered_s.append(time.monotonic() - started)
+        self.endpoint = reg.info.endpoint
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        self.kubelet.close()
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+    def cycle(self, batch: list[Any], prepared: list[float], unprepared: list[float]) -> None:
+        """One timed prepare of ``batch`` and one timed unprepare of it."""
+        kubelet = self.kubelet
+        t0 = time.perf_counter()
+        out = kubelet.prepare(self.endpoint, batch)
+        t1 = time.perf_counter()
+        errors = [c.error for c in out.claims.values() if c.error]
+        if errors or len(out.claims) != len(batch):
+            raise SystemExit(f"{self.name}: prepare failed: {errors[:3]}")
+        t2 = time.perf_counter()
+        undone = kubelet.unprepare(self.endpoint, batch)
+        t3 = time.perf_counter()
+        errors = [c.error for c in undone.claims.values() if c.error]
+        if errors:
+            raise SystemExit(f"{self.name}: unprepare failed: {errors[:3]}")
+        prepared.append((t1 - t0) * 1000)
+        unprepared.append((t3 - t2) * 1000)
+
+
+def _settle(children: list[_Child], quiet_s: float = 0.3, cap_s: float = 20.0) -> None:
+    """Wait until no child used CPU for ``quiet_s`` (queued claim status writes are done)."""
+    deadline = time.monotonic() + cap_s
+    last = [_cpu_s(c.proc.pid) for c in children if c.proc]
+    while time.monotonic() < deadline:
+        time.sleep(quiet_s)
+        now = [_cpu_s(c.proc.pid) for c in children if c.proc]
+        if all(b - a < 0.005 for a, b in zip(last, now, strict=True)):
+            return
+        last = now
 
 
 def _measure(
-    kubelet: Any,
-    child_args: tuple[str, str, str, str],
-    plugin: str,
+    children: list[_Child],
     refs: list[Any],
     background: list[Any],
     n_single: int,
     n_batch: int,
-) -> _Run:
-    """Start a serving child, register it, prepare ``background``, then time the two call sizes.
+    starts: int,
+) -> None:
+    """Time every peer against the same apiserver, interleaved call by call.
 
-    Each timed prepare is followed by an untimed unprepare of the same claims.
+    ``starts - 1`` extra cold starts per peer first (interleaved), then one start that stays up
+    for the calls: background prepares, warm-up, ``n_single`` rounds of a 1-claim prepare and
+    unprepare per peer, then ``n_batch`` rounds of 32 claims. The order of the peers rotates every
+    round, so none is always first after another's burst of work. CPU per claim is the child's
+    CPU time over the 1-claim rounds, read after it went quiet (so the claim status writes that
+    were queued are counted), divided by the claims prepared.
     """
-    reg_sock = Path(child_args[0]) / "reg" / f"{DRIVER}-reg.sock"
-    started = time.monotonic()
-    child = subprocess.Popen(
-        [sys.executable, __file__, "--serve", *child_args, plugin],
-        stdin=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-    )
+    for _ in range(starts - 1):
+        for child in children:
+            child.start()
+            child.stop()
     try:
-        while not reg_sock.exists():
-            time.sleep(0.005)
-        reg = kubelet.register(reg_sock)
-        registered_s = time.monotonic() - started
-        endpoint = reg.info.endpoint
-
-        def timed(batch: list[Any]) -> float:
-            t0 = time.perf_counter()
-            out = kubelet.prepare(endpoint, batch)
-            dt = (time.perf_counter() - t0) * 1000
-            errors = [c.error for c in out.claims.values() if c.error]
-            if errors or len(out.claims) != len(batch):
-                raise SystemExit(f"prepare failed: {errors[:3]}")
-            kubelet.unprepare(endpoint, batch)
-            return dt
-
-        for start in range(0, len(background), 32):
-            chunk = background[start : start + 32]
-            out = kubelet.prepare(endpoint, chunk)
-            errors = [c.error for c in out.claims.values() if c.error]
-            if errors:
-                raise SystemExit(f"background prepare failed: {errors[:3]}")
-        for _ in range(20):  # warm-up: connections, imports, caches
-            timed(refs[:1])
-        single = [timed([refs[i % len(refs)]]) for i in range(n_single)]
-        batch = [timed(refs[1:33]) for _ in range(n_batch)]
-        rss = rss_mib(child.pid)
+        for child in children:
+            child.start()
+        for child in children:
+            for start in range(0, len(background), 32):
+                out = child.kubelet.prepare(child.endpoint, background[start : start + 32])
+                errors = [c.error for c in out.claims.values() if c.error]
+                if errors:
+                    raise SystemExit(f"{child.name}: background prepare failed: {errors[:3]}")
+            for _ in range(20):  # warm-up: connections, imports, caches
+                child.cycle(refs[:1], [], [])
+        _settle(children)
+        cpu0 = {c.name: _cpu_s(c.proc.pid) for c in children if c.proc}
+        for i in range(n_single):
+            batch = [refs[i % len(refs)]]
+            for k in range(len(children)):
+                child = children[(i + k) % len(children)]
+                child.cycle(batch, child.prepare_1, child.unprepare_1)
+        _settle(children)
+        for child in children:
+            assert child.proc is not None
+            child.cpu_single_s = _cpu_s(child.proc.pid) - cpu0[child.name]
+        for i in range(n_batch):
+            for k in range(len(children)):
+                child = children[(i + k) % len(children)]
+                child.cycle(refs[1:33], child.prepare_32, child.unprepare_32)
+        _settle(children)
+        for child in children:
+            assert child.proc is not None
+            child.rss_mib = rss_mib(child.proc.pid)
     finally:
-        assert child.stdin is not None
-        child.stdin.close()
-        child.wait(timeout=10)
-        kubelet.close()  # the next child listens on new sockets
-        reg_sock.unlink(missing_ok=True)
-    return _Run(single, batch, registered_s, rss)
+        for child in children:
+            child.stop()
 
 
 def _pct(samples: list[float], q: float) -> float:
@@ -312,15 +436,71 @@ def _real_process(base: str) -> dict[str, Any]:
     }
 
 
+#: the issue's targets: numadra's figure over the Go peer's (or, where no ratio, the bound itself)
+TARGETS: dict[str, tuple[str, float]] = {
+    "prepare_1_claim_p50": ("ratio <=", 0.8),
+    "prepare_32_claims_p50": ("ratio <=", 0.25),
+    "unprepare_1_claim_p50": ("ratio <=", 1.0),
+    "cpu_per_claim": ("ratio <=", 1.0),
+    "claim_status_cpu_per_claim": ("status on / off <=", 1.25),
+    "steady_rss_mib": ("MiB <=", 64.0),
+    "start_to_registered_s": ("s <=", 0.1),
+}
+
+
+def _figures(child: _Child, n_single: int) -> dict[str, float]:
+    med = statistics.median
+    return {
+        "prepare_1_claim_p50_ms": round(med(child.prepare_1), 2),
+        "prepare_1_claim_p99_ms": round(_pct(child.prepare_1, 0.99), 2),
+        "unprepare_1_claim_p50_ms": round(med(child.unprepare_1), 2),
+        "prepare_32_claims_p50_ms": round(med(child.prepare_32), 2),
+        "prepare_32_claims_p99_ms": round(_pct(child.prepare_32, 0.99), 2),
+        "unprepare_32_claims_p50_ms": round(med(child.unprepare_32), 2),
+        "cpu_ms_per_claim": round(child.cpu_single_s * 1000 / n_single, 3),
+        "steady_rss_mib": round(child.rss_mib, 1),
+        "start_to_registered_s": round(med(child.registered_s), 3),
+    }
+
+
+def _ratios(peers: dict[str, dict[str, float]]) -> dict[str, Any]:
+    """numadra over the Go peer for each figure, with the issue's target and whether it is met."""
+    ours, go, status = peers["numadra"], peers["go"], peers["numadra_status"]
+    measured = {
+        "prepare_1_claim_p50": ours["prepare_1_claim_p50_ms"] / go["prepare_1_claim_p50_ms"],
+        "prepare_32_claims_p50": ours["prepare_32_claims_p50_ms"] / go["prepare_32_claims_p50_ms"],
+        "unprepare_1_claim_p50": ours["unprepare_1_claim_p50_ms"] / go["unprepare_1_claim_p50_ms"],
+        "cpu_per_claim": ours["cpu_ms_per_claim"] / go["cpu_ms_per_claim"],
+        "claim_status_cpu_per_claim": status["cpu_ms_per_claim"] / ours["cpu_ms_per_claim"],
+        "steady_rss_mib": ours["steady_rss_mib"],
+        "start_to_registered_s": ours["start_to_registered_s"],
+    }
+    out: dict[str, Any] = {}
+    for key, value in measured.items():
+        unit, bound = TARGETS[key]
+        out[key] = {"value": round(value, 3), "target": f"{unit} {bound}", "met": value <= bound}
+    out["steady_rss_vs_go"] = {"value": round(ours["steady_rss_mib"] / go["steady_rss_mib"], 3)}
+    out["start_to_registered_vs_go"] = {
+        "value": round(ours["start_to_registered_s"] / go["start_to_registered_s"], 3)
+    }
+    return out
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument(
-        "--serve", nargs=5, metavar=("ROOT", "CDI", "KUBECONFIG", "READS", "PLUGIN"), help=argparse.SUPPRESS
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--single", type=int, default=300, help="prepare calls with 1 claim")
-    parser.add_argument("--batch", type=int, default=40, help="prepare calls with 32 claims")
-    parser.add_argument("--base", default="/tmp", help="where the plugin dir (journal, metadata) lives")
-    parser.add_argument("--cdi-base", default="/dev/shm", help="where the CDI dir lives (tmpfs on a node)")
+    parser.add_argument(
+        "--serve",
+        nargs=6,
+        metavar=("HOST", "ROOT", "CDI", "KUBECONFIG", "READS", "PLUGIN"),
+        help=argparse.SUPPRESS,
+    )
+    parser.add_argument("--single", type=int, default=300, help="1-claim rounds (each peer, each round)")
+    parser.add_argument("--batch", type=int, default=40, help="32-claim rounds (each peer, each round)")
+    parser.add_argument("--starts", type=int, default=5, help="cold starts of each peer (median reported)")
+    parser.add_argument("--base", default="/tmp", help="where the plugin dirs (journal, metadata) live")
+    parser.add_argument("--cdi-base", default="/dev/shm", help="where the CDI dirs live (tmpfs on a node)")
     parser.add_argument(
         "--claim-reads",
         choices=("list", "get"),
@@ -334,28 +514,39 @@ def main() -> None:
         default="auto",
         help="where claims are fetched from: the real kube-apiserver (auto: when its binaries exist)",
     )
+    parser.add_argument(
+        "--no-run-process",
+        action="store_true",
+        help="skip the run_* figures of the whole `numadra run` process (bench/startup.py)",
+    )
     args = parser.parse_args()
     if args.serve:
-        _serve(Path(args.serve[0]), Path(args.serve[1]), args.serve[2], args.serve[3], args.serve[4])
+        host, root_, cdi, kubeconfig_, reads, plugin = args.serve
+        _serve(Path(host), Path(root_), Path(cdi), kubeconfig_, reads, plugin)
         return
 
+    from bench._gopeer import GoPeerError, go_peer_binary
     from driver.inventory.model import DeviceKind
     from driver.plugin import ClaimRef
     from driver.testing.hosttree import write_host_tree
-    from driver.testing.kubeletclient import KubeletClient
     from driver.testing.topologies import TOPOLOGIES
 
+    try:
+        go_binary = go_peer_binary()
+    except GoPeerError as exc:
+        raise SystemExit(f"bench/prepare.py: {exc}") from exc
     root = Path(tempfile.mkdtemp(prefix="bp", dir=args.base))
     cdi_root = Path(tempfile.mkdtemp(prefix="bp", dir=args.cdi_base))
     try:
-        for sub in ("reg", "plugin"):
-            (root / sub).mkdir()
-        for sub in ("cdi", "cdi2"):
-            (cdi_root / sub).mkdir()
-        write_host_tree(root / "host", TOPOLOGIES["dgx"])
+        for name in (*PEERS, "inproc"):
+            for sub in ("reg", "plugin"):
+                (root / name / sub).mkdir(parents=True)
+            (cdi_root / name).mkdir()
+        host = root / "host"
+        write_host_tree(host, TOPOLOGIES["dgx"])
         from driver.inventory.discovery import discover
 
-        inventory = discover(root / "host", use_nvml=False)
+        inventory = discover(host, use_nvml=False)
         vfs = [
             (nic.name, nic.pci.numa_node or 0) for kind, nic in inventory.devices() if kind is DeviceKind.NIC
         ]
@@ -374,7 +565,7 @@ def main() -> None:
             from controlplane import binary_dir, missing_binaries
 
             apiserver = "fake" if missing_binaries(binary_dir()) else "real"
-        with _apiserver(apiserver, root) as (kubeconfig, put_claim), KubeletClient() as kubelet:
+        with _apiserver(apiserver, root) as (kubeconfig, put_claim):
             refs: list[ClaimRef] = []
             objects: dict[tuple[str, str], Any] = {}
             for i, (vf, node) in enumerate(vfs):
@@ -400,30 +591,50 @@ def main() -> None:
                 obj["metadata"]["namespace"] = "background"  # other pods' claims, not in the LIST
                 uid = put_claim(obj)
                 background.append(ClaimRef("background", name, uid))
-            child_args = (str(root), str(cdi_root / "cdi"), kubeconfig, args.claim_reads)
-            run = _measure(kubelet, child_args, "driver", refs, background, args.single, args.batch)
-            floor = _measure(kubelet, child_args, "floor", refs, [], args.single, args.batch)
-        single, batch = run.single, run.batch
+            children: list[_Child] = []
+            for name in PEERS:
+                peer_root, peer_cdi = root / name, cdi_root / name
+                reg_sock = peer_root / "reg" / f"{DRIVER}-reg.sock"
+                if name == "go":
+                    argv = [
+                        str(go_binary),
+                        f"--kubeconfig={kubeconfig}",
+                        f"--registrar-dir={peer_root / 'reg'}",
+                        f"--plugin-dir={peer_root / 'plugin'}",
+                        f"--cdi-dir={peer_cdi}",
+                    ]
+                else:
+                    plugin = {"numadra": "driver", "numadra_status": "status", "floor": "floor"}[name]
+                    argv = [sys.executable, __file__, "--serve", str(host), str(peer_root), str(peer_cdi)]
+                    argv += [kubeconfig, args.claim_reads, plugin]
+                children.append(_Child(name, argv, reg_sock))
+            _measure(children, refs, background, args.single, args.batch, max(1, args.starts))
+        peers = {child.name: _figures(child, args.single) for child in children}
+        ours, floor = peers["numadra"], peers["floor"]
         result: dict[str, Any] = {
             "claims_per_batch": 32,
-            "single_calls": len(single),
-            "batch_calls": len(batch),
-            "prepare_1_claim_p50_ms": round(statistics.median(single), 2),
-            "prepare_1_claim_p99_ms": round(_pct(single, 0.99), 2),
-            "prepare_32_claims_p50_ms": round(statistics.median(batch), 2),
-            "prepare_32_claims_p99_ms": round(_pct(batch, 0.99), 2),
-            "ratio_32_to_1_p50": round(statistics.median(batch) / statistics.median(single), 2),
-            "start_to_registered_s": round(run.registered_s, 3),
-            "driver_steady_rss_mib": round(run.rss_mib, 1),
-            **_real_process(args.base),
-            **_in_process(root, cdi_root / "cdi2", objects, refs, max(10, args.batch)),
-            "floor_1_claim_p50_ms": round(statistics.median(floor.single), 2),
-            "floor_32_claims_p50_ms": round(statistics.median(floor.batch), 2),
+            "single_rounds": args.single,
+            "batch_rounds": args.batch,
+            "ratios_vs_go": _ratios(peers),
+            "peers": peers,
+            # numadra's own figures, under the names earlier runs printed
+            "prepare_1_claim_p50_ms": ours["prepare_1_claim_p50_ms"],
+            "prepare_1_claim_p99_ms": ours["prepare_1_claim_p99_ms"],
+            "prepare_32_claims_p50_ms": ours["prepare_32_claims_p50_ms"],
+            "prepare_32_claims_p99_ms": ours["prepare_32_claims_p99_ms"],
+            "ratio_32_to_1_p50": round(ours["prepare_32_claims_p50_ms"] / ours["prepare_1_claim_p50_ms"], 2),
+            "start_to_registered_s": ours["start_to_registered_s"],
+            "driver_steady_rss_mib": ours["steady_rss_mib"],
+            **({} if args.no_run_process else _real_process(args.base)),
+            **_in_process(host, root / "inproc", cdi_root / "inproc", objects, refs, max(10, args.batch)),
+            "floor_1_claim_p50_ms": floor["prepare_1_claim_p50_ms"],
+            "floor_32_claims_p50_ms": floor["prepare_32_claims_p50_ms"],
             "plugin_dir_on": args.base,
             "cdi_dir_on": args.cdi_base,
             "claim_reads": args.claim_reads,
             "background_claims": args.background,
             "apiserver": apiserver,
+            "go_peer": go_binary.name,
             "cpus": os.cpu_count(),
             "load_average_1m": round(os.getloadavg()[0], 2),
         }

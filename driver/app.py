@@ -380,6 +380,7 @@ class App:
             build=self._build_slices,
             on_error=self._on_publish_error,
             backoff=Backoff(cap=cfg.publish_backoff_cap),
+            start_jitter=2.0,  # a restarted fleet LISTs over 2 s, not in one burst (docs/scale.md)
         )
         self.taints = HealthTaints(self.publisher, cfg.taint_unhealthy)
         self.monitor.add_listener(self.taints)
@@ -535,6 +536,13 @@ class App:
             return
         if self.index is not None:
             metrics.set_prepared_claims(self.index.count())
+            # reserved and (with --isolated-cpus exclude) isolated CPUs are never free for a claim
+            kept_out = self.planner.reserved_cpus if self.planner is not None else self.config.reserved_cpus
+            taken = self.index.claimed_cpus() | kept_out
+            free = {n.id: sum(1 for cpu in n.cpus if cpu not in taken) for n in self.inventory.numa_nodes}
+            metrics.set_cpus_free(free)
+        if self.kubelet is not None:
+            metrics.set_registered(self.kubelet.registered.is_set())
         if self.claims is not None:
             metrics.set_state_recoveries(self.claims.state_recoveries)
         if self.monitor is not None:

@@ -7,6 +7,7 @@ Variants compared (kustomize target  <->  helm values):
   list-claims deploy/kustomize/overlays/list-claims <-> --set rbac.listClaims=true
   no-extended-resources deploy/kustomize/overlays/no-extended-resources
             <-> --set deviceClasses.<vendor>.extendedResourceName= for every GPU vendor class
+  monitoring deploy/kustomize/overlays/monitoring <-> --set monitoring.enabled=true
 
 Helm renders with release "numadra" in namespace "numadra-system", the names the kustomize base
 hard-codes. Before comparing, objects are sorted by (apiVersion, kind, namespace, name) and the
@@ -47,6 +48,7 @@ VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
             for arg in ("--set", f"deviceClasses.{key}.extendedResourceName=")
         ),
     ),
+    "monitoring": ("deploy/kustomize/overlays/monitoring", ("--set", "monitoring.enabled=true")),
 }
 
 

@@ -74,9 +74,9 @@ def register(sub: Any) -> None:
     p.add_argument(
         "-o",
         "--output",
-        choices=("json", "yaml", "table"),
+        choices=("json", "yaml", "table", "svg", "html"),
         default="json",
-        help="output format (default json)",
+        help="output format (default json); svg/html draw the topology picture",
     )
     p.set_defaults(handler=_run)
 
@@ -97,6 +97,12 @@ def _run(args: argparse.Namespace) -> int:
     reserved = kept_out_cpus(inventory, reserved, args.isolated_cpus)
     if args.output == "table":
         sys.stdout.write(render_table(inventory, reserved_cpus=reserved))
+        return 0
+    if args.output in ("svg", "html"):
+        from driver.cli._picture import overlay_for, picture
+
+        overlay = overlay_for(inventory, host_root=args.host_root, reserved_cpus=reserved)
+        sys.stdout.write(picture(inventory, overlay, args.output, title=f"numadra discover: {node_name}"))
         return 0
     slices = build_slices(
         inventory,

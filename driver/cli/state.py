@@ -53,8 +53,13 @@ def register(sub: Any) -> None:
         help="the driver's pool (node) name, for devices rebuilt from CDI specs (default: the host name)",
     )
     p.add_argument(
-        "-o", "--output", choices=("text", "json"), default="text", help="output format (default text)"
+        "-o",
+        "--output",
+        choices=("text", "json", "svg", "html"),
+        default="text",
+        help="output format (default text); svg/html draw the node with the claims' CPUs and devices",
     )
+    p.add_argument("--host-root", default="/", help="for svg/html: where the host's /sys is (default /)")
     p.set_defaults(handler=_run)
 
 
@@ -113,6 +118,14 @@ def _run(args: argparse.Namespace) -> int:
     )  # JournalError: exit 1
     path = journal.path
     entries = list(journal.entries())
+    if args.output in ("svg", "html"):
+        from driver.cli._picture import overlay_for, picture
+        from driver.inventory.discovery import discover
+
+        inventory = discover(args.host_root)
+        overlay = overlay_for(inventory, entries, host_root=args.host_root)
+        sys.stdout.write(picture(inventory, overlay, args.output, title=f"numadra state: {path}"))
+        return 0
     recoveries = read_recoveries(path.parent)
     rebuilt = {str(r.get("uid")): str(r.get("reason")) for r in recoveries}
     if args.output == "json":

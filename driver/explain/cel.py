@@ -71,6 +71,32 @@ class _Tok:
     end: int
 
 
+_ESCAPE = re.compile(
+    r"\\(?:([abfnrtv\\'\"`?])|x([0-9A-Fa-f]{2})|u([0-9A-Fa-f]{4})|U([0-9A-Fa-f]{8})|([0-3][0-7]{2})|(.))"
+)
+_SIMPLE_ESCAPES = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v"}
+
+
+def _unescape(body: str) -> str:
+    """The value of a CEL string literal's body: its escapes decoded, every other character kept.
+
+    (Python's ``unicode_escape`` codec reads its input as Latin-1, so it turned "é" into "Ã©".)
+    """
+
+    def one(m: re.Match[str]) -> str:
+        simple, hex2, hex4, hex8, octal, other = m.groups()
+        if simple is not None:
+            return _SIMPLE_ESCAPES.get(simple, simple)
+        if other is not None:
+            raise _UnsupportedError(f"unknown escape \\{other} in a string literal")
+        code = int(hex2 or hex4 or hex8, 16) if octal is None else int(octal, 8)
+        if code > 0x10FFFF or 0xD800 <= code <= 0xDFFF:
+            raise _UnsupportedError(f"escape of an invalid code point {code:#x}")
+        return chr(code)
+
+    return _ESCAPE.sub(one, body)
+
+
 def _lex(text: str) -> list[_Tok]:
     pos, out = 0, []
     while pos < len(text):
@@ -82,10 +108,14 @@ def _lex(text: str) -> list[_Tok]:
         kind = m.lastgroup if m.lastgroup != "unsigned" else "num"
         raw = m.group(kind or "op")
         value: Any = raw
-        if kind == "num":
+        if kind == "num" and m.group("unsigned"):
+            if "." in raw:
+                raise _UnsupportedError(f"cannot read {m.group(0).strip()!r}")
+            value = _Uint(int(raw))
+        elif kind == "num":
             value = float(raw) if "." in raw else int(raw)
         elif kind == "str":
-            value = bytes(raw[1:-1], "utf-8").decode("unicode_escape")
+            value = _unescape(raw[1:-1])
         out.append(_Tok(kind or "op", value, m.start(kind or "op"), m.end()))
         pos = m.end()
     out.append(_Tok("end", None, len(text), len(text)))
@@ -235,6 +265,13 @@ class _Qty:
 
 
 @dataclass(frozen=True, slots=True)
+class _Uint:
+    """A CEL uint (``3u``): equal to and ordered with ints and doubles, never added to them."""
+
+    value: int
+
+
+@dataclass(frozen=True, slots=True)
 class _Map:
     """A map value; ``strict`` maps raise "no such key" on a missing key (attribute domains)."""
 
@@ -258,7 +295,107 @@ def _show(value: Any) -> str:
         return format_quantity(value.value)
     if isinstance(value, _Map):
         return f"<{value.what}>"
+    if isinstance(value, _Uint):
+        return f"{value.value}u"
     return str(value)
+
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_UINT64_MAX = 2**64 - 1
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    """int, uint or double: CEL compares these with each other by value."""
+    return isinstance(value, int | float | _Uint) and not isinstance(value, bool)
+
+
+def _number(value: int | float | _Uint) -> int | float:
+    return value.value if isinstance(value, _Uint) else value
+
+
+def _int64(value: int) -> int:
+    """CEL ints are int64: a result outside that range is an overflow error, not a bigger number."""
+    if not _INT64_MIN <= value <= _INT64_MAX:
+        raise _CelError("integer overflow")
+    return value
+
+
+def _int_arithmetic(op: str, left: int, right: int) -> int:
+    """CEL's int64 arithmetic: ``/`` truncates toward zero and ``%`` takes the dividend's sign."""
+    if op == "+":
+        return _int64(left + right)
+    if op == "-":
+        return _int64(left - right)
+    if op == "*":
+        return _int64(left * right)
+    if right == 0:
+        raise _CelError("division by zero" if op == "/" else "modulus by zero")
+    quotient = abs(left) // abs(right)
+    if (left < 0) != (right < 0):
+        quotient = -quotient
+    return _int64(quotient) if op == "/" else left - right * quotient
+
+
+#: syntax Python's ``re`` and RE2 (the regex engine of Kubernetes' CEL) read differently or only
+#: one of them has: lookaround, comments, conditionals, backreferences, \Z, possessive
+#: quantifiers, POSIX classes (a backslash before them is not told apart: no answer then either)
+_NOT_RE2 = re.compile(r"\(\?[=!<>(#]|\(\?P=|\\[1-9]|\\Z|[*+?}]\+|\[:")
+#: the flags of ``(?flags)`` and ``(?flags:...)`` groups (named groups ``(?P<`` are skipped)
+_INLINE_FLAGS = re.compile(r"\(\?([^():]*)[):]")
+
+
+@lru_cache(maxsize=64)
+def _compiled(pattern: str) -> re.Pattern[str]:
+    try:
+        return re.compile(pattern, re.ASCII)  # RE2's \d \w \s \b are ASCII-only, like re.ASCII
+    except re.error as exc:
+        raise _UnsupportedError(f"regular expression {pattern!r}: {exc}") from exc
+
+
+def _re2_pattern(pattern: str, target: str) -> re.Pattern[str]:
+    """``pattern`` compiled by Python's ``re`` where it means what RE2 makes of it; else unsupported.
+
+    RE2 rejects what Python alone reads (a lookahead: the scheduler fails the allocation), and
+    Python rejects what RE2 alone reads (\\z, \\pL): either way explain does not guess.
+    """
+    flags = "".join(f for f in _INLINE_FLAGS.findall(pattern) if not f.startswith("P<"))
+    if (
+        _NOT_RE2.search(pattern)
+        or set(flags) - set("ims-")  # both know i, m and s
+        or ("i" in flags and not (pattern + target).isascii())  # re.ASCII folds ASCII case only
+    ):
+        raise _UnsupportedError(f"regular expression {pattern!r} uses syntax RE2 reads otherwise")
+    return _compiled(pattern)
+
+
+def _uint_arithmetic(op: str, left: int, right: int) -> _Uint:
+    """CEL's uint64 arithmetic: below zero or above 2**64 - 1 is an overflow error."""
+    if op in ("/", "%"):
+        if right == 0:
+            raise _CelError("division by zero" if op == "/" else "modulus by zero")
+        value = left // right if op == "/" else left % right  # both >= 0: no sign rules
+    else:
+        value = left + right if op == "+" else left - right if op == "-" else left * right
+    if not 0 <= value <= _UINT64_MAX:
+        raise _CelError("unsigned integer overflow")
+    return _Uint(value)
+
+
+def _equal(left: Any, right: Any) -> bool:
+    """CEL equality: numbers by value across int and double, lists item by item, else same type."""
+    if _is_number(left) and _is_number(right):
+        return bool(_number(left) == _number(right))
+    if isinstance(left, list) and isinstance(right, list):
+        return len(left) == len(right) and all(_equal(a, b) for a, b in zip(left, right, strict=True))
+    if isinstance(left, _Map) and isinstance(right, _Map):
+        return left.entries.keys() == right.entries.keys() and all(
+            _equal(v, right.entries[k]) for k, v in left.entries.items()
+        )
+    return type(left) is type(right) and bool(left == right)
 
 
 class _Evaluator:
@@ -297,7 +434,9 @@ class _Evaluator:
             value = self.eval(node.args[0])
             if node.value == "!":
                 return not self._bool(value, node.args[0])
-            if isinstance(value, int | float) and not isinstance(value, bool):
+            if _is_int(value):
+                return _int64(-value)
+            if isinstance(value, float):
                 return -value
             raise _CelError(f"cannot negate {_show(value)}")
         if kind == "binary":
@@ -354,31 +493,30 @@ class _Evaluator:
         left, right = self.eval(node.args[0]), self.eval(node.args[1])
         if op == "in":
             if isinstance(right, list):
-                return left in right
+                return any(_equal(left, item) for item in right)
             if isinstance(right, _Map):
-                return left in right.entries
+                return isinstance(left, str) and left in right.entries
             raise _CelError(f"'in' needs a list or map, got {_show(right)}")
         if op in ("==", "!="):
-            numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (left, right))
-            equal = (numbers or type(left) is type(right)) and left == right
+            equal = _equal(left, right)
             return equal if op == "==" else not equal
         if op in ("<", "<=", ">", ">="):
-            ok_types = (isinstance(left, int | float) and isinstance(right, int | float)) or (
-                isinstance(left, str) and isinstance(right, str)
+            ok_types = (
+                (_is_number(left) and _is_number(right))
+                or (isinstance(left, str) and isinstance(right, str))
+                or (isinstance(left, bool) and isinstance(right, bool))  # CEL orders false < true
             )
-            if not ok_types or isinstance(left, bool) or isinstance(right, bool):
+            if not ok_types:
                 raise _CelError(f"no such overload: {_show(left)} {op} {_show(right)}")
+            if _is_number(left):
+                left, right = _number(left), _number(right)
             return {"<": left < right, "<=": left <= right, ">": left > right, ">=": left >= right}[op]
-        if isinstance(left, int) and isinstance(right, int) and not isinstance(left, bool):
-            if op in ("/", "%") and right == 0:
-                raise _CelError("division by zero")
-            return {
-                "+": left + right,
-                "-": left - right,
-                "*": left * right,
-                "/": left // right,
-                "%": left % right,
-            }[op]
+        if _is_int(left) and _is_int(right):
+            return _int_arithmetic(op, left, right)
+        if isinstance(left, _Uint) and isinstance(right, _Uint):
+            return _uint_arithmetic(op, left.value, right.value)
+        if isinstance(left, _Uint) != isinstance(right, _Uint) and _is_number(left) and _is_number(right):
+            raise _CelError(f"no such overload: {_show(left)} {op} {_show(right)} (uint with int or double)")
         if op == "+" and isinstance(left, str) and isinstance(right, str):
             return left + right
         raise _UnsupportedError(f"operator {op} on {_show(left)} and {_show(right)}")
@@ -443,8 +581,13 @@ class _Evaluator:
                 return a > b
             if name == "isLessThan":
                 return a < b
-        if isinstance(target, _Qty) and not values and name in ("asInteger", "asApproximateFloat"):
-            return int(target.value) if name == "asInteger" else float(target.value)
+        if isinstance(target, _Qty) and not values and name == "asInteger":
+            # Kubernetes refuses a conversion that loses anything (1500m, or beyond int64)
+            if target.value.denominator != 1:
+                raise _CelError(f"{_show(target)} is not an integer (asInteger() would lose precision)")
+            return _int64(target.value.numerator)
+        if isinstance(target, _Qty) and not values and name == "asApproximateFloat":
+            return float(target.value)
         if isinstance(target, str) and len(values) == 1 and isinstance(values[0], str):
             if name == "startsWith":
                 return target.startswith(values[0])
@@ -453,7 +596,7 @@ class _Evaluator:
             if name == "contains":
                 return values[0] in target
             if name == "matches":
-                return re.search(values[0], target) is not None
+                return _re2_pattern(values[0], target).search(target) is not None
         if name == "size" and not values:
             return self._size(target)
         raise _UnsupportedError(f"method {name}() on {_show(target)}")

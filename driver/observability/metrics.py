@@ -18,6 +18,8 @@ Series (all prefixed ``numadra_``):
   files numadra wrote for them (reason: ``journal_missing``, ``journal_empty``,
   ``journal_deleted``, ``journal_replaced``, ``journal_truncated``, ``entry_missing``). Anything
   but 0 means the node's state was damaged: alert on it (docs/troubleshooting.md);
+* ``cpus_free`` {numa_node}: online CPUs of each NUMA node neither reserved nor pinned to a claim;
+* ``registered``: 1 while the kubelet has registered the plugin, 0 before or after a failure;
 * ``build_info`` {version, driver, node}: constant 1, to join other series on.
 """
 
@@ -126,6 +128,15 @@ class Metrics:
             ["action"],
             registry=r,
         )
+        self._cpus_free = Gauge(
+            "numadra_cpus_free",
+            "Online CPUs of a NUMA node neither reserved nor pinned to a prepared claim",
+            ["numa_node"],
+            registry=r,
+        )
+        self._registered = Gauge(
+            "numadra_registered", "1 while the kubelet has registered this plugin, else 0", registry=r
+        )
         #: the running totals already turned into increments, per counter and label value
         self._counted_taints: dict[str, int] = dict.fromkeys(TAINT_ACTIONS, 0)
         self._counted_writes: dict[str, int] = dict.fromkeys(PUBLISH_OPERATIONS, 0)
@@ -176,6 +187,15 @@ class Metrics:
         for dtype in DEVICE_TYPES:
             for health in DEVICE_HEALTH_STATES:
                 self._devices.labels(type=dtype, health=health).set(counts.get((dtype, health), 0))
+
+    def set_cpus_free(self, free: Mapping[int, int]) -> None:
+        """Free CPUs per NUMA node id (one series per node: bounded by the hardware)."""
+        for node, count in free.items():
+            self._cpus_free.labels(numa_node=str(int(node))).set(count)
+
+    def set_registered(self, registered: bool) -> None:
+        """Whether the kubelet's registration of the plugin succeeded (the alert's signal)."""
+        self._registered.set(1 if registered else 0)
 
     def count_publish(self, operation: str, *, error: bool = False) -> None:
         """One ResourceSlice write (``create``/``update``/``delete``); ``error`` when it failed."""

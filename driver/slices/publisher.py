@@ -17,12 +17,23 @@ How (facts: kubelet-dra-protocol.md section 4.4, resource-api-v1.md section 1.2)
   retries with capped, jittered backoff. A watch on our own slices notices the kubelet's wipe
   (at kubelet start, or 30 s after we became unreachable) and re-creates them at once instead of
   after the Go controller's 30 s delay.
+* Periodic traffic is jittered so that a fleet started together does not stay in lockstep (the
+  5,000 nodes of a large cluster would otherwise renew their watches in the same second every five
+  minutes). Each watch asks for a timeout drawn from ``[watch_timeout, 2 * watch_timeout)``, as
+  client-go's reflector does; the first sync waits a random ``[0, start_jitter)`` so that a
+  restarted fleet does not LIST in one burst.
+* There is no periodic re-LIST while the watch is open: the watch starts at the LIST's
+  resourceVersion and resumes from the last event or bookmark it saw, so every change to our slices
+  reaches us in order, and a 410 (history compacted) forces a fresh LIST. A LIST every
+  ``resync_interval`` (jittered up to +50 %) is armed only while the watch cannot be opened (a
+  forbidden or failing watch), the one case where the view could go stale.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import random
 import threading
 import time
 from collections import Counter
@@ -42,13 +53,34 @@ __all__ = [
     "SlicePlan",
     "SlicePublisher",
     "Taints",
+    "jittered",
     "plan_sync",
+    "watch_timeout_seconds",
 ]
 
 Obj = dict[str, Any]
 Taints = Mapping[str, Sequence[Mapping[str, Any]]]  # device name -> taint dicts
 BuildFn = Callable[[Inventory, Taints], list[Obj]]
 _log = get_logger("slices.publisher")
+
+#: how far past ``resync_interval`` a fallback re-LIST may be pushed (client-go's wait.Jitter factor)
+RESYNC_JITTER = 0.5
+
+
+def watch_timeout_seconds(minimum: int, rng: random.Random) -> int:
+    """A watch timeout in ``[minimum, 2 * minimum)`` seconds, as client-go's reflector draws it.
+
+    Every renewal draws again, so nodes started in the same second drift apart within a few
+    renewals instead of reconnecting together for ever.
+    """
+    if minimum < 1:
+        raise ValueError(f"watch timeout must be at least 1 s, not {minimum}")
+    return min(2 * minimum - 1, int(minimum * (1.0 + rng.random()))) if minimum > 1 else 1
+
+
+def jittered(seconds: float, factor: float, rng: random.Random) -> float:
+    """``seconds`` stretched by a random fraction of up to ``factor`` (``[s, s * (1 + factor))``)."""
+    return seconds * (1.0 + factor * rng.random())
 
 
 class SliceApi(Protocol):
@@ -203,7 +235,7 @@ class SlicePublisher:
 
     ``publish`` / ``republish`` / ``set_taints`` only record the wish and wake the loop. Errors go
     to ``on_error`` marked recoverable (the driver keeps running); ``published`` is set after the
-    first successful sync (readiness).
+    first successful sync (readiness). ``rng`` draws every jitter (tests pass a seeded one).
     """
 
     def __init__(
@@ -217,6 +249,8 @@ class SlicePublisher:
         backoff: Backoff | None = None,
         resync_interval: float = 600.0,
         watch_timeout: int = 300,
+        start_jitter: float = 0.0,
+        rng: random.Random | None = None,
     ) -> None:
         self._api = api
         self.node_name = node_name
@@ -227,6 +261,9 @@ class SlicePublisher:
         self._watch_backoff = replace(self._backoff)  # same settings, its own failure count
         self._resync_interval = resync_interval
         self._watch_timeout = watch_timeout
+        self._start_jitter = start_jitter
+        self._rng = rng or random.Random()  # noqa: S311 - spreads load, guards no secret
+        self._not_before = 0.0  # the first sync waits for its start jitter
         self._selector = slice_field_selector(node_name, driver_name)
         self.published = threading.Event()
         self.stats = PublisherStats()
@@ -284,7 +321,10 @@ class SlicePublisher:
                 self.publish(self._build(inventory, taints))
 
     def start(self) -> None:
-        """Start the sync loop and the watch; returns at once."""
+        """Start the sync loop and the watch; returns at once (the first sync after its jitter)."""
+        if self._start_jitter > 0:
+            with self._cond:
+                self._not_before = time.monotonic() + self._rng.uniform(0.0, self._start_jitter)
         for target, name in ((self._run, "slice-publisher"), (self._watch_loop, "slice-watch")):
             thread = threading.Thread(target=target, name=name, daemon=True)
             thread.start()
@@ -326,13 +366,14 @@ class SlicePublisher:
 
     def _due(self) -> bool:
         now = time.monotonic()
-        if self._desired is None or now < self._retry_at:
+        if self._desired is None or now < self._retry_at or now < self._not_before:
             return False
         return self._synced_version != self._version or now >= self._resync_at
 
     def _idle_wait(self) -> float:
         now = time.monotonic()
-        wake = min(self._resync_at, self._retry_at if self._retry_at > now else float("inf"))
+        later = [t for t in (self._retry_at, self._not_before) if t > now]
+        wake = min([self._resync_at, *later])
         return max(0.01, min(wake - now, 60.0))
 
     def _attempt(self, desired: list[Obj], version: int) -> None:
@@ -353,9 +394,13 @@ class SlicePublisher:
             self.stats.syncs += 1
             self.stats.last_sync_seconds = time.monotonic() - start
             self._synced_version = version
-            self._resync_at = time.monotonic() + self._resync_interval
+            self._resync_at = float("inf") if self._watch is not None else self._next_resync()
             self._cond.notify_all()
         self.published.set()
+
+    def _next_resync(self) -> float:
+        """When to re-LIST while the watch is down: ``resync_interval`` plus up to 50 %."""
+        return time.monotonic() + jittered(self._resync_interval, RESYNC_JITTER, self._rng)
 
     def _report(self, err: BaseException) -> None:
         if self._on_error is not None:
@@ -434,12 +479,14 @@ class SlicePublisher:
                 if self._stopping:
                     return
                 rv = self._list_rv
+            timeout = watch_timeout_seconds(self._watch_timeout, self._rng)
             try:
                 watch = self._api.watch_resource_slices(
-                    field_selector=self._selector, resource_version=rv, timeout_seconds=self._watch_timeout
+                    field_selector=self._selector, resource_version=rv, timeout_seconds=timeout
                 )
                 with self._cond:
                     self._watch = watch
+                    self._resync_at = float("inf")  # the watch keeps the view true from here
                     if self._stopping:
                         watch.close()
                 for kind, obj in watch:
@@ -447,6 +494,9 @@ class SlicePublisher:
                 backoff.reset()
             except KubeError as err:
                 with self._cond:
+                    self._watch = None
+                    if self._resync_at == float("inf"):
+                        self._resync_at = self._next_resync()
                     self.stats.errors[f"watch_{error_kind(err)}"] += 1
                     if err.status == 410:  # history gone: the next sync re-lists and restarts us
                         self._list_rv = ""

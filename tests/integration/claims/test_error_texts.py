@@ -49,14 +49,16 @@ def test_a_full_disk_names_the_claim_the_file_and_the_cause(world: World) -> Non
 
 
 def test_a_share_id_that_makes_an_invalid_cdi_name_is_that_claims_error(world: World) -> None:
-    """An allocation shareID the CDI name rules refuse: a per-claim error quoting the name, not an
-    internal error; the other claim of the call is prepared."""
+    """An allocation shareID that would make an invalid CDI name (it was "internal error:
+    CdiNameError(...)"): a per-claim error quoting the shareID, from the shareID check that now
+    runs before any name is built; the other claim of the call is prepared."""
     bad = world.getter.add(claim(UID, "train", "ml", results=[cpu_result("cpu", 2, share="bad/share id")]))
     good_uid = UID.replace("e1", "e2")
     good = world.getter.add(claim(good_uid, "ok", "ml", results=[result("gpu", GPU0)]))
     out = world.driver().prepare_claims([bad, good])
     assert out[good_uid].ok
     error = out[UID].error
-    assert error.startswith(f"claim ml/train (uid {UID}): invalid CDI device name ")
-    assert "bad/share id" in error
+    assert error == (
+        f"claim ml/train (uid {UID}): request 'cpu': device 'cpu-numa0': shareID 'bad/share id' is not a UID"
+    )
     assert "internal error" not in error and "CdiNameError" not in error

@@ -239,3 +239,21 @@ def test_network_policy_values() -> None:
     assert not [
         o for o in _helm("--set", "metrics.networkPolicy.enabled=false") if o["kind"] == "NetworkPolicy"
     ]
+
+
+def test_monitoring_is_off_by_default_and_follows_the_release_namespace() -> None:
+    """No monitoring objects without the switch; with it, in the release's namespace, dashboard verbatim."""
+    kinds = {"PrometheusRule", "PodMonitor", "ConfigMap"}
+    assert not [o for o in _helm() if o["kind"] in kinds]
+    cmd = [HELM, "template", "obs", str(ROOT / "deploy/helm/numadra"), "--namespace", "observability",
+           "--kube-version", render.KUBE_VERSION, "--set", "monitoring.enabled=true"]  # fmt: skip
+    env = dict(
+        os.environ, HELM_CACHE_HOME="/tmp/numadra-helm/cache", HELM_CONFIG_HOME="/tmp/numadra-helm/config"
+    )
+    text = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
+    objects = {o["kind"]: o for o in yaml.safe_load_all(text) if o and o["kind"] in kinds}
+    assert set(objects) == kinds
+    assert {o["metadata"]["namespace"] for o in objects.values()} == {"observability"}
+    assert all(o["metadata"]["labels"]["app.kubernetes.io/instance"] == "obs" for o in objects.values())
+    dashboard = (ROOT / "deploy" / "monitoring" / "numadra-dashboard.json").read_text()
+    assert objects["ConfigMap"]["data"]["numadra-dashboard.json"] == dashboard

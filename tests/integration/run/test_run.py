@@ -128,6 +128,8 @@ def test_readyz_waits_for_registration_and_metrics_count_devices(node: RunNode) 
     assert status == 200
     assert 'numadra_devices{health="Healthy",type="gpu"} 2.0' in metrics
     assert 'numadra_devices{health="Healthy",type="cpu"} 1.0' in metrics
+    assert 'numadra_cpus_free{numa_node="0"}' in metrics
+    wait_for(lambda: "numadra_registered 1.0" in http_get(f"{url}/metrics")[1], 10, "numadra_registered 1")
 
 
 def test_prepare_unprepare_over_v1_and_v1beta1(node: RunNode) -> None:

@@ -172,3 +172,169 @@ def test_culprits_name_the_failing_values() -> None:
     outcome = evaluate(f'device.driver == "numadra.dev" && {TYPE} == "gpu"', NIC)
     assert outcome.culprits == (TYPE,)
     assert evaluate(f'{TYPE} == "nic"', NIC).culprits == ()
+
+
+# Bugs the differential test (test_cel_differential.py) found against the CEL runtime, one each.
+DRIVER = "numadra.dev"
+BOOLS = CelDevice(DRIVER, {DRIVER: {"type": "x", "flag": True, "off": False, "zero": 0}}, {})
+NUMA = 'device.attributes["resource.kubernetes.io"].numaNode'
+
+
+@pytest.mark.parametrize("op", ["+", "-", "*"])
+def test_arithmetic_with_zero_does_not_crash(op: str) -> None:
+    """``x + 0`` used to compute ``x % 0`` too and raise ZeroDivisionError out of explain."""
+    assert evaluate(f"{NUMA} {op} 0 == {0 if op == '*' else 1}", NIC).matches is True
+
+
+@pytest.mark.parametrize(
+    ("expression", "device", "expected"),
+    [
+        pytest.param(f"{NUMA} in [true]", NIC, False, id="1-is-not-true"),
+        pytest.param(f'device.attributes["{DRIVER}"].flag in [1]', BOOLS, False, id="true-is-not-1"),
+        pytest.param(f'device.attributes["{DRIVER}"].zero in [false]', BOOLS, False, id="0-is-not-false"),
+        pytest.param(f'device.attributes["{DRIVER}"].flag in [true]', BOOLS, True, id="true-is-true"),
+        pytest.param(f'device.attributes["{DRIVER}"].zero in [0.0]', BOOLS, True, id="0-is-0.0"),
+        pytest.param(f'device.attributes["{DRIVER}"].zero in [[0], 0]', BOOLS, True, id="nested"),
+    ],
+)
+def test_in_uses_cel_equality(expression: str, device: CelDevice, expected: bool) -> None:
+    """``in`` compared with Python's ``==``, where True == 1: a bool matched an int."""
+    assert evaluate(expression, device).matches is expected
+
+
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        (f'device.attributes["{DRIVER}"].off < device.attributes["{DRIVER}"].flag', True),
+        (f'device.attributes["{DRIVER}"].flag <= false', False),
+        (f'true >= device.attributes["{DRIVER}"].flag', True),
+    ],
+)
+def test_bools_are_ordered(expression: str, expected: bool) -> None:
+    """CEL orders false < true; this was reported as a CEL error."""
+    outcome = evaluate(expression, BOOLS)
+    assert (outcome.matches, outcome.error) == (expected, False)
+
+
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        pytest.param(f"-{NUMA} - 6 == -7", True, id="setup"),
+        pytest.param(f"(-{NUMA} - 6) / 2 == -3", True, id="div-truncates-toward-zero"),
+        pytest.param(f"(-{NUMA} - 6) % 2 == -1", True, id="mod-has-the-dividends-sign"),
+        pytest.param(f"7 % (-{NUMA} - 1) == 1", True, id="mod-negative-divisor"),
+    ],
+)
+def test_integer_division_is_cels(expression: str, expected: bool) -> None:
+    """``/`` floored and ``%`` took the divisor's sign (Python's rules): -7 / 2 gave -4, not -3."""
+    assert evaluate(expression, NIC).matches is expected
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        f"{NUMA} + 9223372036854775807 > 0",
+        f"{NUMA} * 9223372036854775807 * 2 > 0",
+        f"-({NUMA} - 9223372036854775807 - 2) > 0",
+    ],
+)
+def test_int64_overflow_is_an_error(expression: str) -> None:
+    """Results beyond int64 were Python big ints; CEL fails the expression (so does the scheduler)."""
+    outcome = evaluate(expression, NIC)
+    assert (outcome.matches, outcome.error) == (False, True)
+    assert "overflow" in outcome.why
+
+
+def test_as_integer_refuses_to_lose_precision() -> None:
+    """``quantity("1500m").asInteger()`` was 1; Kubernetes fails on a lossy conversion."""
+    half = CelDevice(DRIVER, {DRIVER: {"type": "cpu"}}, {DRIVER: {"cpus": Fraction(3, 2)}})
+    outcome = evaluate(f'device.capacity["{DRIVER}"].cpus.asInteger() == 1', half)
+    assert (outcome.matches, outcome.error) == (False, True)
+    assert evaluate(f'device.capacity["{DRIVER}"].cpus.asInteger() == 112', CPU).matches is True
+
+
+def test_bool_is_not_an_int_operand() -> None:
+    """``1 + true`` was 2 (Python's bool is an int); CEL has no such overload."""
+    assert evaluate(f'{NUMA} + device.attributes["{DRIVER}"].rdma == 2', NIC).matches is not True
+
+
+@pytest.mark.parametrize(
+    ("literal", "value"),
+    [
+        pytest.param('"é"', "é", id="utf-8-kept"),
+        pytest.param('"Ü\\u00dc"', "ÜÜ", id="u-escape"),
+        pytest.param('"\\x41\\101"', "AA", id="hex-and-octal"),
+        pytest.param('"\\U0001F600"', "\U0001f600", id="U-escape"),
+        pytest.param("'it\\'s'", "it's", id="quote"),
+        pytest.param('"a\\tb\\\\"', "a\tb\\", id="tab-and-backslash"),
+    ],
+)
+def test_string_literals_decode_as_cel_does(literal: str, value: str) -> None:
+    """Non-ASCII literals went through Latin-1 ("é" became "Ã©"), so they never matched a device."""
+    device = CelDevice(DRIVER, {DRIVER: {"productName": value}}, {})
+    assert evaluate(f'device.attributes["{DRIVER}"].productName == {literal}', device).matches is True
+    assert evaluate(f"size({literal}) == {len(value)}", device).matches is True
+
+
+def test_an_unknown_escape_is_not_guessed() -> None:
+    assert evaluate('device.driver == "\\q"', NIC).matches is None
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        pytest.param("[", id="invalid-for-both"),
+        pytest.param("0\\\\z", id="re2-only-escape"),
+        pytest.param("\\\\pL", id="re2-only-class"),
+        pytest.param("(?=e)", id="python-only-lookahead"),
+        pytest.param("(e)\\\\1", id="python-only-backreference"),
+        pytest.param("0\\\\Z", id="python-only-end"),
+        pytest.param("[[:alpha:]]", id="posix-class"),
+        pytest.param("(?x)e", id="python-only-flag"),
+    ],
+)
+def test_regex_syntax_re2_reads_otherwise_is_not_guessed(pattern: str) -> None:
+    """matches() ran Python's re: an invalid or RE2-only pattern raised out of explain, and
+    Python-only syntax answered where the scheduler's RE2 fails the expression."""
+    assert evaluate(f'{TYPE}.matches("{pattern}")', NIC).matches is None
+
+
+@pytest.mark.parametrize(
+    ("pattern", "expected"),
+    [
+        pytest.param("^n\\\\w+$", True, id="word"),
+        pytest.param("(?i)^NIC$", True, id="ascii-ignorecase"),
+        pytest.param("(?P<kind>ni)c", True, id="named-group"),
+        pytest.param("\\\\d", False, id="no-digit"),
+    ],
+)
+def test_regex_both_engines_read_alike(pattern: str, expected: bool) -> None:
+    assert evaluate(f'{TYPE}.matches("{pattern}")', NIC).matches is expected
+
+
+def test_regex_digit_class_is_ascii_as_in_re2() -> None:
+    """Python's \\d also matches other scripts' digits; RE2's (and so the scheduler's) does not."""
+    device = CelDevice(DRIVER, {DRIVER: {"type": "x", "serial": "\u0663"}}, {})  # ARABIC-INDIC 3
+    assert evaluate(f'device.attributes["{DRIVER}"].serial.matches("\\\\d")', device).matches is False
+
+
+@pytest.mark.parametrize(
+    ("expression", "matches", "error"),
+    [
+        pytest.param(f"{NUMA} == 1u", True, False, id="uint-equals-int"),
+        pytest.param(f"{NUMA} < 2u", True, False, id="uint-orders-with-int"),
+        pytest.param(f"{NUMA} + 1u == 2", False, True, id="int-plus-uint-is-an-error"),
+        pytest.param("3u - 4u < 5u", False, True, id="uint-underflow"),
+        pytest.param("18446744073709551615u + 1u > 0u", False, True, id="uint-overflow"),
+        pytest.param("7u / 2u == 3u", True, False, id="uint-division"),
+    ],
+)
+def test_uints_are_not_ints(expression: str, matches: bool, error: bool) -> None:
+    """``3u`` was read as the int 3, so int + uint added up where CEL has no such overload."""
+    outcome = evaluate(expression, NIC)
+    assert (outcome.matches, outcome.error) == (matches, error)
+
+
+def test_a_uint_is_not_negated() -> None:
+    outcome = evaluate("-(1u) < 0", NIC)
+    assert (outcome.matches, outcome.error) == (False, True)

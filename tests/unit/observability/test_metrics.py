@@ -132,3 +132,19 @@ def test_state_recoveries_follow_running_totals_by_reason() -> None:
     assert m.sample("numadra_state_recoveries_total", {"reason": "entry_missing"}) == 1
     with pytest.raises(ValueError, match="state recovery reason"):
         m.set_state_recoveries({"bogus": 1})
+
+
+def test_cpus_free_per_numa_node_and_registered() -> None:
+    """One free-CPU series per NUMA node, replaced on each update; registered flips 0 -> 1 -> 0."""
+    from driver.observability.metrics import Metrics
+
+    m = Metrics("numadra.dev", "n1")
+    assert m.sample("numadra_registered") == 0.0
+    m.set_cpus_free({0: 54, 1: 56})
+    m.set_cpus_free({0: 50, 1: 56})
+    assert m.sample("numadra_cpus_free", {"numa_node": "0"}) == 50.0
+    assert m.sample("numadra_cpus_free", {"numa_node": "1"}) == 56.0
+    m.set_registered(True)
+    assert m.sample("numadra_registered") == 1.0
+    m.set_registered(False)
+    assert m.sample("numadra_registered") == 0.0

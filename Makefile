@@ -1,0 +1,97 @@
+# numadra's task runner: one target per test tier, in the order CI runs them.
+#
+#   make venv          .venv with the package and its test extras (everything below uses it)
+#   make lint          ruff check, ruff format --check, mypy --strict
+#   make deploy        deploy/ rendered by kustomize and helm (built from Go modules) must agree
+#   make unit          tests/unit: pure logic, generated host trees, no root needed
+#   make integration   tests/integration: real sockets, gRPC, files, cgroups (root for cgroups)
+#   make e2e           tests/e2e: real etcd + kube-apiserver + scheduler + controller-manager 1.37.2
+#   make node          tests/node: real containerd 2.4 + kubelet 1.37.2 running pinned pods (root)
+#   make image         the container image with podman, and its smoke test
+#   make ci            all of the above, in that order (for .ci/run, once it installs the tools)
+#   make bench         the prepare benchmark against the Go peer (JSON on stdout; never in CI)
+#
+# Variables: PYTHON (the interpreter that makes .venv), PYTEST_ARGS (added to every pytest run,
+# e.g. PYTEST_ARGS="-x -k journal"). The skips of .ci/run hold here too: NUMADRA_SKIP_DEPLOY_TOOLS,
+# NUMADRA_SKIP_E2E_BUILD, NUMADRA_SKIP_NODE_BUILD, NUMADRA_SKIP_IMAGE set to 1 skip that build.
+
+PYTHON ?= python3
+VENV ?= .venv
+PYTEST_ARGS ?=
+BIN := $(VENV)/bin
+PYTEST := $(BIN)/python -m pytest $(PYTEST_ARGS)
+LINTED := driver cdi tests bench
+
+.PHONY: help venv lint fmt deploy unit integration image e2e node ci bench
+
+help:
+	@sed -n '3,14p' Makefile | sed 's/^# *//'
+
+venv:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e ".[test]"
+
+lint:
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/ruff format --check $(LINTED)
+	$(BIN)/mypy
+
+# rewrite in place what `lint` only checks (then read the diff)
+fmt:
+	$(BIN)/ruff check --fix $(LINTED)
+	$(BIN)/ruff format $(LINTED)
+
+unit:
+	$(PYTEST) tests/unit
+
+integration:
+	$(PYTEST) tests/integration
+
+# A tool that cannot be built (no Go, no module proxy) is a warning and its tests skip, naming why;
+# a difference between the kustomize and helm renderings fails.
+deploy:
+	@if [ "$${NUMADRA_SKIP_DEPLOY_TOOLS:-0}" = 1 ]; then \
+	  echo "deploy: skipped by NUMADRA_SKIP_DEPLOY_TOOLS=1"; \
+	elif bash scripts/build-deploy-tools.sh >/dev/null; then \
+	  $(BIN)/python scripts/render_deploy.py; \
+	else \
+	  echo "::: WARNING: kustomize/helm could not be built (Go or module proxy missing); render tests skip"; \
+	fi
+
+e2e:
+	@if [ "$${NUMADRA_SKIP_E2E_BUILD:-0}" = 1 ]; then \
+	  echo "e2e: binary build skipped by NUMADRA_SKIP_E2E_BUILD=1"; \
+	elif ! timeout 3600 bash tests/e2e/build-bins.sh; then \
+	  echo "::: WARNING: e2e binaries not built (Go module proxy unreachable?); the e2e tests skip"; \
+	fi
+	$(PYTEST) tests/e2e
+
+# tests/node arrives with issue 14; until then this target says so and passes
+node:
+	@if [ ! -d tests/node ]; then echo "node: no tests/node in this checkout"; exit 0; fi; \
+	if [ "$${NUMADRA_SKIP_NODE_BUILD:-0}" = 1 ]; then \
+	  echo "node: binary build skipped by NUMADRA_SKIP_NODE_BUILD=1"; \
+	else \
+	  for script in tests/e2e/build-bins.sh tests/node/build-bins.sh; do \
+	    [ -f "$$script" ] || continue; \
+	    timeout 3600 bash "$$script" || echo "::: WARNING: $$script failed; the node tests skip"; \
+	  done; \
+	fi; \
+	$(PYTEST) tests/node
+
+# scripts/build-image.sh: rc 3 or 4 = podman/debootstrap or a mirror unavailable (a warning);
+# any other failure (the build or its smoke test) fails
+image:
+	@if [ "$${NUMADRA_SKIP_IMAGE:-0}" = 1 ]; then echo "image: skipped by NUMADRA_SKIP_IMAGE=1"; exit 0; fi; \
+	rc=0; timeout 1800 bash scripts/build-image.sh || rc=$$?; \
+	case "$$rc" in \
+	  0) ;; \
+	  3|4) echo "::: WARNING: image not built (podman/debootstrap or a mirror unavailable, rc $$rc)" ;; \
+	  *) echo "::: image build or smoke test FAILED (rc $$rc)"; exit "$$rc" ;; \
+	esac
+
+ci: lint deploy unit integration image e2e node
+
+bench:
+	$(BIN)/python bench/prepare.py
