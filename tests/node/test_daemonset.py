@@ -74,17 +74,18 @@ def daemonset_overlay(node: NodeCluster, image: str) -> dict[str, Any]:
     """deploy/'s DaemonSet with only the image and the volumes' host paths changed."""
     (shipped,) = [o for o in kustomize_base_objects() if o["kind"] == "DaemonSet"]
     ds = copy.deepcopy(shipped)
-    host_paths = {
-        "/var/lib/kubelet/plugins_registry": node.kubelet.registry_dir,
-        "/var/lib/kubelet/plugins": node.kubelet.plugins_dir,
-        "/var/run/cdi": node.cdi_dir,
-        "/var/run/nri": node.containerd.nri_socket.parent,
-    }
+    kubelet = "/var/lib/kubelet"
+    host_paths = {"/var/run/cdi": node.cdi_dir, "/var/run/nri": node.containerd.nri_socket.parent}
     spec = ds["spec"]["template"]["spec"]
     for volume in spec["volumes"]:
         host_path = volume.get("hostPath")
-        if host_path and host_path["path"] in host_paths:
-            host_path["path"] = str(host_paths[host_path["path"]])
+        if not host_path:
+            continue
+        path = host_path["path"]
+        if path in host_paths:
+            host_path["path"] = str(host_paths[path])
+        elif path == kubelet or path.startswith(kubelet + "/"):
+            host_path["path"] = str(node.kubelet.root_dir) + path.removeprefix(kubelet)
     for container in spec["containers"]:
         container["image"] = image
     return ds
