@@ -80,7 +80,8 @@ SUMMARY: dict[str, Any] = {"versions": {}, "timings": {}, "figures": {}, "scenar
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.when == "call" and report.nodeid.startswith("tests/node/"):
-        SUMMARY["scenarios"].append((report.nodeid, report.outcome, report.duration))
+        outcome = "xfailed" if hasattr(report, "wasxfail") else report.outcome
+        SUMMARY["scenarios"].append((report.nodeid, outcome, report.duration))
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
