@@ -16,6 +16,8 @@ import pytest
 
 from tests.integration.claims._world import GPU0, World, claim, cpu_result, result
 
+pytestmark = pytest.mark.fault
+
 UID = "5f2c8a9e-0d1b-4c3a-9e8f-0000000000e1"
 
 

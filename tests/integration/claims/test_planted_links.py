@@ -14,6 +14,8 @@ import pytest
 from driver.errors import JournalError
 from tests.integration.claims._world import GPU0, World, claim, result
 
+pytestmark = pytest.mark.fault
+
 UID = "5f2c8a9e-0d1b-4c3a-9e8f-0000000000aa"
 
 

@@ -11,6 +11,8 @@ import pytest
 from driver.claims.metadata import container_path, pod_claim_name_problem
 from tests.integration.claims._world import DRIVER, GPU0, World, claim, result
 
+pytestmark = pytest.mark.fault
+
 UID = "5f2c8a9e-0d1b-4c3a-9e8f-0000000000c1"
 HOSTILE = [
     "../../../etc",

@@ -19,6 +19,8 @@ from driver.plugin import ClaimRef
 from driver.state.journal import read_recoveries
 from tests.integration.claims._world import GPU0, World, claim, cpu_result, result
 
+pytestmark = pytest.mark.fault
+
 FIRST = "5f2c8a9e-0d1b-4c3a-9e8f-00000000000a"
 SECOND = "5f2c8a9e-0d1b-4c3a-9e8f-00000000000b"
 

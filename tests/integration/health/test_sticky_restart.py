@@ -23,6 +23,8 @@ from driver.testing.hosttree import write_host_tree
 
 from .hosts import GPU_BDF, bump_aer, health_topology, replug, unplug, write
 
+pytestmark = pytest.mark.fault
+
 GPU = pci_device_name(DeviceKind.GPU, GPU_BDF)
 BOOT = "proc/sys/kernel/random/boot_id"
 

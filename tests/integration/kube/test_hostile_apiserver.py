@@ -19,6 +19,8 @@ from driver.kube.client import KubeClient, error_kind
 from .fake_tls_api import write_kubeconfig
 from .hostile_api import HostileApiServer, Mode
 
+pytestmark = pytest.mark.fault
+
 PER_READ = 30.0
 DEADLINE = 1.0
 

@@ -31,6 +31,8 @@ from tests.integration.kube.hostile_api import HostileApiServer, wait_connection
 
 from .conftest import Dirs
 
+pytestmark = pytest.mark.fault
+
 PREPARE_SLOTS = 16
 STUCK = PREPARE_SLOTS + 4  # more prepares than there are prepare slots
 READ_DEADLINE = 6.0  # long enough that the prepares are still stuck while the unprepare runs

@@ -18,6 +18,8 @@ import pytest
 
 from driver.observability import Metrics, MetricsServer
 
+pytestmark = pytest.mark.fault
+
 
 def _threads() -> int:
     """The threads of this process as the kernel counts them (grpc and others included)."""

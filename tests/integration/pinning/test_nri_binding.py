@@ -32,6 +32,8 @@ from tests.integration.pinning.fake_nri_runtime import (
 )
 from tests.unit.pinning.topo import synthetic_inventory
 
+pytestmark = pytest.mark.fault
+
 #: the attacker's pod: same namespace, its own UID, no claim
 EVIL = pod("pod-evil", "pod-uid-evil", name="evil")
 #: a pod that holds claim-b (and not claim-a)

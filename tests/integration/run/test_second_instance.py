@@ -13,6 +13,8 @@ import pytest
 from driver.plugin import ClaimRef
 from tests.integration.run.conftest import NODE, REPO, RunNode, gpu_cpu_claim
 
+pytestmark = pytest.mark.fault
+
 
 def _one_line(text: str) -> str:
     lines = text.strip().splitlines()
