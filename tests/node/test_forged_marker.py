@@ -13,7 +13,7 @@ from driver.pinning.types import ENV_CLAIM_UID, ENV_CPU_MODE, ENV_CPUS, ENV_MEMS
 from tests.e2e.controlplane import wait_for
 from tests.node.conftest import NodeCluster, busybox_pod
 
-pytestmark = pytest.mark.node
+pytestmark = [pytest.mark.node, pytest.mark.fault]
 
 
 def test_forged_marker_gets_create_container_error(node: NodeCluster) -> None:
