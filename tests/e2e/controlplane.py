@@ -235,15 +235,17 @@ def _openssl(*args: str, cwd: Path) -> None:
     subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
 
 
-def make_pki(directory: Path) -> None:
-    """A CA, a serving certificate for 127.0.0.1/localhost, and the service-account key pair (EC P-256)."""
+def make_pki(directory: Path, extra_ips: tuple[str, ...] = ()) -> None:
+    """A CA, a serving certificate for 127.0.0.1/localhost (and ``extra_ips``), and the
+    service-account key pair (EC P-256)."""
     directory.mkdir(parents=True, exist_ok=True)
     ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
     _openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-days", "2",
              "-subj", "/CN=numadra-e2e-ca", cwd=directory)  # fmt: skip
     _openssl("req", *ec, "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=kube-apiserver",
              cwd=directory)  # fmt: skip
-    (directory / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    sans = ",".join(f"IP:{ip}" for ip in ("127.0.0.1", *extra_ips))
+    (directory / "san.ext").write_text(f"subjectAltName={sans},DNS:localhost\n")
     _openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
              "-out", "server.crt", "-days", "2", "-extfile", "san.ext", cwd=directory)  # fmt: skip
     _openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", "sa.key",
@@ -258,11 +260,20 @@ class ControlPlane:
     Identities come from a static token file: ``admin`` (system:masters) for the test, the
     scheduler and the controller-manager, and ``system:node:<node>`` (system:nodes) for
     drakubelet, so the Node authorizer checks the kubelet side as it would a real kubelet.
+
+    The e2e tier runs no pods, so ServiceAccount admission is off and only the resourceclaim
+    controller runs. The node tier (tests/node) runs real pods, among them numadra's DaemonSet pod,
+    which needs what a cluster gives a pod: ``service_account_admission`` (the projected token),
+    more ``controllers`` (serviceaccount, root-ca-cert-publisher, daemonset) and the
+    ``kubernetes`` Service's IP in the serving certificate (``extra_ips``).
     """
 
     bin_dir: Path
     root: Path
     node_name: str
+    service_account_admission: bool = False
+    controllers: tuple[str, ...] = ("resourceclaim-controller",)
+    extra_ips: tuple[str, ...] = ()
     processes: list[Process] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     server: str = ""
@@ -302,7 +313,7 @@ class ControlPlane:
         """Start everything; wait for the apiserver's /readyz (the scheduler and controller-manager
         serve no port here: a process exit fails the next check, their work shows in the scenarios)."""
         t0 = time.monotonic()
-        make_pki(self.pki)
+        make_pki(self.pki, self.extra_ips)
         admin_token = os.urandom(16).hex()
         node_token = os.urandom(16).hex()
         (self.root / "tokens.csv").write_text(
@@ -347,8 +358,8 @@ class ControlPlane:
                 f"--service-account-signing-key-file={self.pki / 'sa.key'}",
                 "--authorization-mode=Node,RBAC",
                 "--enable-admission-plugins=NodeRestriction",
-                # no serviceaccount controller runs, so nothing could mint the default SA
-                "--disable-admission-plugins=ServiceAccount",
+                # without the serviceaccount controller nothing could mint the default SA
+                *(() if self.service_account_admission else ("--disable-admission-plugins=ServiceAccount",)),
                 "--endpoint-reconciler-type=none",
                 "--service-cluster-ip-range=10.96.0.0/24",
                 "--enable-priority-and-fairness=false",
@@ -396,9 +407,11 @@ class ControlPlane:
                 "--leader-elect=false",
                 "--secure-port=0",
                 "--use-service-account-credentials=false",
+                # what root-ca-cert-publisher puts into each namespace's kube-root-ca.crt
+                f"--root-ca-file={self.ca_file}",
                 # ResourceClaimTemplate -> ResourceClaim, reservedFor cleanup, claim deletion.
                 # Never the node-lifecycle controller: no kubelet heartbeats here.
-                "--controllers=resourceclaim-controller",
+                f"--controllers={','.join(self.controllers)}",
             ],
         ).start()
         self.timings["control_plane_s"] = time.monotonic() - t0
