@@ -435,6 +435,7 @@ class App:
         from driver.pinning.binding import binding_lookup
         from driver.pinning.factory import build_backend
         from driver.pinning.nri import NriPlugin
+        from driver.pinning.nri.plugin import PINNER_LOCK_NAME
 
         assert self.index is not None and self.planner is not None
         index, planner = self.index, self.planner
@@ -444,6 +445,7 @@ class App:
             nri_socket=cfg.nri_socket,
             claim_lookup=binding_lookup(index.entry, lambda: self.inventory),
             node_shared_pool=shared,
+            nri_pinner_lock=self.plugin_dir / PINNER_LOCK_NAME,  # one pinner in a rolling update
         )
         assert isinstance(backend, NriPlugin)
         planner.watch_pool(backend.handlers.pool_users)

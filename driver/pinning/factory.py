@@ -30,8 +30,12 @@ def build_backend(
     hierarchy: CpusetHierarchy | None = None,
     plugin_name: str = "numadra",
     environ: Mapping[str, str] = os.environ,
+    nri_pinner_lock: Path | None = None,
 ) -> PinningBackend:
     """The backend for ``kind``; an unknown value is a :class:`ConfigError` (exit code 2).
+
+    ``nri_pinner_lock``: the lock file the processes of a rolling update share so that only one
+    of them adjusts containers (see :mod:`driver.pinning.nri.plugin`).
 
     When the runtime started numadra as an NRI plugin, ``NRI_PLUGIN_SOCKET`` names the inherited
     socket fd and the plugin uses it instead of dialing ``nri_socket``.
@@ -55,6 +59,7 @@ def build_backend(
             socket_path=nri_socket,
             name=plugin_name,
             socket_fd=fd,
+            leader_lock=nri_pinner_lock,
         )
     if choice is PinningKind.HOOK:
         return HookBackend(CgroupfsBackend(hierarchy))

@@ -40,14 +40,6 @@ def test_restart_keeps_every_pin(node: NodeCluster) -> None:
         node.delete_all_pods(ns)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "numadra bug in driver/pinning/nri: while two instances are connected to NRI, both plugins "
-        "('00-numadra' each) set CPUSetCPUs of a claim container and containerd refuses it as a "
-        "conflict ('plugins ... both tried to set CPUSetCPUs'): CreateContainerError"
-    ),
-)
 def test_rolling_update_never_fails_a_new_pod(node: NodeCluster) -> None:
     """A second instance (another pod, another POD_UID) starts next to the first; pods created while
     both run and right after the first stops all run pinned, and none gets a failure event."""

@@ -9,12 +9,27 @@ Container creation waits for this plugin, so every request is **time-boxed** (1 
 less when the runtime's ttrpc timeout is shorter): a handler that has not answered by then is
 abandoned and the runtime gets an empty response (no adjustment), with a warning in the log.
 Creating a container unpinned is better than stalling every pod on the node.
+
+**One pinner at a time.** During a rolling update two numadra processes are connected to the same
+runtime, and containerd refuses a container when two plugins both set its cpuset ("plugins
+"00-numadra" and "00-numadra" both tried to set CPUSetCPUs"): every claim pod created during the
+overlap failed. So the instances share ``<plugin-dir>/nri-pinner.lock`` (``leader_lock``): the
+holder answers with adjustments; the other stays connected and keeps its bookkeeping (it sees every
+container, as the pinner does) but answers CreateContainer, UpdateContainer and Synchronize with
+no adjustment. A follower asked about a container tries to take the lock first (waiting up to
+``takeover_wait_s`` for a pinner that is exiting), so when the old process is gone the next
+container is pinned by the new one, with no window in which nobody pins. A leaving pinner lets go
+of the lock *before* it disconnects: in the instant both might pin, containerd refuses the
+container and the kubelet retries it, which is better than a container that runs unpinned.
+Refusals (a forged marker) pass through from either process.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import fcntl
+import os
 import socket
 import threading
 import time
@@ -67,6 +82,10 @@ _INTERNAL = 13
 _log = get_logger("pinning.nri")
 
 _Handler = Callable[[Any], Message]
+#: the methods whose answers adjust containers: only the pinner (the lock holder) sends those
+_ADJUSTING = frozenset({"CreateContainer", "UpdateContainer", "Synchronize"})
+#: the lock file in the plugin dir that the instances of a rolling update share
+PINNER_LOCK_NAME = "nri-pinner.lock"
 
 
 class NriPlugin:
@@ -84,6 +103,8 @@ class NriPlugin:
         handler_budget_s: float = 1.0,
         register_timeout_s: float = 5.0,
         socket_fd: int | None = None,
+        leader_lock: Path | None = None,
+        takeover_wait_s: float = 0.3,
     ) -> None:
         if len(index) != 2 or not index.isdigit():
             raise PinningError(f"NRI plugin index must be two digits, got {index!r}")
@@ -114,6 +135,10 @@ class NriPlugin:
         self._disconnected.set()
         self._reader_thread: threading.Thread | None = None
         self._runtime_timeout_s = 0.0  # ConfigureRequest.request_timeout, 0 = unknown
+        self._leader_lock = leader_lock
+        self._takeover_wait_s = takeover_wait_s
+        self._leader_fd: int | None = None
+        self._leader_mutex = threading.Lock()
 
     # -- PinningBackend -------------------------------------------------------------------------
 
@@ -217,10 +242,55 @@ class NriPlugin:
         self.close()
 
     def close(self) -> None:
-        """Disconnect and stop the worker pools."""
+        """Let go of pinning, disconnect and stop the worker pools (in that order: see the module
+        docstring, a follower must be able to take over before this connection goes)."""
+        self._resign()
         self.disconnect()
         self._dispatch.shutdown(wait=False, cancel_futures=True)
         self._work.shutdown(wait=False, cancel_futures=True)
+
+    # -- one pinner ------------------------------------------------------------------------------
+
+    @property
+    def is_pinner(self) -> bool:
+        """True when this process answers with adjustments (it holds the lock, or there is none)."""
+        return self._leader_lock is None or self._leader_fd is not None
+
+    def _take_pinning(self, wait_s: float) -> bool:
+        """Hold the pinner lock, trying for up to ``wait_s``; True when held."""
+        if self.is_pinner:
+            return True
+        assert self._leader_lock is not None
+        with self._leader_mutex:
+            if self._leader_fd is not None:
+                return True
+            try:
+                fd = os.open(self._leader_lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+            except OSError as exc:
+                _log.error("cannot open the NRI pinner lock", path=str(self._leader_lock), error=exc.strerror)
+                return False
+            deadline = time.monotonic() + wait_s
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        os.close(fd)
+                        return False
+                    time.sleep(0.02)
+                    continue
+                self._leader_fd = fd
+                _log.info(
+                    "pinning containers: this process holds the NRI pinner lock", path=str(self._leader_lock)
+                )
+                return True
+
+    def _resign(self) -> None:
+        """Give the pinner lock back (closing the file releases the flock)."""
+        with self._leader_mutex:
+            fd, self._leader_fd = self._leader_fd, None
+        if fd is not None:
+            os.close(fd)
 
     # -- transport ------------------------------------------------------------------------------
 
@@ -335,6 +405,9 @@ class NriPlugin:
             _log.exception("NRI handler failed", method=method)
             return _status(_INTERNAL, f"{method} failed: {exc}")
         _log.debug("NRI request served", method=method, took_ms=(time.monotonic() - started) * 1e3)
+        if method in _ADJUSTING and not self._take_pinning(self._takeover_wait_s):
+            # another numadra process pins; ours is bookkeeping only (see the module docstring)
+            return ttrpc.Response(payload=b"")
         return ttrpc.Response(payload=result.SerializeToString())
 
     def _decode(self, payload: bytes) -> ttrpc.Response | tuple[str, _Handler, Message, float]:

@@ -345,3 +345,44 @@ def test_reserved_cpus_stay_in_the_pool(start: Callable[..., tuple[NriPlugin, Fa
     assert cpuset(created) == ("1-3", "0")
     assert [(u.container_id, u.linux.resources.cpu.cpus) for u in created.update] == [("c-web", "0")]
     assert cpuset(conn.create_container(container("c-2", "web", sandbox=EVIL.id), pod=EVIL)) == ("0", "")
+
+
+def test_a_rolling_update_has_one_pinner_and_no_gap(
+    start: Callable[..., tuple[NriPlugin, FakePluginConnection]], runtime: FakeNriRuntime
+) -> None:
+    """Two numadra processes on one runtime (maxSurge rollout). Both adjusting a container's
+    cpuset made containerd refuse it ("both tried to set CPUSetCPUs"), so every claim pod created
+    during the overlap failed. Now only the lock holder adjusts; the other answers empty; once the
+    old one is gone the new one pins the very next container."""
+    lock = runtime.socket_path.parent / "nri-pinner.lock"
+    old, old_conn = start(leader_lock=lock)
+    old_conn.synchronize([], pods=[POD])
+    first = old_conn.create_container(container("c-1", "app", env_of(PIN_A)))
+    assert cpuset(first) == ("2-3", "0") and old.is_pinner
+
+    new, new_conn = start(leader_lock=lock, takeover_wait_s=0.05)
+    assert new_conn.synchronize([], pods=[POD]) == nri.SynchronizeResponse()
+    # containerd asks both plugins about each new container: exactly one adjusts it
+    during = container("c-2", "app", env_of(PIN_A))
+    answers = [old_conn.create_container(during), new_conn.create_container(during)]
+    assert [cpuset(a) for a in answers] == [("2-3", "0"), ("", "")]
+    assert not new.is_pinner and "c-2" in new.handlers.containers()  # bookkeeping kept
+    # forged markers are refused by the follower too
+    forged = new_conn.create_container_raw(container("c-evil", "x", env_of(PIN_A), sandbox=EVIL.id), pod=EVIL)
+    assert forged.status.code == 9
+
+    old.close()  # the old pod stops: lock released before the connection goes
+    after = new_conn.create_container(container("c-3", "app", env_of(PIN_A)))
+    assert cpuset(after) == ("2-3", "0") and new.is_pinner
+
+
+def test_without_the_lock_both_processes_adjust(
+    start: Callable[..., tuple[NriPlugin, FakePluginConnection]],
+) -> None:
+    """What containerd saw before: two plugins setting the same cpuset (it refuses the container)."""
+    _, a = start()
+    _, b = start()
+    a.synchronize([], pods=[POD])
+    b.synchronize([], pods=[POD])
+    both = container("c-1", "app", env_of(PIN_A))
+    assert [cpuset(c.create_container(both)) for c in (a, b)] == [("2-3", "0"), ("2-3", "0")]
