@@ -1,8 +1,16 @@
 # numadra: the DaemonSet image of the NUMA-aligned DRA driver.
 #
-# Two stages on the same base: "builder" turns the source into wheels (numadra and every
-# dependency), the final stage installs only those wheels into a virtual environment, with no
-# compiler, no pip cache and no source tree left behind.
+# Three stages on the same base, the last one flattened:
+#   builder  turns the source into wheels (numadra and every dependency) and installs them into
+#            the runtime virtual environment /opt/numadra, made --without-pip and installed by the
+#            builder's own pip, then prunes what the runtime never imports (see the list there);
+#   rootfs   the base plus that venv, the user and the /host/proc link, minus the base's
+#            documentation (docs, man pages, translations, the bundled pip/setuptools wheels);
+#   final    `FROM scratch` + one COPY of rootfs: files deleted in rootfs are really gone (a
+#            deletion in a later layer of a layered image saves nothing). The price: the final
+#            image shares no layer with its base, so a node pulls all of it (about 250 MB, once
+#            per version).
+# No compiler, pip, setuptools, pip cache or source tree is left in the final image.
 #
 #   podman build -t numadra:dev .                          # base from a registry
 #   scripts/build-image.sh                                 # no registry: local Debian base, offline
@@ -30,11 +38,34 @@ FROM ${BASE_IMAGE} AS builder
 ARG PIP_NO_INDEX=0
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PIP_FIND_LINKS=/src/build/wheelhouse
 COPY . /src
+# What the runtime never imports, pruned after the install (checked by scripts/build-image.sh: it
+# imports every module of driver/ and cdi/ plus the runtime dependencies under -X importtime and
+# fails if any of these shows up, then runs `numadra run --help`):
+#   pip, setuptools  never in the venv (--without-pip; the builder's pip installs into it)
+#   kubernetes/aio   the asyncio twin of the official client (~65 MiB with bytecode); numadra
+#                    uses the synchronous client only, and `import kubernetes` does not load it
+#   aiohttp and its dependencies (aiohttp-retry aiohappyeyeballs aiosignal frozenlist multidict
+#                    propcache yarl attrs)  required by the kubernetes distribution for aio only
+# (pydantic stays: the synchronous kubernetes client imports it.)
 RUN mkdir -p /src/build/wheelhouse \
  && python3 -m venv /opt/build \
- && /opt/build/bin/pip wheel --quiet --wheel-dir /wheels /src
+ && /opt/build/bin/pip wheel --quiet --wheel-dir /wheels /src \
+ && python3 -m venv --without-pip /opt/numadra \
+ && /opt/build/bin/pip --python /opt/numadra/bin/python install --quiet --no-index --find-links /wheels numadra \
+ && /opt/build/bin/pip --python /opt/numadra/bin/python uninstall --quiet --yes \
+        aiohttp aiohttp-retry aiohappyeyeballs aiosignal frozenlist multidict propcache yarl attrs \
+ && rm -rf /opt/numadra/lib/python3*/site-packages/kubernetes/aio
 
-FROM ${BASE_IMAGE}
+FROM ${BASE_IMAGE} AS rootfs
+COPY --from=builder /opt/numadra /opt/numadra
+# Documentation and translations of the base (numadra speaks English and reads no man page) and
+# the pip/setuptools wheels that only `python3 -m venv` with pip would use.
+RUN rm -rf /usr/share/doc /usr/share/man /usr/share/info /usr/share/locale /usr/share/python-wheels \
+ && (getent passwd numadra >/dev/null || useradd --uid 10001 --no-create-home --home-dir /nonexistent \
+        --shell /usr/sbin/nologin numadra) \
+ && mkdir -p /host && ln -s /proc /host/proc
+
+FROM scratch
 ARG VERSION=0.1.0
 ARG REVISION=unknown
 LABEL org.opencontainers.image.title="numadra" \
@@ -43,15 +74,11 @@ LABEL org.opencontainers.image.title="numadra" \
       org.opencontainers.image.revision="${REVISION}" \
       org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.vendor="numadra"
-ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
-COPY --from=builder /wheels /tmp/wheels
-RUN python3 -m venv /opt/numadra \
- && /opt/numadra/bin/pip install --quiet --no-index --find-links /tmp/wheels numadra \
- && rm -rf /tmp/wheels \
- && (getent passwd numadra >/dev/null || useradd --uid 10001 --no-create-home --home-dir /nonexistent \
-        --shell /usr/sbin/nologin numadra) \
- && mkdir -p /host && ln -s /proc /host/proc
-ENV PATH=/opt/numadra/bin:${PATH} PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+COPY --from=rootfs / /
+# A scratch image inherits no ENV: PATH names the base's interpreter dirs (/usr/local/bin for the
+# python:*-slim bases, /usr/bin for Debian's) after the venv.
+ENV PATH=/opt/numadra/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 USER 10001:10001
 ENTRYPOINT ["numadra"]
 CMD ["run"]

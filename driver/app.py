@@ -14,8 +14,9 @@ Start order, and why:
    sync;
 6. publish the slices from a background thread that retries with backoff (prepares meanwhile fail
    per claim, saying the apiserver is unreachable);
-7. watch udev for hot-plug and rescan periodically: a changed inventory is republished and seen
-   by claims, planner, health and status writer;
+7. start the housekeeping thread (:mod:`driver.claims.housekeeping`: prepared-claims index,
+   periodic rescan, metrics) and watch udev for hot-plug: a changed inventory is republished and
+   seen by claims, planner, health and status writer;
 8. start the pinning backend (``nri``: the plugin connects in the background and reconnects);
 9. serve ``/metrics``, ``/healthz`` and ``/readyz`` (ready = registered AND slices published).
 
@@ -48,13 +49,14 @@ from driver.pinning.backend import PinningKind
 
 if TYPE_CHECKING:
     from driver.claims import ClaimsDriver
+    from driver.claims.housekeeping import Housekeeping
     from driver.claims.status import ClaimStatusWriter
     from driver.claims.statusqueue import AsyncStatusWriter
     from driver.health.monitor import HealthMonitor
     from driver.health.taints import HealthTaints, TaintEffect
     from driver.kube.client import KubeClient
     from driver.kubelet.server import KubeletPluginServer
-    from driver.observability import Metrics, MetricsServer
+    from driver.observability import Metrics, MetricsServer, MetricsUpdater
     from driver.observability.metered import MeteredPlugin
     from driver.pinning.nri import NriPlugin
     from driver.pinning.planner import CpuPlanner
@@ -123,14 +125,14 @@ class App:
     """Owns the components of one ``numadra run`` process (see the module docstring)."""
 
     def __init__(self, config: RunConfig) -> None:
+        from driver.claims.housekeeping import Housekeeping  # with the claims driver, not at import
+
         self.config = config
         self.plugin_dir = config.effective_plugin_dir
         self._inventory: Inventory | None = None
         self._inventory_lock = threading.Lock()
         self._stops: list[tuple[str, Callable[[], None]]] = []
         self._shutdown = threading.Event()
-        self._wake = threading.Event()
-        self._rescan_requested = False
         self._fatal = ""
         self._recovery: Counter[str] = Counter()
         self.claims: ClaimsDriver | None = None
@@ -147,6 +149,11 @@ class App:
         self.metrics_server: MetricsServer | None = None
         self._kube: KubeClient | None = None
         self._log = _log.bind(node=config.node_name, driver=config.driver_name)
+        self._metrics_updater: MetricsUpdater | None = None
+        # built now, so a rescan asked for before the thread starts (SIGHUP) is not lost
+        self._housekeeping: Housekeeping = Housekeeping(
+            shutdown=self._shutdown, rescan_interval=config.rescan_interval, log=self._log
+        )
 
     # -- public ---------------------------------------------------------------------------------
 
@@ -179,7 +186,7 @@ class App:
     def stop(self) -> None:
         """Stop every started component in reverse order; idempotent."""
         self._shutdown.set()
-        self._wake.set()
+        self._housekeeping.wake()
         while self._stops:
             name, stop = self._stops.pop()
             try:
@@ -192,12 +199,11 @@ class App:
         if fatal and not self._fatal:
             self._fatal = fatal
         self._shutdown.set()
-        self._wake.set()
+        self._housekeeping.wake()
 
     def request_rescan(self) -> None:
         """Ask the housekeeping thread to rediscover the host now (SIGHUP, udev)."""
-        self._rescan_requested = True
-        self._wake.set()
+        self._housekeeping.request_rescan()
 
     def run(self) -> int:
         """The DaemonSet entrypoint: start, serve until SIGTERM/SIGINT, stop; the exit code."""
@@ -392,9 +398,9 @@ class App:
         self.publisher.start()
         self._on_stop("slice publisher", self.publisher.stop)
 
-        housekeeping = threading.Thread(target=self._housekeeping, name="app-housekeeping", daemon=True)
-        housekeeping.start()
-        self._on_stop("housekeeping", lambda: housekeeping.join(5.0))
+        assert self.index is not None
+        self._housekeeping.start(index=self.index, rescan=self.rescan, after=self._update_metrics)
+        self._on_stop("housekeeping", lambda: self._housekeeping.join(5.0))
         self._start_hotplug()
         self._start_pinning()
         self._start_metrics()
@@ -465,14 +471,28 @@ class App:
         self._on_stop("nri plugin", _stop)
 
     def _start_metrics(self) -> None:
-        from driver.observability import Metrics, MetricsServer
+        from driver.observability import Metrics, MetricsServer, MetricsUpdater
 
         cfg = self.config
         assert self.plugin is not None and self.kubelet is not None and self.publisher is not None
+        assert self.index is not None and self.planner is not None and self.claims is not None
+        assert self.monitor is not None and self.taints is not None
         self.metrics = Metrics(cfg.driver_name, cfg.node_name)
         for action, entries in self._recovery.items():
             self.metrics.count_journal_recovery(action, entries)
         self.plugin.attach_metrics(self.metrics)
+        claims = self.claims
+        self._metrics_updater = MetricsUpdater(
+            self.metrics,
+            inventory=lambda: self.inventory,
+            index=self.index,
+            planner=self.planner,
+            registered=self.kubelet.registered,
+            state_recoveries=lambda: claims.state_recoveries,
+            monitor=self.monitor,
+            taints=self.taints,
+            publisher=self.publisher,
+        )
         self._update_metrics()
         if not cfg.metrics_address:
             self._log.info("metrics endpoint off (no --metrics-address)")
@@ -494,7 +514,7 @@ class App:
     def _journal_changed(self) -> None:
         if self.index is not None:
             self.index.invalidate()
-        self._wake.set()
+        self._housekeeping.wake()
 
     def _on_publish_error(self, err: BaseException) -> None:
         """Publisher failures: failed writes are counted; the publisher already logged API errors."""
@@ -506,59 +526,10 @@ class App:
         if self.plugin is not None:
             self.plugin.handle_error(err, "slice publishing")
 
-    def _housekeeping(self) -> None:
-        """Refresh the prepared-claims index and the metrics; rescan on request or period."""
-        next_rescan = self._next_rescan()
-        while not self._shutdown.is_set():
-            timeout = min(5.0, max(0.0, next_rescan - time.monotonic()))
-            self._wake.wait(timeout)
-            self._wake.clear()
-            if self._shutdown.is_set():
-                return
-            try:
-                if self.index is not None and self.index.stale:
-                    self.index.refresh()
-                if self._rescan_requested or time.monotonic() >= next_rescan:
-                    self._rescan_requested = False
-                    next_rescan = self._next_rescan()
-                    self.rescan()
-                self._update_metrics()
-            except DriverError as exc:
-                self._log.error("housekeeping failed", error=str(exc))
-            except Exception:
-                self._log.exception("housekeeping failed")
-
-    def _next_rescan(self) -> float:
-        interval = self.config.rescan_interval
-        return time.monotonic() + interval if interval > 0 else float("inf")
-
     def _update_metrics(self) -> None:
-        metrics = self.metrics
-        if metrics is None:
-            return
-        if self.index is not None:
-            metrics.set_prepared_claims(self.index.count())
-            # reserved and (with --isolated-cpus exclude) isolated CPUs are never free for a claim
-            kept_out = self.planner.reserved_cpus if self.planner is not None else self.config.reserved_cpus
-            taken = self.index.claimed_cpus() | kept_out
-            free = {n.id: sum(1 for cpu in n.cpus if cpu not in taken) for n in self.inventory.numa_nodes}
-            metrics.set_cpus_free(free)
-        if self.kubelet is not None:
-            metrics.set_registered(self.kubelet.registered.is_set())
-        if self.claims is not None:
-            metrics.set_state_recoveries(self.claims.state_recoveries)
-        if self.monitor is not None:
-            kinds = {dev.name: kind.value for kind, dev in self.inventory.devices()}
-            counts: Counter[tuple[str, str]] = Counter()
-            for health in self.monitor.health_snapshot():
-                kind = kinds.get(health.device_name)
-                if kind is not None:
-                    counts[(kind, health.state.value)] += 1
-            metrics.set_device_counts(counts)
-        if self.taints is not None:
-            metrics.set_taint_transitions(self.taints.transitions)
-        if self.publisher is not None:
-            metrics.set_publish_writes(self.publisher.stats.writes)
+        """The housekeeping round's last step (a no-op until the metrics exist)."""
+        if self._metrics_updater is not None:
+            self._metrics_updater.update()
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         if signum == signal.SIGHUP:

@@ -5,9 +5,11 @@
 #   2. a wheelhouse on the host (numadra + dependencies + build backend), so the image build
 #      itself runs with --network=none;
 #   3. `podman build` of the Dockerfile with BASE_IMAGE pointing at the local base;
-#   4. `numadra version`, an import of every runtime module, and `numadra discover -o table`
-#      inside the image (the host's /sys and /dev mounted read-only under /host, /host/proc the
-#      image's link to its own /proc, as the DaemonSet does).
+#   4. inside the image: `numadra version`, `numadra run --help`, an import of every module of
+#      driver/ and cdi/ and of the runtime dependencies under `python -X importtime` that must not
+#      load anything the Dockerfile prunes (pip, setuptools, kubernetes.aio, aiohttp and its
+#      dependencies), and `numadra discover -o table` (the host's /sys and /dev mounted read-only
+#      under /host, /host/proc the image's link to its own /proc, as the DaemonSet does).
 #
 # Env: IMAGE (default localhost/numadra:<version>), BASE_IMAGE (default
 # localhost/numadra-base:bookworm), REBUILD_BASE=1 to rebuild the base, DEBIAN_MIRROR, PYTHON (for
@@ -83,10 +85,26 @@ podman build --network=none --pull=never \
   -t "$IMAGE" -f Dockerfile .
 step "image built in $((SECONDS - t2)) s"
 
-step "smoke test: numadra version / discover inside $IMAGE"
+step "smoke test: numadra version / run --help / imports / discover inside $IMAGE"
 podman run --rm "$IMAGE" version
-# every runtime dependency imports (the CLI imports lazily, so `version` alone proves little)
-podman run --rm --entrypoint /opt/numadra/bin/python "$IMAGE" -c \
-  'import driver.app, driver.kubelet.server, driver.observability, grpc, kubernetes, pyudev, yaml; print("imports ok")'
+podman run --rm "$IMAGE" run --help >/dev/null
+# Every runtime module imports (the CLI imports lazily, so `version` alone proves little), and
+# none of them reaches what the Dockerfile pruned: -X importtime names every module loaded.
+podman run --rm --entrypoint /opt/numadra/bin/python "$IMAGE" -X importtime -c '
+import importlib, pkgutil
+import cdi, driver
+for pkg in (driver, cdi):
+    for mod in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."):
+        if not mod.name.endswith(".__main__"):  # that one runs the CLI
+            importlib.import_module(mod.name)
+import grpc, kubernetes, kubernetes.client, pyudev, yaml, structlog, prometheus_client
+print("imports ok")
+' 2>"$WORK/importtime.txt"
+pruned='^(pip|setuptools|pkg_resources|_distutils_hack|aiohttp|aiohttp_retry|aiohappyeyeballs|aiosignal|frozenlist|multidict|propcache|yarl|attr|attrs)(\.|$)|^kubernetes\.aio(\.|$)'
+if sed -n 's/^import time: *[0-9]* | *[0-9]* | *//p' "$WORK/importtime.txt" | grep -E "$pruned" >&2; then
+  echo "build-image: the runtime imports a package the Dockerfile prunes (above)" >&2
+  exit 1
+fi
+echo "imports: $(grep -c '^import time: *[0-9]' "$WORK/importtime.txt") modules, none of the pruned ones"
 podman run --rm -v /sys:/host/sys:ro -v /dev:/host/dev:ro "$IMAGE" discover --host-root /host -o table
 step "done in $((SECONDS - t0)) s"

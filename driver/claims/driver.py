@@ -199,7 +199,7 @@ class ClaimsDriver:
                 cdi_dir=cdi_dir, plugin_dir=plugin_dir, driver_name=driver_name, pool=node_name
             ),
         )
-        self._attributes = PublishedAttributes(node_name=node_name, driver_name=driver_name)
+        self._attributes = PublishedAttributes()
         self._lock = threading.Lock()
         #: what the last :meth:`reconcile` did per journaled claim: "ok" or "recreated" -> count
         self.recovery: Counter[str] = Counter()

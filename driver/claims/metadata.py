@@ -19,7 +19,8 @@ a claim name a pod can have: the claim is prepared without device metadata and a
 as for a claim whose names are too long for a directory.
 
 ``metadata.generation`` starts at 1 and increases whenever the content of a file changes.
-Attributes are those of the published device (taken from the slice builder, so they cannot drift).
+Attributes are those of the published device (computed by the slice builder's own
+:func:`driver.slices.attributes.device_attributes`, so they cannot drift).
 
 Every prepare renders these files, so the JSON is assembled from pre-encoded parts: each device's
 object (driver, pool, name, attributes, networkData) is encoded once per published attribute map

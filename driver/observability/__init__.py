@@ -19,14 +19,16 @@ if TYPE_CHECKING:
     from driver.observability.metered import MeteredPlugin
     from driver.observability.metrics import Metrics, Result
     from driver.observability.server import MetricsServer
+    from driver.observability.updater import MetricsUpdater
 
-__all__ = ["MeteredPlugin", "Metrics", "MetricsServer", "Result", "parse_address"]
+__all__ = ["MeteredPlugin", "Metrics", "MetricsServer", "MetricsUpdater", "Result", "parse_address"]
 
 _HOME = {
     "MeteredPlugin": "driver.observability.metered",
     "Metrics": "driver.observability.metrics",
     "Result": "driver.observability.metrics",
     "MetricsServer": "driver.observability.server",
+    "MetricsUpdater": "driver.observability.updater",
     "parse_address": "driver.observability.address",
 }
 

@@ -4,7 +4,9 @@ Same inventory and arguments, same slices, byte for byte: the publisher can diff
 apiserver. Host-derived values that would break an API limit are sanitized here (strings clipped
 to 64 bytes on a character boundary, out-of-range integers dropped) rather than failing discovery.
 Attributes of the driver's own domain carry no prefix (the API files them under the driver name);
-standard ones carry ``resource.kubernetes.io/``. See DESIGN.md section 2 and the README table.
+standard ones carry ``resource.kubernetes.io/``. They come from
+:func:`driver.slices.attributes.device_attributes`, which the metadata writer shares. See DESIGN.md
+section 2 and the README table.
 
 Capacity request policies of the per-NUMA ``cpu`` device (consumable, shared by many claims):
 
@@ -30,16 +32,13 @@ from driver.inventory.model import Gpu, Inventory, Nic, NumaNode
 from driver.kube.quantity import format_quantity
 from driver.names import is_dns_subdomain
 from driver.slices._limits import (
-    INT64_MAX,
-    INT64_MIN,
     MAX_DEVICES_PER_SLICE,
     MAX_DEVICES_PER_SLICE_ADVANCED,
     MAX_DRIVER_NAME,
     MAX_TAINTS,
-    STANDARD_DOMAIN,
-    clip_utf8,
     sanitize_subdomain,
 )
+from driver.slices.attributes import ATTR_NUMA_NODE, ATTR_PCI_BUS_ID, ATTR_PCIE_ROOT, device_attributes
 
 __all__ = [
     "API_VERSION",
@@ -53,9 +52,6 @@ __all__ = [
 
 API_VERSION = "resource.k8s.io/v1"
 KIND = "ResourceSlice"
-ATTR_NUMA_NODE = f"{STANDARD_DOMAIN}/numaNode"
-ATTR_PCIE_ROOT = f"{STANDARD_DOMAIN}/pcieRoot"
-ATTR_PCI_BUS_ID = f"{STANDARD_DOMAIN}/pciBusID"
 
 _HUGEPAGE_CAPACITIES = ((2048, "hugepages2Mi", "hugepages-2Mi"), (1048576, "hugepages1Gi", "hugepages-1Gi"))
 _MEMORY_STEP = 1024 * 1024
@@ -87,9 +83,9 @@ def build_slices(
     _check_arguments(node_name, driver_name, generation)
     devices: list[Device] = []
     for gpu in inventory.gpus:
-        devices.append(_gpu_device(gpu))
+        devices.append(_gpu_device(gpu, inventory))
     for nic in inventory.nics:
-        devices.append(_nic_device(nic))
+        devices.append(_nic_device(nic, inventory))
     for node in inventory.numa_nodes:
         devices.append(_cpu_device(node, inventory, reserved_cpus, node_allocatable))
     advanced = _apply_taints(devices, taints or {})
@@ -127,66 +123,21 @@ def _check_arguments(node_name: str, driver_name: str, generation: int) -> None:
         raise SliceError(f"pool generation must be >= 1, got {generation}")
 
 
-def _string(value: str) -> dict[str, Any]:
-    return {"string": clip_utf8(value)}
-
-
-def _set_int(attrs: dict[str, Any], key: str, value: int | None) -> None:
-    if value is not None and INT64_MIN <= value <= INT64_MAX:
-        attrs[key] = {"int": value}
-
-
-def _set_string(attrs: dict[str, Any], key: str, value: str | None) -> None:
-    if value:
-        attrs[key] = _string(value)
-
-
-def _pci_attributes(attrs: dict[str, Any], bus_id: str, pcie_root: str, numa_node: int | None) -> None:
-    _set_int(attrs, ATTR_NUMA_NODE, numa_node)  # omitted when sysfs says -1
-    _set_string(attrs, ATTR_PCIE_ROOT, pcie_root)
-    attrs[ATTR_PCI_BUS_ID] = _string(bus_id)
-
-
-def _gpu_device(gpu: Gpu) -> Device:
-    attrs: dict[str, Any] = {
-        "type": _string("gpu"),
-        "vendor": _string(gpu.vendor),
-        "pciVendorID": _string(f"{gpu.vendor_id:04x}"),
-        "pciDeviceID": _string(f"{gpu.device_id:04x}"),
-    }
-    _set_string(attrs, "productName", gpu.product_name)
-    _set_string(attrs, "driver", gpu.driver)  # the Intel classes select i915 or xe on it
-    _set_int(attrs, "index", gpu.index)  # the vendor's own number (NVIDIA device minor), see Gpu
-    _pci_attributes(attrs, gpu.pci.bus_id, gpu.pci.pcie_root, gpu.pci.numa_node)
-    device: Device = {"name": gpu.name, "attributes": attrs}
+def _gpu_device(gpu: Gpu, inventory: Inventory) -> Device:
+    device: Device = {"name": gpu.name, "attributes": device_attributes(gpu, inventory)}
     if gpu.memory_bytes:
         device["capacity"] = {"memory": {"value": format_quantity(gpu.memory_bytes)}}
     return device
 
 
-def _nic_device(nic: Nic) -> Device:
-    attrs: dict[str, Any] = {"type": _string("nic"), "interfaceName": _string(nic.interface_name)}
-    _set_string(attrs, "macAddress", nic.mac_address)
-    _set_string(attrs, "driver", nic.driver)
-    _set_int(attrs, "speedMbps", nic.speed_mbps)
-    attrs["sriovVF"] = {"bool": nic.sriov_vf}
-    _set_string(attrs, "pfBusID", nic.pf_bus_id)
-    attrs["rdma"] = {"bool": nic.rdma}
-    _set_string(attrs, "rdmaDevice", nic.rdma_devices[0] if nic.rdma_devices else None)
-    _pci_attributes(attrs, nic.pci.bus_id, nic.pci.pcie_root, nic.pci.numa_node)
-    return {"name": nic.name, "attributes": attrs}
+def _nic_device(nic: Nic, inventory: Inventory) -> Device:
+    return {"name": nic.name, "attributes": device_attributes(nic, inventory)}
 
 
 def _cpu_device(
     node: NumaNode, inventory: Inventory, reserved: frozenset[int], node_allocatable: bool
 ) -> Device:
-    cpus = [c for c in inventory.cpus if c.numa_node == node.id]
-    attrs: dict[str, Any] = {"type": _string("cpu")}
-    if cpus:
-        _set_int(attrs, "socket", min(c.package_id for c in cpus))
-    attrs["smt"] = {"bool": any(len(c.thread_siblings) > 1 for c in cpus)}
-    _set_int(attrs, "cpuCount", len(node.cpus))
-    _set_int(attrs, ATTR_NUMA_NODE, node.id)
+    attrs = device_attributes(node, inventory)
     capacity: dict[str, Any] = {}
     available = len([c for c in node.cpus if c not in reserved])
     if available > 0:

@@ -1,0 +1,102 @@
+"""The one periodic thread of ``numadra run``: keep the prepared-claims view fresh.
+
+Every round, in this order: refresh the prepared-claims index (:mod:`driver.state.index`) when a
+prepare or unprepare changed the journal, rediscover the host when asked (SIGHUP, a udev event)
+or when the rescan period is over, then run the ``after`` callback (``numadra run`` refreshes its
+metrics there). A round starts when something asks for one (:meth:`Housekeeping.wake`,
+:meth:`Housekeeping.request_rescan`) and at least every 5 s, so the metrics are never older than
+that. One failing round is logged and the next one runs: a broken rescan must not stop the index
+from following the journal.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from driver.errors import DriverError
+from driver.log import get_logger
+
+if TYPE_CHECKING:
+    from structlog.typing import FilteringBoundLogger
+
+    from driver.state.index import PreparedIndex
+
+__all__ = ["Housekeeping"]
+
+#: the longest wait between two rounds (seconds): the metrics' staleness bound
+ROUND_INTERVAL = 5.0
+
+_log = get_logger("claims.housekeeping")
+
+
+class Housekeeping:
+    """The housekeeping thread (see the module docstring); runs until ``shutdown`` is set.
+
+    ``rescan_interval`` <= 0 disables the periodic rescan (requests still rescan). Requests made
+    before :meth:`start` are kept and served by the first round.
+    """
+
+    def __init__(
+        self, *, shutdown: threading.Event, rescan_interval: float, log: FilteringBoundLogger | None = None
+    ) -> None:
+        self._shutdown = shutdown
+        self._rescan_interval = rescan_interval
+        self._wake = threading.Event()
+        self._rescan_requested = False
+        self._thread: threading.Thread | None = None
+        self._log = log if log is not None else _log
+
+    def wake(self) -> None:
+        """Run a round now (the journal changed, or the process is stopping)."""
+        self._wake.set()
+
+    def request_rescan(self) -> None:
+        """Rediscover the host in the next round, which starts now."""
+        self._rescan_requested = True
+        self._wake.set()
+
+    def start(
+        self,
+        *,
+        index: PreparedIndex,
+        rescan: Callable[[], object],
+        after: Callable[[], None],
+    ) -> None:
+        """Start the thread (``app-housekeeping``) over these components."""
+        thread = threading.Thread(
+            target=self._loop, args=(index, rescan, after), name="app-housekeeping", daemon=True
+        )
+        self._thread = thread
+        thread.start()
+
+    def join(self, timeout: float) -> None:
+        """Wait for the thread to end (after ``shutdown`` was set and :meth:`wake` called)."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _loop(self, index: PreparedIndex, rescan: Callable[[], object], after: Callable[[], None]) -> None:
+        next_rescan = self._next_rescan()
+        while not self._shutdown.is_set():
+            self._wake.wait(min(ROUND_INTERVAL, max(0.0, next_rescan - time.monotonic())))
+            self._wake.clear()
+            if self._shutdown.is_set():
+                return
+            try:
+                if index.stale:
+                    index.refresh()
+                if self._rescan_requested or time.monotonic() >= next_rescan:
+                    self._rescan_requested = False
+                    next_rescan = self._next_rescan()
+                    rescan()
+                after()
+            except DriverError as exc:
+                self._log.error("housekeeping failed", error=str(exc))
+            except Exception:
+                self._log.exception("housekeeping failed")
+
+    def _next_rescan(self) -> float:
+        interval = self._rescan_interval
+        return time.monotonic() + interval if interval > 0 else float("inf")

@@ -1,0 +1,77 @@
+"""Copies the components' own counters and gauges into the :class:`Metrics` facade.
+
+The components count what happens to them in plain attributes (the publisher's writes, the taints'
+transitions, the claims' state recoveries) or can answer a question (how many claims are prepared,
+which CPUs they hold, what each device's health is); none of them knows prometheus. The
+housekeeping thread of ``numadra run`` (:class:`driver.claims.housekeeping.Housekeeping`) calls
+:meth:`MetricsUpdater.update` after every round (at least every 5 s), and ``numadra run`` calls it
+once when the metrics are created, so the first scrape already sees every family.
+
+Components of the layers above this one (the kubelet server, the claims driver) are passed as the
+plain values the metrics need: the registration event and a callable for the state recoveries.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from driver.health.monitor import HealthMonitor
+    from driver.health.taints import HealthTaints
+    from driver.inventory.model import Inventory
+    from driver.observability.metrics import Metrics
+    from driver.pinning.planner import CpuPlanner
+    from driver.slices.publisher import SlicePublisher
+    from driver.state.index import PreparedIndex
+
+__all__ = ["MetricsUpdater"]
+
+
+class MetricsUpdater:
+    """Reads the running components and sets the gauges and counters of ``metrics``."""
+
+    def __init__(
+        self,
+        metrics: Metrics,
+        *,
+        inventory: Callable[[], Inventory],
+        index: PreparedIndex,
+        planner: CpuPlanner,
+        registered: threading.Event,
+        state_recoveries: Callable[[], Mapping[str, int]],
+        monitor: HealthMonitor,
+        taints: HealthTaints,
+        publisher: SlicePublisher,
+    ) -> None:
+        self.metrics = metrics
+        self._inventory = inventory
+        self._index = index
+        self._planner = planner
+        self._registered = registered
+        self._state_recoveries = state_recoveries
+        self._monitor = monitor
+        self._taints = taints
+        self._publisher = publisher
+
+    def update(self) -> None:
+        """Set every metric that mirrors a component's state (cheap: no I/O, no apiserver)."""
+        metrics, inventory = self.metrics, self._inventory()
+        metrics.set_prepared_claims(self._index.count())
+        # reserved and (with --isolated-cpus exclude) isolated CPUs are never free for a claim
+        taken = self._index.claimed_cpus() | self._planner.reserved_cpus
+        free = {n.id: sum(1 for cpu in n.cpus if cpu not in taken) for n in inventory.numa_nodes}
+        metrics.set_cpus_free(free)
+        metrics.set_registered(self._registered.is_set())
+        metrics.set_state_recoveries(self._state_recoveries())
+        kinds = {dev.name: kind.value for kind, dev in inventory.devices()}
+        counts: Counter[tuple[str, str]] = Counter()
+        for health in self._monitor.health_snapshot():
+            kind = kinds.get(health.device_name)
+            if kind is not None:
+                counts[(kind, health.state.value)] += 1
+        metrics.set_device_counts(counts)
+        metrics.set_taint_transitions(self._taints.transitions)
+        metrics.set_publish_writes(self._publisher.stats.writes)

@@ -1,0 +1,81 @@
+"""The housekeeping thread: index after the journal, rescans on request, survives a bad round."""
+
+from __future__ import annotations
+
+import threading
+
+from driver.claims.housekeeping import Housekeeping
+from driver.errors import DriverError
+from driver.state.index import PreparedIndex
+
+WAIT = 10.0  # generous upper bound on a round: the thread is woken, never polled
+
+
+def _started(
+    fail_rescan: int = 0, failed: threading.Event | None = None
+) -> tuple[Housekeeping, threading.Event, PreparedIndex, list[str], threading.Semaphore]:
+    shutdown = threading.Event()
+    index = PreparedIndex(list)
+    calls: list[str] = []
+    rounds = threading.Semaphore(0)
+    failures = [fail_rescan]
+
+    def rescan() -> None:
+        calls.append("rescan")
+        if failures[0]:
+            failures[0] -= 1
+            if failed is not None:
+                failed.set()
+            raise DriverError("sysfs went away")
+
+    def after() -> None:
+        calls.append("after")
+        rounds.release()
+
+    keeper = Housekeeping(shutdown=shutdown, rescan_interval=0.0)  # no periodic rescan
+    keeper.request_rescan()  # asked before the thread exists (a SIGHUP during the start)
+    keeper.start(index=index, rescan=rescan, after=after)
+    return keeper, shutdown, index, calls, rounds
+
+
+def test_request_before_start_is_served_and_index_follows_the_journal() -> None:
+    """The first round rescans (asked before start), refreshes the stale index, then runs after."""
+    keeper, shutdown, index, calls, rounds = _started()
+    assert rounds.acquire(timeout=WAIT)
+    assert calls == ["rescan", "after"]
+    assert not index.stale
+    index.invalidate()
+    keeper.wake()
+    assert rounds.acquire(timeout=WAIT)
+    # no rescan asked, none periodic (a 5 s round on a slow machine may add an "after")
+    assert calls.count("rescan") == 1 and calls[-1] == "after"
+    assert not index.stale
+    shutdown.set()
+    keeper.wake()
+    keeper.join(WAIT)
+
+
+def test_a_failing_round_does_not_stop_the_next() -> None:
+    """A rescan raising DriverError is logged; the next request rescans again and runs after."""
+    failed = threading.Event()
+    keeper, shutdown, _, calls, rounds = _started(fail_rescan=1, failed=failed)
+    assert failed.wait(WAIT)
+    keeper.request_rescan()
+    assert rounds.acquire(timeout=WAIT)
+    assert calls.count("rescan") == 2 and calls[-1] == "after"
+    shutdown.set()
+    keeper.wake()
+    keeper.join(WAIT)
+
+
+def test_shutdown_ends_the_thread() -> None:
+    """After shutdown and a wake the thread ends and runs no further round."""
+    keeper, shutdown, _, calls, rounds = _started()
+    assert rounds.acquire(timeout=WAIT)
+    shutdown.set()
+    keeper.wake()
+    keeper.join(WAIT)
+    assert keeper._thread is not None and not keeper._thread.is_alive()
+    done = list(calls)
+    keeper.request_rescan()
+    assert calls == done
