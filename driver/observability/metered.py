@@ -32,9 +32,11 @@ class MeteredPlugin:
     """The claims driver plus metrics and a change notice.
 
     Each claim of a call is observed with the call's duration (the claims of one call are done
-    together, concurrently). The metrics are attached after registration, since prometheus is not
-    imported before the plugin registers; the kubelet may prepare in between, so observations made
-    before :meth:`attach_metrics` are kept and handed over then. ``on_change`` runs after every
+    together, concurrently). It wraps the driver behind the kubelet layer, so it sees the claims
+    that layer read and checked, and times the driver's work without the reads. The metrics are
+    attached after registration, since prometheus is not imported before the plugin registers;
+    the kubelet may prepare in between, so observations made before :meth:`attach_metrics` are
+    kept and handed over then. ``on_change`` runs after every
     call, also a failed one: the journal may have changed either way.
     """
 
