@@ -80,25 +80,16 @@ class _GetOnly:
 
 
 class _ReadsOnly:
-    """The floor: reads every claim as ``ClaimsDriver`` does (``ClaimFetcher``), prepares nothing.
+    """The floor: prepares nothing; the kubelet layer still reads and checks every claim.
 
     Served in place of the driver, it measures the kubelet's gRPC call plus the claim reads alone;
     a latency target minus this floor is what is left for the driver's own work.
     """
 
-    def __init__(self, claims: Any) -> None:
-        from driver.claims.fetch import ClaimFetcher
-
-        self._fetcher = ClaimFetcher(claims)
-
     def prepare_claims(self, claims: Any) -> dict[str, Any]:
         from driver.plugin import PrepareResult
 
-        fetched = self._fetcher.fetch(claims)
-        return {
-            uid: PrepareResult(error=got) if isinstance(got, str) else PrepareResult()
-            for uid, got in fetched.items()
-        }
+        return {claim.ref.uid: PrepareResult() for claim in claims}
 
     def unprepare_claims(self, claims: Any) -> dict[str, str]:
         return {claim.uid: "" for claim in claims}
@@ -130,7 +121,7 @@ def _serve(host: Path, root: Path, cdi_dir: Path, kubeconfig: str, claim_reads: 
     claims = client if claim_reads == "list" else _GetOnly(client)
     served: Any
     if plugin == "floor":
-        served = _ReadsOnly(claims)
+        served = _ReadsOnly()
     else:
         status = None
         if plugin == "status":
@@ -145,7 +136,6 @@ def _serve(host: Path, root: Path, cdi_dir: Path, kubeconfig: str, claim_reads: 
             driver_name=DRIVER,
             node_name=NODE,
             inventory=lambda: inventory,
-            claims=claims,
             cdi_dir=cdi_dir,
             plugin_dir=root / "plugin",
             planner=CpuPlanner(lambda: inventory),
@@ -158,6 +148,7 @@ def _serve(host: Path, root: Path, cdi_dir: Path, kubeconfig: str, claim_reads: 
         registrar_dir=root / "reg",
         plugin_dir=root / "plugin",
         plugin=served,
+        claim_source=claims,
     )
     server.start()
     freeze_startup_heap()  # as ``numadra run`` does once started
@@ -168,11 +159,13 @@ def _serve(host: Path, root: Path, cdi_dir: Path, kubeconfig: str, claim_reads: 
 def _in_process(
     host: Path, root: Path, cdi_dir: Path, claims: dict[tuple[str, str], Any], refs: list[Any], rounds: int
 ) -> dict[str, float]:
-    """The driver logic alone (no gRPC, no HTTP): ClaimsDriver with an in-memory claim source."""
+    """The driver logic alone (no gRPC, no HTTP): the kubelet layer's claim reads from an in-memory
+    source, then ClaimsDriver, as the server calls them (``driver.kubelet.claims.prepare``)."""
     import logging
 
     from driver.claims import ClaimsDriver
     from driver.inventory.discovery import discover
+    from driver.kubelet import claims as claim_layer
     from driver.log import configure_logging
     from driver.pinning.planner import CpuPlanner
 
@@ -187,15 +180,16 @@ def _in_process(
         driver_name=DRIVER,
         node_name=NODE,
         inventory=lambda: inventory,
-        claims=DictClaims(),
         cdi_dir=cdi_dir,
         plugin_dir=root / "plugin",
         planner=CpuPlanner(lambda: inventory),
     )
 
+    fetcher = claim_layer.ClaimFetcher(DictClaims())
+
     def cycle(batch: list[Any]) -> float:
         t0 = time.perf_counter()
-        driver.prepare_claims(batch)
+        claim_layer.prepare(driver, fetcher, None, batch)
         dt = (time.perf_counter() - t0) * 1000
         driver.unprepare_claims(batch)
         return dt
@@ -205,6 +199,7 @@ def _in_process(
     single = [cycle([refs[i % len(refs)]]) for i in range(rounds * 5)]
     batch = [cycle(refs[1:33]) for _ in range(rounds)]
     driver.close()
+    fetcher.close()
     return {
         "driver_only_1_claim_p50_ms": round(statistics.median(single), 2),
         "driver_only_32_claims_p50_ms": round(statistics.median(batch), 2),

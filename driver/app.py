@@ -296,9 +296,9 @@ class App:
         if cfg.claim_status:
             self.status = AsyncStatusWriter(self._status_writer)
             self._on_stop("claim status writer", self.status.close)
-        # the flock shared with the other process of a rolling update, held by the claims driver
-        # around its journal sections only (start-up reconcile included), not around the
-        # apiserver reads: the kubelet server is told not to hold it around whole calls
+        # the flock shared with the other process of a rolling update: held here around the
+        # start-up reconcile, then by the kubelet server around each driver call (after its
+        # apiserver reads, which no lock holds up)
         try:
             self.plugin_dir.mkdir(mode=0o750, parents=True, exist_ok=True)
         except OSError as exc:
@@ -310,17 +310,16 @@ class App:
             driver_name=cfg.driver_name,
             node_name=cfg.node_name,
             inventory=lambda: self.inventory,
-            claims=self._kube,
             cdi_dir=cfg.cdi_dir,
             plugin_dir=self.plugin_dir,
             planner=self.planner,
             status=self.status,
             on_fatal=lambda err, msg: self.request_stop(f"{msg}: {err}"),
             cpu_hook=cpu_hook,
-            serialize=state_lock.hold,
         )
         self._on_stop("claims driver", self.claims.close)
-        recreated = self.claims.reconcile()  # JournalError: one line with the recovery, exit 1
+        with state_lock.hold():  # the other process of a rolling update may be preparing
+            recreated = self.claims.reconcile()  # JournalError: one line with the recovery, exit 1
         self._recovery = self.claims.recovery
         if recreated:
             self._log.info("re-created files from the journal", files=recreated)
@@ -336,9 +335,10 @@ class App:
             registrar_dir=cfg.registrar_dir,
             plugin_dir=self.plugin_dir,
             plugin=self.plugin,
+            claim_source=self._kube,
             health=self.monitor,
             pod_uid=cfg.pod_uid,
-            serialize_calls=False,
+            lock=state_lock,
         )
         self.kubelet.start()
         self._on_stop("kubelet plugin server", self.kubelet.stop)

@@ -19,6 +19,9 @@ __all__ = [
     "MAX_CLAIM_UID",
     "MAX_LABEL",
     "MAX_SUBDOMAIN",
+    "check_claim_name",
+    "check_claim_uid",
+    "check_namespace",
     "is_c_identifier",
     "is_claim_uid",
     "is_dns_label",
@@ -57,3 +60,26 @@ def is_c_identifier(name: str, max_length: int = MAX_SUBDOMAIN) -> bool:
 def is_claim_uid(uid: str, max_length: int = MAX_CLAIM_UID) -> bool:
     """A claim UID that is safe inside a file name: letters, digits and inner '-'."""
     return len(uid) <= max_length and _CLAIM_UID.fullmatch(uid) is not None
+
+
+def check_namespace(namespace: str) -> str:
+    """Return an error message unless ``namespace`` is a DNS label ("" when fine)."""
+    if not is_dns_label(namespace):
+        return f"invalid namespace {namespace!r}: must be a DNS label"
+    return ""
+
+
+def check_claim_name(name: str) -> str:
+    """Return an error message unless ``name`` is a DNS subdomain of at most 253 characters."""
+    if not is_dns_subdomain(name):
+        return f"invalid claim name {name!r}: must be a DNS subdomain"
+    return ""
+
+
+def check_claim_uid(uid: str) -> str:
+    """Return an error message unless ``uid`` is a non-empty, file-name-safe UID."""
+    if not uid:
+        return "empty claim UID"
+    if not is_claim_uid(uid):
+        return f"invalid claim UID {uid!r}: letters, digits and '-' only"
+    return ""

@@ -1,8 +1,11 @@
 """The seam between the kubelet protocol layer (``driver/kubelet``) and the driver logic.
 
-``driver/kubelet`` owns gRPC, sockets and registration and knows nothing about GPUs; it calls an
-object satisfying :class:`DriverPlugin`. ``driver/claims`` implements it and never imports protobuf.
-This mirrors the Go ``kubeletplugin.DRAPlugin`` interface.
+``driver/kubelet`` owns gRPC, sockets and registration, reads the claims the kubelet names from
+the apiserver, checks them against the references, holds the cross-process lock around each driver
+call and knows nothing about GPUs; it calls an object satisfying :class:`DriverPlugin` with the
+fetched claims (:class:`Claim`). ``driver/claims`` implements it and neither imports protobuf nor
+reads the apiserver. This mirrors the Go ``kubeletplugin.DRAPlugin`` interface, whose
+``PrepareResourceClaims`` also receives claim objects and ``UnprepareResourceClaims`` references.
 
 Contract of :class:`DriverPlugin` (every implementation must keep it):
 
@@ -13,6 +16,9 @@ Contract of :class:`DriverPlugin` (every implementation must keep it):
   claim never fails the others. A raised exception means an infrastructure failure of the whole
   call (the kubelet then retries everything).
 * Unpreparing an unknown or already unprepared claim succeeds (empty error).
+* A claim handed to ``prepare_claims`` was read from the apiserver for this call and checked by the
+  kubelet layer: its UID is the reference's and it has ``status.allocation``; references are
+  distinct by UID and carry valid names. Everything about devices is the driver's to check.
 """
 
 from __future__ import annotations
@@ -20,9 +26,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
+    "Claim",
     "ClaimRef",
     "DeviceHealth",
     "DriverPlugin",
@@ -30,6 +37,7 @@ __all__ = [
     "HealthState",
     "PrepareResult",
     "PreparedDevice",
+    "describe_claim",
 ]
 
 
@@ -40,6 +48,23 @@ class ClaimRef:
     namespace: str
     name: str
     uid: str
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A claim to prepare: the kubelet's reference and the object the kubelet layer read for it.
+
+    ``obj`` is the apiserver's ResourceClaim JSON, whose UID equals ``ref.uid`` and which carries
+    ``status.allocation`` (the kubelet layer answers the claim's error otherwise).
+    """
+
+    ref: ClaimRef
+    obj: Mapping[str, Any]
+
+
+def describe_claim(ref: ClaimRef) -> str:
+    """How every error text names a claim: namespace/name and UID."""
+    return f"claim {ref.namespace}/{ref.name} (uid {ref.uid})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,8 +95,8 @@ class PrepareResult:
 class DriverPlugin(Protocol):
     """What the kubelet layer needs from the driver logic (see the module docstring)."""
 
-    def prepare_claims(self, claims: Sequence[ClaimRef]) -> Mapping[str, PrepareResult]:
-        """Prepare every claim; return one result per claim UID."""
+    def prepare_claims(self, claims: Sequence[Claim]) -> Mapping[str, PrepareResult]:
+        """Prepare every fetched claim; return one result per claim UID."""
         ...
 
     def unprepare_claims(self, claims: Sequence[ClaimRef]) -> Mapping[str, str]:

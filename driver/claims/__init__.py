@@ -1,4 +1,9 @@
-"""Driver logic behind :class:`driver.plugin.DriverPlugin`: prepare and unprepare claims."""
+"""Driver logic behind :class:`driver.plugin.DriverPlugin`: prepare and unprepare claims.
+
+Pure driver logic (selection, config, planning, CDI, metadata, journal) on claims the kubelet layer
+(:mod:`driver.kubelet.claims`) has read and checked; nothing here reads claims from the apiserver
+on the call path or takes the cross-process lock.
+"""
 
 from __future__ import annotations
 

@@ -1,17 +1,15 @@
 """``ClaimsDriver``: the :class:`~driver.plugin.DriverPlugin` behind the kubelet layer.
 
-One prepare call:
+It receives claims the kubelet layer (:mod:`driver.kubelet.claims`) has already read from the
+apiserver and checked (references, UID, allocation), and it is called under that layer's
+cross-process lock; it reads nothing from the apiserver itself. One prepare call:
 
-1. check the claim references (names reach file paths) and drop exact duplicates;
-2. read every claim from the apiserver (:class:`~driver.claims.fetch.ClaimFetcher`: one GET, or
-   one LIST for many claims of a namespace) *before* taking the lock, so slow API calls never
-   hold up other calls, also not those of another process of a rolling update;
-3. under the lock (a thread lock plus, with ``serialize``, the cross-process ``flock`` the kubelet
-   layer would otherwise hold around the whole call): catch up with the journal, then per claim
+1. under this process's thread lock (the journal and the attribute cache are shared by the
+   threads of the gRPC server): catch up with the journal, then per claim
    either answer from the journal (a repeat:
    same devices and CDI IDs, missing files re-created) or select devices, resolve config, plan CPU
    pinning (the journal says which CPUs other claims hold), render the CDI spec and metadata;
-4. save the journal **once**, then write the files. The journal is the durable record (fsynced);
+2. save the journal **once**, then write the files. The journal is the durable record (fsynced);
    specs and metadata are derived from it (written atomically without fsync, re-created by
    :meth:`ClaimsDriver.reconcile` after a crash or a reboot that emptied ``/var/run/cdi``).
 
@@ -25,8 +23,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -35,7 +32,6 @@ from typing import Any, Protocol, runtime_checkable
 from cdi import SymlinkError, atomic_write_bytes, make_dir, remove_dir, remove_file, remove_tree, spec_bytes
 from cdi.spec import CdiSpecError
 from driver.claims.attributes import PublishedAttributes
-from driver.claims.fetch import ClaimFetcher
 from driver.claims.metadata import (
     METADATA_DIR,
     NAME_MAX,
@@ -49,10 +45,10 @@ from driver.claims.render import CpuHook, claim_spec, claim_spec_file_name
 from driver.claims.selection import ClaimView, cpu_requests, select_devices
 from driver.errors import ClaimError, PinningError, is_recoverable
 from driver.inventory.model import DeviceKind, Inventory
-from driver.kube.types import ClaimGetter, JsonObject
+from driver.kube.types import JsonObject
 from driver.log import get_logger
 from driver.pinning.types import ClaimPinning, CpuRequest, format_cpulist
-from driver.plugin import ClaimRef, PreparedDevice, PrepareResult
+from driver.plugin import Claim, ClaimRef, PreparedDevice, PrepareResult
 from driver.state.evidence import Evidence, holds_only
 from driver.state.journal import Journal, JournalEntry, StoredFile, journal_path
 
@@ -87,10 +83,6 @@ class StatusWriter(Protocol):
     def clear(self, namespace: str, name: str, uid: str = "") -> None:
         """Remove what :meth:`report_prepared` published (``uid`` names the claim in logs)."""
         ...
-
-
-def _check_ref(ref: ClaimRef) -> str:
-    return check_claim_uid(ref.uid) or check_namespace(ref.namespace) or check_claim_name(ref.name)
 
 
 def _request_dirs(entry: JournalEntry) -> list[str]:
@@ -169,24 +161,18 @@ class ClaimsDriver:
         driver_name: str,
         node_name: str,
         inventory: InventoryProvider,
-        claims: ClaimGetter,
         cdi_dir: Path,
         plugin_dir: Path,
         planner: PinPlanner | None = None,
         status: StatusWriter | None = None,
         on_fatal: Callable[[BaseException, str], None] | None = None,
         cpu_hook: CpuHook | None = None,
-        max_get_workers: int = 16,
-        serialize: Callable[[], AbstractContextManager[None]] | None = None,
     ) -> None:
-        """``serialize``: the cross-process lock (``SerializeLock.hold``) held around every journal
-        section; pass it and start the kubelet server with ``serialize_calls=False``."""
         self.driver_name = driver_name
         self.node_name = node_name
         self.cdi_dir = cdi_dir
         self.plugin_dir = plugin_dir
         self._inventory = inventory
-        self._claims = claims
         self._planner = planner
         self._status = status
         self._on_fatal = on_fatal
@@ -203,27 +189,20 @@ class ClaimsDriver:
         self._lock = threading.Lock()
         #: what the last :meth:`reconcile` did per journaled claim: "ok" or "recreated" -> count
         self.recovery: Counter[str] = Counter()
-        self._fetcher = ClaimFetcher(claims, max_workers=max_get_workers)
-        self._serialize = serialize
 
     # -- DriverPlugin ---------------------------------------------------------------------------
 
-    def prepare_claims(self, claims: Sequence[ClaimRef]) -> Mapping[str, PrepareResult]:
-        """Prepare every claim; one result per claim UID (see the module docstring)."""
+    def prepare_claims(self, claims: Sequence[Claim]) -> Mapping[str, PrepareResult]:
+        """Prepare every fetched claim; one result per claim UID (see the module docstring)."""
         results: dict[str, PrepareResult] = {}
-        todo = self._admit(claims, lambda ref, msg: results.__setitem__(ref.uid, PrepareResult(error=msg)))
-        fetched = self._fetcher.fetch(todo)
         planned: list[_Planned] = []
-        with self._locked():
+        with self._lock:
             inventory = self._inventory()
             self._journal.load()
             attrs = self._attributes.get(inventory)
             dirty = False
-            for ref in todo:
-                got = fetched[ref.uid]
-                if isinstance(got, str):
-                    results[ref.uid] = PrepareResult(error=got)
-                    continue
+            for claim in claims:
+                ref, got = claim.ref, claim.obj
                 try:
                     entry = self._journal.get(ref.uid)
                     if entry is not None and not holds_only(entry):
@@ -251,7 +230,7 @@ class ClaimsDriver:
         results: dict[str, str] = {}
         cleared: list[ClaimRef] = []
         log = _log.bind()  # one logger for the batch: the lazy proxy re-binds on every call
-        with self._locked():
+        with self._lock:
             self._journal.load()
             dirty = False
             for ref in claims:
@@ -295,8 +274,9 @@ class ClaimsDriver:
 
         Run at start: after a reboot ``/var/run/cdi`` is empty but the journal is not. Raises
         :class:`~driver.errors.JournalError` when the journal is unusable (the caller exits 1).
+        The caller holds the cross-process lock (another process may be preparing).
         """
-        with self._locked():
+        with self._lock:
             self._journal.load()
             self._remove_stale_temp_files()
             count = 0
@@ -338,46 +318,11 @@ class ClaimsDriver:
         return self._journal.recoveries
 
     def close(self) -> None:
-        """Stop the GET threads and close the journal's file descriptors."""
-        self._fetcher.close()
+        """Close the journal's file descriptors."""
         with self._lock:
             self._journal.close()
 
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        """The journal section: this process's lock, then the cross-process one if we hold it."""
-        with self._lock:
-            if self._serialize is None:
-                yield
-                return
-            with self._serialize():
-                yield
-
     # -- internals ------------------------------------------------------------------------------
-
-    def _admit(self, claims: Sequence[ClaimRef], fail: Callable[[ClaimRef, str], None]) -> list[ClaimRef]:
-        """Refs worth fetching: valid names, exact duplicates dropped, conflicting UIDs refused."""
-        by_uid: dict[str, ClaimRef] = {}
-        conflicting: set[str] = set()
-        for ref in claims:
-            seen = by_uid.get(ref.uid)
-            if seen is None:
-                by_uid[ref.uid] = ref
-            elif seen != ref:
-                conflicting.add(ref.uid)
-        todo: list[ClaimRef] = []
-        for uid, ref in by_uid.items():
-            if uid in conflicting:
-                fail(
-                    ref, f"{describe_claim(ref)}: the same claim UID appears more than once with other names"
-                )
-                continue
-            problem = _check_ref(ref)
-            if problem:
-                fail(ref, f"{describe_claim(ref)}: {problem}")
-                continue
-            todo.append(ref)
-        return todo
 
     def _check_not_in_use(self, view: ClaimView) -> None:
         """Last line of defence: a whole GPU or NIC is never prepared for two claims at once.

@@ -203,17 +203,16 @@ def select_devices(
 ) -> ClaimView:
     """Check the claim and return our devices on this node with their effective configs.
 
-    Results of other drivers are skipped. Raises :class:`ClaimError` when the claim was replaced
-    (UID differs), is not allocated, has a result of ours in another pool or on a device this node
-    does not have, or is malformed; :class:`ConfigDecodeError` for invalid configuration of ours.
+    ``claim`` was checked by the kubelet layer (:func:`driver.kubelet.claims.check_claim`: same
+    UID as ``ref``, ``status.allocation`` present); the checks here are about devices. Results of
+    other drivers are skipped. Raises :class:`ClaimError` when a result of ours is in another pool
+    or on a device this node does not have, or the allocation is malformed;
+    :class:`ConfigDecodeError` for invalid configuration of ours.
     """
     uid = ref.uid
     meta = _mapping(claim.get("metadata"))
-    if meta.get("uid") != uid:
-        raise ClaimError(uid, f"got replaced: the apiserver's claim has UID {meta.get('uid')!r}")
-    allocation = _mapping(claim.get("status")).get("allocation")
-    if not _is_map(allocation):
-        raise ClaimError(uid, "not allocated (status.allocation is missing)")
+    # UID and status.allocation were checked by the kubelet layer before the claim got here
+    allocation = _mapping(_mapping(claim.get("status")).get("allocation"))
     devs = _mapping(allocation.get("devices"))
     results = devs.get("results") or []
     configs = devs.get("config") or []

@@ -3,7 +3,8 @@
 Both versions share one :class:`ClaimCalls` core; the servicers only convert messages. Error model,
 as the kubelet reads it:
 
-* a bad claim reference (see :mod:`driver.kubelet.translate`) or a claim the driver failed is a
+* a bad claim reference (see :mod:`driver.kubelet.translate`), a claim that cannot be read or
+  fails the claim checks (:mod:`driver.kubelet.claims`) or a claim the driver failed is a
   per-claim ``error`` entry; the other claims of the request are still prepared;
 * an exception raised by the driver is an infrastructure failure of the whole call and becomes the
   gRPC status ``INTERNAL`` with the message ``"<method>: driver failed: <Type>: <text>"``; the
@@ -18,7 +19,9 @@ from typing import NoReturn, TypeVar
 import grpc
 
 from driver._proto import dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1beta1_pb2_grpc
+from driver.kubelet import claims as claim_layer
 from driver.kubelet import translate
+from driver.kubelet.claims import ClaimFetcher
 from driver.kubelet.serialize import SerializeLock
 from driver.log import get_logger
 from driver.plugin import ClaimRef, DriverPlugin, PrepareResult
@@ -34,20 +37,28 @@ class DriverCallError(Exception):
 
 
 class ClaimCalls:
-    """Version-neutral prepare/unprepare: check references, serialize, call the driver, complete."""
+    """Version-neutral prepare/unprepare: check references, read claims, serialize, call the driver.
 
-    def __init__(self, plugin: DriverPlugin, lock: SerializeLock | None) -> None:
-        """``lock`` None: the plugin serializes its own state across processes (and does it
-        around less than the whole call, e.g. not around its apiserver reads)."""
+    The reads and the lock are :mod:`driver.kubelet.claims`'s; the lock is held around the driver
+    call only, never around the apiserver reads.
+    """
+
+    def __init__(self, plugin: DriverPlugin, fetcher: ClaimFetcher, lock: SerializeLock | None) -> None:
+        """``lock`` None: no cross-process lock (tests of a single process)."""
         self._plugin = plugin
-        self._lock = lock
+        self._fetcher = fetcher
+        self._hold: claim_layer.Hold = lock.hold if lock is not None else None
 
     def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, PrepareResult]:
         """Per-UID results for every claim; raises :class:`DriverCallError` if the driver raised."""
         check = _checked(claims, "prepare")
         results: Mapping[str, PrepareResult] = {}
         if check.valid:
-            results = self._call_driver(self._plugin.prepare_claims, check.valid, "prepare_claims")
+            results = self._call_driver(
+                lambda refs: claim_layer.prepare(self._plugin, self._fetcher, self._hold, refs),
+                check.valid,
+                "prepare_claims",
+            )
         complete = translate.complete_results(check.valid, results, check.rejected)
         for claim in check.valid:
             result = complete[claim.uid]
@@ -69,7 +80,11 @@ class ClaimCalls:
         check = _checked(claims, "unprepare")
         errors: Mapping[str, str] = {}
         if check.valid:
-            errors = self._call_driver(self._plugin.unprepare_claims, check.valid, "unprepare_claims")
+            errors = self._call_driver(
+                lambda refs: claim_layer.unprepare(self._plugin, self._hold, refs),
+                check.valid,
+                "unprepare_claims",
+            )
         complete = translate.complete_errors(check.valid, errors, check.rejected)
         for claim in check.valid:
             error = complete[claim.uid]
@@ -82,12 +97,9 @@ class ClaimCalls:
     def _call_driver(
         self, call: Callable[[Sequence[ClaimRef]], _Result], claims: Sequence[ClaimRef], name: str
     ) -> _Result:
-        """One driver call (under the serialize lock, if we hold it); whatever it raises fails the RPC."""
+        """One driver call (reads and lock inside ``call``); whatever it raises fails the RPC."""
         try:
-            if self._lock is None:
-                return call(claims)
-            with self._lock.hold():
-                return call(claims)
+            return call(claims)
         except Exception as exc:
             _log.exception(f"driver {name} failed", claim_uids=[c.uid for c in claims])
             raise DriverCallError(f"{type(exc).__name__}: {exc}") from exc

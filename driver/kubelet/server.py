@@ -1,4 +1,4 @@
-"""The kubelet-facing plugin server: both unix sockets, the gRPC services and the serialize lock.
+"""The kubelet-facing plugin server: both unix sockets, the gRPC services, claim reads and the lock.
 
 Start order matters to the kubelet: it connects to the DRA socket as soon as it has read the
 registration answer, so the DRA server listens (and is checked to accept) before the registration
@@ -35,7 +35,9 @@ from driver._proto import (
     pluginregistration_v1_pb2_grpc,
 )
 from driver.errors import ConfigError, DriverError
+from driver.kube.types import ClaimGetter
 from driver.kubelet.admission import CallKind, CallSlots
+from driver.kubelet.claims import ClaimFetcher
 from driver.kubelet.dra import ClaimCalls, DraV1beta1Servicer, DraV1Servicer
 from driver.kubelet.health import (
     DEFAULT_RESEND_INTERVAL,
@@ -87,10 +89,13 @@ class KubeletPluginServer:
     ``health_streams`` open streams at a time; a call beyond its kind's slots is refused at once.
     So an unprepare never waits behind prepares stuck on the apiserver, nor prepare behind streams.
 
-    Every prepare/unprepare runs under ``flock`` on ``<plugin dir>/serialize.lock``, the Go helper's
-    rule, unless ``serialize_calls=False``: then the plugin takes that lock itself around its state
-    only (``ClaimsDriver(serialize=...)``), so that its apiserver reads of one call overlap with
-    other calls, as the Go helper's GETs happen before it takes the lock.
+    The server reads the claims of a prepare from ``claim_source`` (the kube client) and checks
+    them (:mod:`driver.kubelet.claims`), then calls the plugin under ``flock`` on
+    ``<plugin dir>/serialize.lock``, the Go helper's rule; the reads happen before the lock is
+    taken, as the Go helper's GETs do, so they overlap with other calls. ``lock``: that lock,
+    opened by the caller (who also holds it around the driver's start-up reconcile); without one
+    the server opens its own at ``<plugin dir>/serialize.lock``. ``claim_read_workers``: threads
+    for parallel GETs.
     """
 
     def __init__(
@@ -101,13 +106,15 @@ class KubeletPluginServer:
         registrar_dir: Path,
         plugin_dir: Path,
         plugin: DriverPlugin,
+        claim_source: ClaimGetter,
         health: HealthSource | None = None,
         pod_uid: str | None = None,
         health_resend_interval: float = DEFAULT_RESEND_INTERVAL,
         max_workers: int = 16,
         unprepare_slots: int = 8,
         health_streams: int = 8,
-        serialize_calls: bool = True,
+        lock: SerializeLock | None = None,
+        claim_read_workers: int = 16,
     ) -> None:
         if not driver_name:
             raise ConfigError("driver name must not be empty")
@@ -127,8 +134,10 @@ class KubeletPluginServer:
                 CallKind.HEALTH: health_streams,
             }
         )
-        #: the flock held around whole calls; None when the plugin holds it itself
-        self._lock = SerializeLock(self.paths.lock) if serialize_calls else None
+        #: the flock held around each driver call; opened and closed here unless it was given
+        self._own_lock = lock is None
+        self._lock = lock if lock is not None else SerializeLock(self.paths.lock)
+        self._fetcher = ClaimFetcher(claim_source, max_workers=claim_read_workers)
         self._registration = RegistrationServicer(
             driver_name, str(self.paths.dra), supported_versions(with_health=health is not None)
         )
@@ -187,7 +196,7 @@ class KubeletPluginServer:
                 ) from exc
             _remove_stale_socket(self.paths.registration)
             _remove_stale_socket(self.paths.dra)
-            if self._lock is not None:
+            if self._own_lock:
                 self._lock.open()
             self._start_dra()
             self._start_registration()
@@ -216,7 +225,7 @@ class KubeletPluginServer:
             # connections cannot queue without bound
             maximum_concurrent_rpcs=4 * self.slots.threads,
         )
-        calls = ClaimCalls(self._plugin, self._lock)
+        calls = ClaimCalls(self._plugin, self._fetcher, self._lock)
         dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(DraV1Servicer(calls), server)
         dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(DraV1beta1Servicer(calls), server)
         if self._health is not None:
@@ -292,7 +301,8 @@ class KubeletPluginServer:
         self._remove_owned(self.paths.dra)
         for executor in self._executors:
             executor.shutdown(wait=False, cancel_futures=True)
-        if self._lock is not None:
+        self._fetcher.close()
+        if self._own_lock:
             self._lock.close()
         self._log.info("kubelet plugin server stopped")
 

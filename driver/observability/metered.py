@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Literal, TypeVar
 
-from driver.plugin import ClaimRef, DriverPlugin, PrepareResult
+from driver.plugin import Claim, ClaimRef, DriverPlugin, PrepareResult
 
 if TYPE_CHECKING:
     from driver.observability.metrics import Metrics
@@ -25,15 +25,18 @@ MAX_PENDING_OBSERVATIONS = 4096
 
 _Op = Literal["prepare", "unprepare"]
 _R = TypeVar("_R")
+_C = TypeVar("_C", Claim, ClaimRef)
 
 
 class MeteredPlugin:
     """The claims driver plus metrics and a change notice.
 
     Each claim of a call is observed with the call's duration (the claims of one call are done
-    together, concurrently). The metrics are attached after registration, since prometheus is not
-    imported before the plugin registers; the kubelet may prepare in between, so observations made
-    before :meth:`attach_metrics` are kept and handed over then. ``on_change`` runs after every
+    together, concurrently). It wraps the driver behind the kubelet layer, so it sees the claims
+    that layer read and checked, and times the driver's work without the reads. The metrics are
+    attached after registration, since prometheus is not imported before the plugin registers;
+    the kubelet may prepare in between, so observations made before :meth:`attach_metrics` are
+    kept and handed over then. ``on_change`` runs after every
     call, also a failed one: the journal may have changed either way.
     """
 
@@ -57,19 +60,22 @@ class MeteredPlugin:
         for op, ok, seconds in pending:
             _observe(metrics, op, ok, seconds)
 
-    def prepare_claims(self, claims: Sequence[ClaimRef]) -> Mapping[str, PrepareResult]:
+    def prepare_claims(self, claims: Sequence[Claim]) -> Mapping[str, PrepareResult]:
         """Prepare through the claims driver; count every claim's result."""
-        return self._metered("prepare", self._inner.prepare_claims, claims, lambda result: result.ok)
+        uids = [claim.ref.uid for claim in claims]
+        return self._metered("prepare", self._inner.prepare_claims, claims, uids, lambda result: result.ok)
 
     def unprepare_claims(self, claims: Sequence[ClaimRef]) -> Mapping[str, str]:
         """Unprepare through the claims driver; count every claim's result."""
-        return self._metered("unprepare", self._inner.unprepare_claims, claims, lambda error: not error)
+        uids = [ref.uid for ref in claims]
+        return self._metered("unprepare", self._inner.unprepare_claims, claims, uids, lambda error: not error)
 
     def _metered(
         self,
         op: _Op,
-        call: Callable[[Sequence[ClaimRef]], Mapping[str, _R]],
-        claims: Sequence[ClaimRef],
+        call: Callable[[Sequence[_C]], Mapping[str, _R]],
+        claims: Sequence[_C],
+        uids: Sequence[str],
         ok: Callable[[_R], bool],
     ) -> Mapping[str, _R]:
         """Run one call; observe each claim's outcome (all failed if it raised), then ``on_change``."""
@@ -77,7 +83,7 @@ class MeteredPlugin:
         try:
             results = call(claims)
         except BaseException:
-            self._observe(op, {ref.uid: False for ref in claims}, time.perf_counter() - start)
+            self._observe(op, dict.fromkeys(uids, False), time.perf_counter() - start)
             raise
         finally:
             self._on_change()

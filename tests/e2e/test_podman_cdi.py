@@ -34,6 +34,7 @@ import pytest
 
 from driver.claims import ClaimsDriver
 from driver.claims.metadata import CONTAINER_DIR
+from driver.kubelet.claims import ClaimFetcher
 from driver.pinning.planner import CpuPlanner
 from driver.pinning.types import ENV_CPUS, parse_cpulist
 from tests.e2e.conftest import NODE as NODE_E2E
@@ -45,6 +46,7 @@ from tests.integration.claims._world import (
     GPU0,
     NODE,
     FakeClaimGetter,
+    ServedDriver,
     claim,
     cpu_result,
     make_inventory,
@@ -184,14 +186,16 @@ def test_podman_injects_numadra_cdi_devices(podman: Podman, cdi_dir: Path, tmp_p
     uid = str(uuid.uuid4())
     obj = claim(uid, name="cdi-e2e", results=[result("gpu", GPU0), cpu_result("cpus", 2, node=0)])
     ref = getter.add(obj)
-    driver = ClaimsDriver(
-        driver_name=DRIVER,
-        node_name=NODE,
-        inventory=lambda: inventory,
-        claims=getter,
-        cdi_dir=cdi_dir,
-        plugin_dir=tmp_path / "plugin",
-        planner=CpuPlanner(lambda: inventory),
+    driver = ServedDriver(  # the kubelet layer's claim path in front of the real driver
+        ClaimsDriver(
+            driver_name=DRIVER,
+            node_name=NODE,
+            inventory=lambda: inventory,
+            cdi_dir=cdi_dir,
+            plugin_dir=tmp_path / "plugin",
+            planner=CpuPlanner(lambda: inventory),
+        ),
+        ClaimFetcher(getter),
     )
     try:
         prepared = driver.prepare_claims([ref])[uid]

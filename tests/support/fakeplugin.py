@@ -15,6 +15,10 @@ so a test can prove that calls from two processes never overlapped. With ``state
 UIDs are kept in that JSON file with an unlocked read-modify-write, which loses updates unless the
 layer serializes calls across processes.
 
+The kubelet layer reads every claim it is asked to prepare before the plugin sees it; where no
+apiserver exists, :class:`StubClaims` stands in for one: it holds the claims a test names (the
+kubelet only names claims that exist), each allocated, and answers 404 for any other.
+
 Run ``python -m tests.support.fakeplugin --help`` for a server process (SIGTERM stops it cleanly).
 """
 
@@ -30,11 +34,46 @@ import zlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from driver.plugin import ClaimRef, DeviceHealth, HealthState, PreparedDevice, PrepareResult
+from driver.errors import KubeError
+from driver.kube.types import JsonObject
+from driver.plugin import Claim, ClaimRef, DeviceHealth, HealthState, PreparedDevice, PrepareResult
 
-__all__ = ["FAKE_DRIVER", "FakePlugin", "main"]
+__all__ = ["FAKE_DRIVER", "FakePlugin", "StubClaims", "main"]
 
 FAKE_DRIVER = "fake.numadra.dev"
+
+
+class StubClaims:
+    """A stand-in claim source (no apiserver here): allocated claims by namespace/name, else 404."""
+
+    def __init__(self, refs: Sequence[ClaimRef] = ()) -> None:
+        self._uids: dict[tuple[str, str], str] = {}
+        self._lock = threading.Lock()
+        for ref in refs:
+            self.add(ref)
+
+    def add(self, ref: ClaimRef) -> None:
+        """Make ``ref`` exist (a later ``add`` of the same name re-creates it with its UID)."""
+        with self._lock:
+            self._uids[(ref.namespace, ref.name)] = ref.uid
+
+    def get_resource_claim(self, namespace: str, name: str) -> JsonObject:
+        """The claim, allocated one device of the fake driver; KubeError 404 when unknown."""
+        with self._lock:
+            uid = self._uids.get((namespace, name))
+        if uid is None:
+            raise KubeError(f"get resourceclaims/{namespace}/{name}: HTTP 404: not found", status=404)
+        result = {"request": "gpu", "driver": FAKE_DRIVER, "pool": "fake-pool", "device": "dev-0"}
+        return {
+            "metadata": {"namespace": namespace, "name": name, "uid": uid},
+            "status": {"allocation": {"devices": {"results": [result]}}},
+        }
+
+    @classmethod
+    def from_file(cls, path: Path) -> StubClaims:
+        """Claims from a JSON list of ``{"namespace", "name", "uid"}`` (for a server process)."""
+        items = json.loads(path.read_text())
+        return cls([ClaimRef(i["namespace"], i["name"], i["uid"]) for i in items])
 
 
 class FakePlugin:
@@ -77,8 +116,9 @@ class FakePlugin:
             share_id=f"share-{claim.uid}" if claim.name.startswith("share-") else None,
         )
 
-    def prepare_claims(self, claims: Sequence[ClaimRef]) -> Mapping[str, PrepareResult]:
+    def prepare_claims(self, fetched: Sequence[Claim]) -> Mapping[str, PrepareResult]:
         """Prepare per the name rules above, after ``delay`` seconds."""
+        claims = [claim.ref for claim in fetched]
         enter = time.time()
         self.calls.append(("prepare", tuple(c.uid for c in claims)))
         if any(c.name.startswith("raise-") for c in claims):
@@ -197,6 +237,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--record", type=Path, help="append one JSON line per driver call here")
     parser.add_argument("--state", type=Path, help="keep prepared UIDs in this JSON file")
     parser.add_argument("--health-interval", type=float, default=10.0)
+    parser.add_argument("--claims", type=Path, help="JSON list of the claims that exist (StubClaims)")
     parser.add_argument("--no-health", action="store_true")
     parser.add_argument("--log-format", choices=["json", "console"], default="json")
     args = parser.parse_args(argv)
@@ -209,6 +250,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         registrar_dir=args.registrar_dir,
         plugin_dir=args.plugin_dir,
         plugin=plugin,
+        claim_source=StubClaims.from_file(args.claims) if args.claims else StubClaims(),
         health=None if args.no_health else plugin,
         pod_uid=args.pod_uid,
         health_resend_interval=args.health_interval,

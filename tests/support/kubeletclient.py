@@ -28,6 +28,7 @@ from driver._proto import (
     pluginregistration_v1_pb2_grpc,
 )
 from driver.plugin import ClaimRef
+from tests.support.fakeplugin import StubClaims
 
 __all__ = [
     "KUBELET_DRA_SERVICES",
@@ -102,10 +103,15 @@ def _claims(claims: Iterable[ClaimRef], module: Any) -> list[Any]:
 
 
 class KubeletClient:
-    """One client per test; channels are cached per socket and closed by :meth:`close`."""
+    """One client per test; channels are cached per socket and closed by :meth:`close`.
 
-    def __init__(self) -> None:
+    ``claims``: the stand-in apiserver of the plugin under test; each claim this client asks to
+    prepare is made to exist there first, as a real kubelet names only claims that exist.
+    """
+
+    def __init__(self, claims: StubClaims | None = None) -> None:
         self._channels: dict[str, grpc.Channel] = {}
+        self._claims = claims
 
     def channel(self, path: Path | str) -> grpc.Channel:
         """A (cached) insecure channel to a unix socket."""
@@ -177,6 +183,10 @@ class KubeletClient:
     ) -> Any:
         """``NodePrepareResources``; returns the version's response message."""
         messages, stubs = _DRA_MODULES[version]
+        claims = list(claims)
+        if self._claims is not None:
+            for ref in claims:
+                self._claims.add(ref)
         request = messages.NodePrepareResourcesRequest(claims=_claims(claims, messages))
         return stubs.DRAPluginStub(self.channel(endpoint)).NodePrepareResources(request, timeout=timeout)
 

@@ -1,7 +1,10 @@
 """A small node for claims tests: inventory, claim builders, and a fake claim source.
 
 ``FakeClaimGetter`` stands in for the apiserver where a real one cannot exist in a unit-sized test
-(one test goes through the real HTTP fake apiserver as well).
+(one test goes through the real HTTP fake apiserver as well). :meth:`World.driver` serves the real
+:class:`ClaimsDriver` through the real kubelet-layer claim path (:mod:`driver.kubelet.claims`:
+reference checks, reads, claim checks, lock, driver call), the one ``KubeletPluginServer`` runs for
+every call, without the gRPC wrapping, so these tests keep exercising the real read path.
 """
 
 from __future__ import annotations
@@ -18,8 +21,9 @@ from driver.claims import ClaimsDriver
 from driver.errors import KubeError
 from driver.inventory.model import Cpu, Gpu, Inventory, Nic, NumaNode, PciTopology
 from driver.kube.types import JsonObject
+from driver.kubelet import claims as claim_layer
 from driver.pinning.planner import CpuPlanner
-from driver.plugin import ClaimRef
+from driver.plugin import ClaimRef, PrepareResult
 
 DRIVER = "numadra.dev"
 NODE = "node-a"
@@ -216,6 +220,30 @@ class FakeClaimGetter:
 
 
 @dataclass
+class ServedDriver:
+    """A ClaimsDriver as the kubelet layer calls it; everything else goes to the driver itself."""
+
+    inner: ClaimsDriver
+    fetcher: claim_layer.ClaimFetcher
+    hold: claim_layer.Hold = None
+
+    def prepare_claims(self, refs: Sequence[ClaimRef]) -> dict[str, PrepareResult]:
+        """Read and check the claims, then call the driver under the lock (as the server does)."""
+        return claim_layer.prepare(self.inner, self.fetcher, self.hold, refs)
+
+    def unprepare_claims(self, refs: Sequence[ClaimRef]) -> dict[str, str]:
+        """The driver's unprepare under the lock (as the server does)."""
+        return claim_layer.unprepare(self.inner, self.hold, refs)
+
+    def close(self) -> None:
+        self.fetcher.close()
+        self.inner.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+@dataclass
 class World:
     """Directories, inventory and claim source of one test node."""
 
@@ -231,18 +259,28 @@ class World:
     def plugin_dir(self) -> Path:
         return self.root / "plugin"
 
-    def driver(self, *, planner: bool = True, **kwargs: Any) -> ClaimsDriver:
-        """A fresh ClaimsDriver over this world's directories (a "restart" when called again)."""
+    def driver(
+        self,
+        *,
+        planner: bool = True,
+        serialize: claim_layer.Hold = None,
+        max_get_workers: int = 16,
+        **kwargs: Any,
+    ) -> ServedDriver:
+        """A fresh ClaimsDriver over this world's directories (a "restart" when called again),
+        reading claims from :attr:`getter`; ``serialize``: the cross-process lock of its calls."""
         self.cdi_dir.mkdir(parents=True, exist_ok=True)
-        return ClaimsDriver(
+        inner = ClaimsDriver(
             driver_name=DRIVER,
             node_name=NODE,
             inventory=lambda: self.inventory,
-            claims=self.getter,
             cdi_dir=self.cdi_dir,
             plugin_dir=self.plugin_dir,
             planner=CpuPlanner(lambda: self.inventory) if planner else None,
             **kwargs,
+        )
+        return ServedDriver(
+            inner, claim_layer.ClaimFetcher(self.getter, max_workers=max_get_workers), serialize
         )
 
     def cdi_files(self) -> list[str]:

@@ -8,8 +8,6 @@ import os
 import threading
 from pathlib import Path
 
-import pytest
-
 from driver.errors import JournalError
 from driver.kube.types import JsonObject
 from driver.kubelet.serialize import SerializeLock
@@ -123,20 +121,16 @@ def test_claim_reads_happen_outside_the_lock(world: World) -> None:
     lock.close()
 
 
-@pytest.mark.parametrize("call", ["unprepare", "reconcile"])
-def test_other_journal_sections_take_the_lock(world: World, call: str) -> None:
-    """Unprepare and start-up reconcile also wait for the other process's flock."""
+def test_unprepare_takes_the_lock(world: World) -> None:
+    """Unprepare also waits for the other process's flock (the start-up reconcile does too: app.py
+    holds it there, see tests/integration/run/test_app.py)."""
     world.plugin_dir.mkdir(parents=True)
     lock = SerializeLock(world.plugin_dir / "serialize.lock")
     lock.open()
     drv = world.driver(serialize=lock.hold)
     other = os.open(world.plugin_dir / "serialize.lock", os.O_RDWR)
     fcntl.flock(other, fcntl.LOCK_EX)
-    target = (
-        (lambda: drv.unprepare_claims([ClaimRef("default", "c-1", "u-1")]))
-        if call == "unprepare"
-        else drv.reconcile
-    )
+    target = lambda: drv.unprepare_claims([ClaimRef("default", "c-1", "u-1")])  # noqa: E731
     caller = threading.Thread(target=target)
     try:
         caller.start()

@@ -11,6 +11,7 @@ import pytest
 
 from driver.claims import ClaimsDriver
 from driver.kube.client import KubeClient
+from driver.kubelet.claims import ClaimFetcher
 from driver.kubelet.server import KubeletPluginServer
 from driver.pinning.planner import CpuPlanner
 from driver.plugin import ClaimRef
@@ -20,6 +21,7 @@ from tests.integration.claims._world import (
     GPU0,
     NIC0,
     NODE,
+    ServedDriver,
     claim,
     cpu_result,
     make_inventory,
@@ -45,18 +47,23 @@ def short_dir() -> Iterator[Path]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _driver(api: FakeApiServer, root: Path) -> ClaimsDriver:
+def _driver(api: FakeApiServer, root: Path) -> ServedDriver:
+    """ClaimsDriver behind the kubelet layer's claim path, reading from ``api`` over HTTP."""
     inventory = make_inventory()
     (root / "cdi").mkdir(exist_ok=True)
-    return ClaimsDriver(
+    inner = ClaimsDriver(
         driver_name=DRIVER,
         node_name=NODE,
         inventory=lambda: inventory,
-        claims=KubeClient(api.kubeconfig_path, timeout=2.0, connect_timeout=0.5),
         cdi_dir=root / "cdi",
         plugin_dir=root / "plugin",
         planner=CpuPlanner(lambda: inventory),
     )
+    return ServedDriver(inner, ClaimFetcher(_kube(api)))
+
+
+def _kube(api: FakeApiServer) -> KubeClient:
+    return KubeClient(api.kubeconfig_path, timeout=2.0, connect_timeout=0.5)
 
 
 def test_prepare_through_fake_apiserver(api: FakeApiServer, short_dir: Path) -> None:
@@ -92,7 +99,8 @@ def test_prepare_over_kubelet_grpc(api: FakeApiServer, short_dir: Path) -> None:
         node_name=NODE,
         registrar_dir=short_dir / "reg",
         plugin_dir=short_dir / "plugin",
-        plugin=drv,
+        plugin=drv.inner,
+        claim_source=_kube(api),
     )
     server.start()
     try:

@@ -49,7 +49,7 @@ def _env(spec: dict[str, Any], device_suffix: str) -> dict[str, str]:
 
 def test_claims_driver_satisfies_driver_plugin(world: World) -> None:
     """ClaimsDriver is a DriverPlugin (the kubelet layer's seam)."""
-    assert isinstance(world.driver(), DriverPlugin)
+    assert isinstance(world.driver().inner, DriverPlugin)
 
 
 def test_prepare_writes_one_cdi_spec_with_nodes_env_and_pinning(world: World) -> None:

@@ -13,11 +13,10 @@ from typing import Any
 
 import pytest
 
-from driver.claims import ClaimsDriver
 from driver.errors import JournalError
 from driver.plugin import ClaimRef
 from driver.state.journal import read_recoveries
-from tests.integration.claims._world import GPU0, World, claim, cpu_result, result
+from tests.integration.claims._world import GPU0, ServedDriver, World, claim, cpu_result, result
 
 pytestmark = pytest.mark.fault
 
@@ -29,7 +28,7 @@ def _journal(world: World) -> Path:
     return world.plugin_dir / "state" / "journal.log"
 
 
-def _first_prepared(world: World, **extra: Any) -> tuple[ClaimsDriver, ClaimRef, ClaimRef]:
+def _first_prepared(world: World, **extra: Any) -> tuple[ServedDriver, ClaimRef, ClaimRef]:
     """Claim 1 (GPU0 + 2 exclusive CPUs) prepared; claim 2 (GPU0 too) known to the apiserver."""
     first = world.getter.add(
         claim(FIRST, "train", "ml", results=[result("gpu", GPU0), cpu_result("cpu", 2)], **extra)
@@ -42,13 +41,13 @@ def _first_prepared(world: World, **extra: Any) -> tuple[ClaimsDriver, ClaimRef,
     return drv, first, second
 
 
-def _assert_second_refused(drv: ClaimsDriver, second: ClaimRef) -> None:
+def _assert_second_refused(drv: ServedDriver, second: ClaimRef) -> None:
     got = drv.prepare_claims([second])[SECOND]
     assert not got.ok
     assert f"device {GPU0!r} is already prepared for claim ml/train (uid {FIRST})" in got.error
 
 
-def _assert_recovered(world: World, drv: ClaimsDriver, reason: str) -> None:
+def _assert_recovered(world: World, drv: ServedDriver, reason: str) -> None:
     """The first claim is back in the journal, on disk, counted and recorded with its devices."""
     entries = {e.uid: e for e in world.driver().prepared_claims()}  # a fresh reader of the file
     assert FIRST in entries

@@ -10,14 +10,15 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from driver.kubelet.server import KubeletPluginServer
-from tests.support.fakeplugin import FAKE_DRIVER, FakePlugin
+from driver.plugin import ClaimRef
+from tests.support.fakeplugin import FAKE_DRIVER, FakePlugin, StubClaims
 from tests.support.kubeletclient import KubeletClient
 from tests.support.poll import wait_for
 
@@ -47,7 +48,13 @@ def fake() -> FakePlugin:
 
 
 @pytest.fixture
-def make_server(dirs: Dirs) -> Iterator[Callable[..., KubeletPluginServer]]:
+def stub_claims() -> StubClaims:
+    """The stand-in apiserver the in-process servers read claims from (see ``client``)."""
+    return StubClaims()
+
+
+@pytest.fixture
+def make_server(dirs: Dirs, stub_claims: StubClaims) -> Iterator[Callable[..., KubeletPluginServer]]:
     """Build (not start) servers on the temp dirs; every one is stopped at teardown."""
     made: list[KubeletPluginServer] = []
 
@@ -58,6 +65,7 @@ def make_server(dirs: Dirs) -> Iterator[Callable[..., KubeletPluginServer]]:
             "registrar_dir": dirs.registrar,
             "plugin_dir": dirs.plugin,
             "plugin": plugin,
+            "claim_source": stub_claims,
             "health": plugin,
         }
         options.update(kwargs)
@@ -78,8 +86,8 @@ def server(make_server: Callable[..., KubeletPluginServer], fake: FakePlugin) ->
 
 
 @pytest.fixture
-def client() -> Iterator[KubeletClient]:
-    with KubeletClient() as c:
+def client(stub_claims: StubClaims) -> Iterator[KubeletClient]:
+    with KubeletClient(stub_claims) as c:
         yield c
 
 
@@ -103,10 +111,18 @@ def spawn(dirs: Dirs) -> Iterator[Callable[..., PluginProcess]]:
     """Start ``python -m tests.support.fakeplugin`` processes; kill leftovers at teardown."""
     started: list[PluginProcess] = []
 
-    def start(*extra: str, pod_uid: str | None = None, wait: bool = True) -> PluginProcess:
+    def start(
+        *extra: str, pod_uid: str | None = None, wait: bool = True, claims: Sequence[ClaimRef] = ()
+    ) -> PluginProcess:
+        """``claims``: the claims its stand-in apiserver holds (``StubClaims``)."""
+        claims_file = dirs.root / f"claims-{len(started)}.json"
+        claims_file.write_text(
+            json.dumps([{"namespace": c.namespace, "name": c.name, "uid": c.uid} for c in claims])
+        )
         args = [
             sys.executable, "-m", "tests.support.fakeplugin",
-            "--registrar-dir", str(dirs.registrar), "--plugin-dir", str(dirs.plugin), *extra,
+            "--registrar-dir", str(dirs.registrar), "--plugin-dir", str(dirs.plugin),
+            "--claims", str(claims_file), *extra,
         ]  # fmt: skip
         if pod_uid:
             args += ["--pod-uid", pod_uid]

@@ -25,7 +25,7 @@ from driver.plugin import ClaimRef
 from tests.integration.claims._world import DRIVER, NODE, make_inventory
 from tests.integration.kube.fake_tls_api import write_kubeconfig
 from tests.integration.kube.hostile_api import HostileApiServer, wait_connections
-from tests.support.fakeplugin import FakePlugin
+from tests.support.fakeplugin import FakePlugin, StubClaims
 from tests.support.kubeletclient import KubeletClient
 from tests.support.poll import wait_for
 
@@ -47,8 +47,8 @@ def hostile() -> Iterator[HostileApiServer]:
 
 @pytest.fixture
 def claims_server(dirs: Dirs, hostile: HostileApiServer) -> Iterator[KubeletPluginServer]:
-    """The app's wiring: a ClaimsDriver reading claims from ``hostile``, its flock around the state
-    only (``serialize_calls=False``), under the kubelet plugin server."""
+    """The app's wiring: the kubelet plugin server reading claims from ``hostile`` before it takes
+    the flock, around a ClaimsDriver."""
     kubeconfig = write_kubeconfig(dirs.root / "kubeconfig", hostile.url, cluster={}, user={"token": "t"})
     kube = KubeClient(kubeconfig, timeout=30.0, connect_timeout=1.0, read_deadline=READ_DEADLINE)
     cdi = dirs.root / "cdi"
@@ -61,10 +61,8 @@ def claims_server(dirs: Dirs, hostile: HostileApiServer) -> Iterator[KubeletPlug
         driver_name=DRIVER,
         node_name=NODE,
         inventory=lambda: inventory,
-        claims=kube,
         cdi_dir=cdi,
         plugin_dir=dirs.plugin,
-        serialize=lock.hold,
     )
     server = KubeletPluginServer(
         driver_name=DRIVER,
@@ -72,7 +70,8 @@ def claims_server(dirs: Dirs, hostile: HostileApiServer) -> Iterator[KubeletPlug
         registrar_dir=dirs.registrar,
         plugin_dir=dirs.plugin,
         plugin=driver,
-        serialize_calls=False,
+        claim_source=kube,
+        lock=lock,
         max_workers=PREPARE_SLOTS,
     )
     server.start()
@@ -118,14 +117,14 @@ def test_unprepare_answers_while_prepares_are_stuck_on_the_apiserver(
 
 
 def test_open_health_streams_do_not_starve_prepare(
-    make_server: Callable[..., KubeletPluginServer], fake: FakePlugin
+    make_server: Callable[..., KubeletPluginServer], fake: FakePlugin, stub_claims: StubClaims
 ) -> None:
     """20 kubelets' worth of open health streams; a prepare still answers. Before: the streams took
     the 16 workers and the prepare waited for its 10 s deadline."""
     server = make_server(fake, health_resend_interval=60)
     server.start()
     opened: list[Any] = []
-    with KubeletClient() as client, ThreadPoolExecutor(20) as pool:
+    with KubeletClient(stub_claims) as client, ThreadPoolExecutor(20) as pool:
         try:
             firsts = []
             for _ in range(20):

@@ -11,7 +11,7 @@ import pytest
 from driver.kubelet import translate
 from driver.kubelet.server import KubeletPluginServer
 from driver.plugin import ClaimRef
-from tests.support.fakeplugin import FakePlugin
+from tests.support.fakeplugin import FakePlugin, StubClaims
 from tests.support.kubeletclient import KubeletClient
 
 from .conftest import Dirs, assert_no_overlap
@@ -173,7 +173,7 @@ def test_empty_request_gets_empty_answer(
 
 
 def test_concurrent_calls_are_serialized_in_process(
-    make_server: Callable[..., KubeletPluginServer], client: KubeletClient, dirs: Dirs
+    make_server: Callable[..., KubeletPluginServer], stub_claims: StubClaims, dirs: Dirs
 ) -> None:
     """Parallel RPCs on one server never run the driver concurrently."""
     record = dirs.root / "calls.jsonl"
@@ -182,7 +182,7 @@ def test_concurrent_calls_are_serialized_in_process(
     srv.start()
 
     def work(i: int) -> None:
-        with KubeletClient() as own:
+        with KubeletClient(stub_claims) as own:
             own.prepare(srv.dra_socket, [claim(f"c{i}", f"uid-{i}")])
             own.unprepare(srv.dra_socket, [claim(f"c{i}", f"uid-{i}")], "v1beta1")
 

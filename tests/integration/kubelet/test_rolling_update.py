@@ -21,8 +21,9 @@ def test_two_processes_register_and_serialize(
     """Both pods register under unique names; concurrent prepares on both never overlap and share state."""
     record, state = dirs.root / "calls.jsonl", dirs.root / "state.json"
     extra = ("--delay", "0.03", "--record", str(record), "--state", str(state))
-    old = spawn(*extra, pod_uid=OLD_POD)
-    new = spawn(*extra, pod_uid=NEW_POD)
+    known = [ClaimRef("default", f"c{i}", f"uid-{i}") for i in (*range(10), 99)]
+    old = spawn(*extra, pod_uid=OLD_POD, claims=known)
+    new = spawn(*extra, pod_uid=NEW_POD, claims=known)
     endpoints = {client.register(p.registration_socket).info.endpoint for p in (old, new)}
     assert endpoints == {str(dirs.plugin / f"dra-{OLD_POD}.sock"), str(dirs.plugin / f"dra-{NEW_POD}.sock")}
     assert sorted(p.name for p in dirs.registrar.iterdir()) == sorted(

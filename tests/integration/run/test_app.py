@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import fcntl
+import os
 import threading
 from dataclasses import replace
 
@@ -10,6 +12,7 @@ import pytest
 from driver.app import App, RunConfig
 from driver.errors import DriverError
 from driver.kube.client import shared_client
+from driver.kubelet.paths import SERIALIZE_LOCK_NAME
 from tests.integration.run.conftest import GPU, NODE, RunNode, wait_for
 
 
@@ -65,3 +68,27 @@ def test_fatal_background_error_ends_run_with_its_reason(node: RunNode) -> None:
         app.run()
     thread.join(5)
     assert not node.registration_socket.exists()
+
+
+def test_start_up_reconcile_waits_for_the_other_process_lock(node: RunNode) -> None:
+    """During a rolling update the other process may be preparing: start-up reconcile (which may
+    re-create files) runs under the cross-process flock, so start waits while another holds it."""
+    node.plugin_dir.mkdir(parents=True, exist_ok=True)
+    other = os.open(node.plugin_dir / SERIALIZE_LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(other, fcntl.LOCK_EX)
+    app = App(_config(node))
+    starter = threading.Thread(target=app.start)
+    try:
+        starter.start()
+        starter.join(0.5)
+        assert starter.is_alive(), "started without the lock"
+        assert not node.registration_socket.exists()
+    finally:
+        fcntl.flock(other, fcntl.LOCK_UN)
+        os.close(other)
+    starter.join(30)
+    try:
+        assert not starter.is_alive()
+        assert node.registration_socket.exists()
+    finally:
+        app.stop()

@@ -11,11 +11,14 @@ from pathlib import Path
 
 import pytest
 
+from driver.errors import KubeError
+from driver.kube.types import JsonObject
+from driver.kubelet.claims import ClaimFetcher
 from driver.kubelet.dra import ClaimCalls, DriverCallError
 from driver.kubelet.health import DEFAULT_RESEND_INTERVAL, HealthFanout
 from driver.kubelet.serialize import SerializeLock
-from driver.plugin import ClaimRef, HealthState, PrepareResult
-from tests.support.fakeplugin import FakePlugin
+from driver.plugin import Claim, ClaimRef, HealthState, PrepareResult
+from tests.support.fakeplugin import FakePlugin, StubClaims
 
 
 @pytest.fixture
@@ -24,6 +27,11 @@ def lock(tmp_path: Path) -> Iterator[SerializeLock]:
     lk.open()
     yield lk
     lk.close()
+
+
+def _calls(plugin: FakePlugin, lock: SerializeLock | None, known: Sequence[ClaimRef] = ()) -> ClaimCalls:
+    """The calls core over a stand-in apiserver that holds ``known``."""
+    return ClaimCalls(plugin, ClaimFetcher(StubClaims(known)), lock)
 
 
 def test_prepare_answers_every_uid(lock: SerializeLock) -> None:
@@ -35,7 +43,7 @@ def test_prepare_answers_every_uid(lock: SerializeLock) -> None:
         ClaimRef("ns", "forget-x", "u3"),
         ClaimRef("ns", "Bad_Name", "u4"),
     ]
-    results = ClaimCalls(fake, lock).prepare(claims)
+    results = _calls(fake, lock, claims).prepare(claims)
     assert sorted(results) == ["u1", "u2", "u3", "u4"]
     assert results["u1"].ok
     assert [r.ok for uid, r in sorted(results.items())] == [True, False, False, False]
@@ -44,15 +52,74 @@ def test_prepare_answers_every_uid(lock: SerializeLock) -> None:
 
 def test_driver_exception_becomes_driver_call_error(lock: SerializeLock) -> None:
     """A raising driver surfaces as DriverCallError with type and text, and releases the lock."""
-    calls = ClaimCalls(FakePlugin(), lock)
+    calls = _calls(FakePlugin(), lock)
     with pytest.raises(DriverCallError, match="RuntimeError: fake driver exploded"):
         calls.unprepare([ClaimRef("ns", "raise-x", "u1")])
     assert calls.unprepare([ClaimRef("ns", "ok", "u1")]) == {"u1": ""}
 
 
+class _Claims:
+    """Claim objects as the apiserver would answer them, by namespace/name; counts the reads."""
+
+    def __init__(self, objs: Sequence[JsonObject]) -> None:
+        self.objs = {(o["metadata"]["namespace"], o["metadata"]["name"]): o for o in objs}
+        self.reads = 0
+
+    def get_resource_claim(self, namespace: str, name: str) -> JsonObject:
+        self.reads += 1
+        try:
+            return self.objs[(namespace, name)]
+        except KeyError:
+            raise KubeError(f"get resourceclaims/{namespace}/{name}: HTTP 404", status=404) from None
+
+
+def _obj(name: str, uid: str, *, allocated: bool = True) -> JsonObject:
+    status: dict[str, object] = {"allocation": {"devices": {"results": []}}} if allocated else {}
+    return {"metadata": {"namespace": "ns", "name": name, "uid": uid}, "status": status}
+
+
+def test_claims_failing_the_claim_checks_never_reach_the_driver(lock: SerializeLock) -> None:
+    """Replaced, unallocated and missing claims get their own error; the driver sees the good one,
+    as a fetched claim (the object read, not only the reference)."""
+    fake = FakePlugin()
+    source = _Claims([_obj("ok", "u1"), _obj("ok-re", "new-uid"), _obj("ok-unalloc", "u3", allocated=False)])
+    refs = [
+        ClaimRef("ns", "ok", "u1"),
+        ClaimRef("ns", "ok-re", "u2"),
+        ClaimRef("ns", "ok-unalloc", "u3"),
+        ClaimRef("ns", "ok-gone", "u4"),
+    ]
+    seen: list[Claim] = []
+    original = fake.prepare_claims
+
+    def prepare_claims(claims: Sequence[Claim]) -> Mapping[str, PrepareResult]:
+        seen.extend(claims)
+        return original(claims)
+
+    fake.prepare_claims = prepare_claims  # type: ignore[method-assign,assignment]
+    results = ClaimCalls(fake, ClaimFetcher(source), lock).prepare(refs)
+    assert results["u1"].ok
+    assert (
+        results["u2"].error
+        == "claim ns/ok-re (uid u2): got replaced: the apiserver's claim has UID 'new-uid'"
+    )
+    assert results["u3"].error == "claim ns/ok-unalloc (uid u3): not allocated (status.allocation is missing)"
+    assert "claim ns/ok-gone (uid u4): ResourceClaim not found" in results["u4"].error
+    assert fake.calls == [("prepare", ("u1",))]
+    assert seen == [Claim(refs[0], source.objs[("ns", "ok")])]
+
+
+def test_unprepare_reads_no_claim(lock: SerializeLock) -> None:
+    """Unprepare works from the driver's own state: the apiserver may have deleted the claim."""
+    source = _Claims([])
+    calls = ClaimCalls(FakePlugin(), ClaimFetcher(source), lock)
+    assert calls.unprepare([ClaimRef("ns", "ok", "u1")]) == {"u1": ""}
+    assert source.reads == 0
+
+
 def test_lock_requires_open(tmp_path: Path) -> None:
     """Using the lock before open() is a clear error, not a silent no-op."""
-    calls = ClaimCalls(FakePlugin(), SerializeLock(tmp_path / "l"))
+    calls = _calls(FakePlugin(), SerializeLock(tmp_path / "l"), [ClaimRef("ns", "ok", "u1")])
     with pytest.raises(DriverCallError, match="is not open"):
         calls.prepare([ClaimRef("ns", "ok", "u1")])
 
@@ -65,7 +132,7 @@ class _LockProbe(FakePlugin):
         self.path = path
         self.flock_held: list[bool] = []
 
-    def prepare_claims(self, claims: Sequence[ClaimRef]) -> Mapping[str, PrepareResult]:
+    def prepare_claims(self, claims: Sequence[Claim]) -> Mapping[str, PrepareResult]:
         fd = os.open(self.path, os.O_RDWR)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -77,13 +144,12 @@ class _LockProbe(FakePlugin):
         return super().prepare_claims(claims)
 
 
-@pytest.mark.parametrize(("serialize", "held"), [(True, True), (False, False)], ids=["held", "plugin-own"])
-def test_calls_hold_the_flock_unless_the_plugin_serializes_itself(
-    lock: SerializeLock, serialize: bool, held: bool
-) -> None:
+@pytest.mark.parametrize(("serialize", "held"), [(True, True), (False, False)], ids=["held", "no-lock"])
+def test_calls_hold_the_flock_when_given_one(lock: SerializeLock, serialize: bool, held: bool) -> None:
     """With a lock, the driver call runs under the flock; without (lock None) the plugin is called bare."""
     probe = _LockProbe(lock.path)
-    ClaimCalls(probe, lock if serialize else None).prepare([ClaimRef("ns", "ok", "u1")])
+    refs = [ClaimRef("ns", "ok", "u1")]
+    _calls(probe, lock if serialize else None, refs).prepare(refs)
     assert probe.flock_held == [held]
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from driver.observability import Metrics
 from driver.observability.metered import MeteredPlugin
-from driver.plugin import ClaimRef
+from driver.plugin import Claim, ClaimRef
 from tests.support.fakeplugin import FakePlugin
 
 
@@ -24,7 +24,7 @@ def test_metered_plugin_counts_each_claim(names: tuple[str, ...], successes: int
     metrics = Metrics()
     plugin.attach_metrics(metrics)
     refs = [ClaimRef("ns", name, f"uid-{name}") for name in names]
-    results = plugin.prepare_claims(refs)
+    results = plugin.prepare_claims([Claim(ref, {}) for ref in refs])
     assert set(results) == {r.uid for r in refs}
     assert metrics.sample("numadra_prepare_total", {"result": "success"}) == successes
     assert metrics.sample("numadra_prepare_total", {"result": "error"}) == errors
@@ -41,7 +41,9 @@ def test_metered_plugin_counts_errors_when_the_call_raises() -> None:
     metrics = Metrics()
     plugin.attach_metrics(metrics)
     with pytest.raises(RuntimeError):
-        plugin.prepare_claims([ClaimRef("ns", "raise-1", "u1"), ClaimRef("ns", "ok", "u2")])
+        plugin.prepare_claims(
+            [Claim(ClaimRef("ns", "raise-1", "u1"), {}), Claim(ClaimRef("ns", "ok", "u2"), {})]
+        )
     assert metrics.sample("numadra_prepare_total", {"result": "error"}) == 2
     assert changes == [1]
 
@@ -49,11 +51,13 @@ def test_metered_plugin_counts_errors_when_the_call_raises() -> None:
 def test_metered_plugin_hands_over_calls_made_before_the_metrics_existed() -> None:
     """The kubelet may prepare before prometheus is loaded: those claims are counted on attach."""
     plugin = MeteredPlugin(FakePlugin(), lambda: None)
-    plugin.prepare_claims([ClaimRef("ns", "ok-1", "u1"), ClaimRef("ns", "fail-2", "u2")])
+    plugin.prepare_claims(
+        [Claim(ClaimRef("ns", "ok-1", "u1"), {}), Claim(ClaimRef("ns", "fail-2", "u2"), {})]
+    )
     plugin.unprepare_claims([ClaimRef("ns", "ok-1", "u1")])
     metrics = Metrics()
     plugin.attach_metrics(metrics)
-    plugin.prepare_claims([ClaimRef("ns", "ok-3", "u3")])
+    plugin.prepare_claims([Claim(ClaimRef("ns", "ok-3", "u3"), {})])
     assert metrics.sample("numadra_prepare_total", {"result": "success"}) == 2
     assert metrics.sample("numadra_prepare_total", {"result": "error"}) == 1
     assert metrics.sample("numadra_unprepare_total", {"result": "success"}) == 1

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from driver.claims.fetch import ClaimFetcher, ClaimLister
 from driver.errors import KubeError
 from driver.kube.types import JsonObject
+from driver.kubelet.claims import ClaimFetcher, ClaimLister
 from driver.plugin import ClaimRef
 
 
