@@ -363,6 +363,15 @@ class NodeCluster:
             f"the pods of {namespace} to be removed by the kubelet",
             interval=0.2,
         )
+        # The resourceclaim controller deletes the pods' template claims after the pods are gone,
+        # asynchronously. Until then they stay allocated and hold the node's CPUs: on this 2-CPU
+        # node a next scenario (in random order) found its claim unschedulable.
+        wait_for(
+            lambda: not self.admin.items(f"{RESOURCE}/namespaces/{namespace}/resourceclaims"),
+            timeout,
+            f"the claims of {namespace} to be deleted by the resourceclaim controller",
+            interval=0.2,
+        )
 
     def claim_of(self, pod: dict[str, Any], pod_claim: str = "cpus") -> dict[str, Any]:
         """The ResourceClaim the resourceclaim controller made for one of the pod's template claims."""
