@@ -339,6 +339,7 @@ class App:
             health=self.monitor,
             pod_uid=cfg.pod_uid,
             lock=state_lock,
+            on_claims_refused=self.plugin.observe_refused,
         )
         self.kubelet.start()
         self._on_stop("kubelet plugin server", self.kubelet.stop)

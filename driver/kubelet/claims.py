@@ -347,17 +347,29 @@ def _held(hold: Hold) -> AbstractContextManager[None]:
     return hold() if hold is not None else contextlib.nullcontext()
 
 
+#: told how many claims of a call were refused before the driver (unreadable, replaced,
+#: unallocated) and how long the reads took: the metrics count them as failed prepares
+Refused = Callable[[int, float], None]
+
+
 def prepare(
-    plugin: DriverPlugin, fetcher: ClaimFetcher, hold: Hold, refs: Sequence[ClaimRef]
+    plugin: DriverPlugin,
+    fetcher: ClaimFetcher,
+    hold: Hold,
+    refs: Sequence[ClaimRef],
+    on_refused: Refused | None = None,
 ) -> dict[str, PrepareResult]:
     """Read and check the claims, then call the driver under the lock; one result per UID.
 
     An exception of the driver propagates (the caller fails the whole call).
     """
     results: dict[str, PrepareResult] = {}
+    started = time.perf_counter()
     claims = read_claims(
         fetcher, refs, lambda ref, msg: results.__setitem__(ref.uid, PrepareResult(error=msg))
     )
+    if results and on_refused is not None:
+        on_refused(len(results), time.perf_counter() - started)
     if claims:
         with _held(hold):
             results.update(plugin.prepare_claims(claims))

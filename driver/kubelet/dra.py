@@ -43,11 +43,19 @@ class ClaimCalls:
     call only, never around the apiserver reads.
     """
 
-    def __init__(self, plugin: DriverPlugin, fetcher: ClaimFetcher, lock: SerializeLock | None) -> None:
-        """``lock`` None: no cross-process lock (tests of a single process)."""
+    def __init__(
+        self,
+        plugin: DriverPlugin,
+        fetcher: ClaimFetcher,
+        lock: SerializeLock | None,
+        on_refused: claim_layer.Refused | None = None,
+    ) -> None:
+        """``lock`` None: no cross-process lock (tests of a single process). ``on_refused``: see
+        :data:`driver.kubelet.claims.Refused`."""
         self._plugin = plugin
         self._fetcher = fetcher
         self._hold: claim_layer.Hold = lock.hold if lock is not None else None
+        self._on_refused = on_refused
 
     def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, PrepareResult]:
         """Per-UID results for every claim; raises :class:`DriverCallError` if the driver raised."""
@@ -55,7 +63,9 @@ class ClaimCalls:
         results: Mapping[str, PrepareResult] = {}
         if check.valid:
             results = self._call_driver(
-                lambda refs: claim_layer.prepare(self._plugin, self._fetcher, self._hold, refs),
+                lambda refs: claim_layer.prepare(
+                    self._plugin, self._fetcher, self._hold, refs, self._on_refused
+                ),
                 check.valid,
                 "prepare_claims",
             )

@@ -37,7 +37,7 @@ from driver._proto import (
 from driver.errors import ConfigError, DriverError
 from driver.kube.types import ClaimGetter
 from driver.kubelet.admission import CallKind, CallSlots
-from driver.kubelet.claims import ClaimFetcher
+from driver.kubelet.claims import ClaimFetcher, Refused
 from driver.kubelet.dra import ClaimCalls, DraV1beta1Servicer, DraV1Servicer
 from driver.kubelet.health import (
     DEFAULT_RESEND_INTERVAL,
@@ -115,6 +115,7 @@ class KubeletPluginServer:
         health_streams: int = 8,
         lock: SerializeLock | None = None,
         claim_read_workers: int = 16,
+        on_claims_refused: Refused | None = None,
     ) -> None:
         if not driver_name:
             raise ConfigError("driver name must not be empty")
@@ -138,6 +139,7 @@ class KubeletPluginServer:
         self._own_lock = lock is None
         self._lock = lock if lock is not None else SerializeLock(self.paths.lock)
         self._fetcher = ClaimFetcher(claim_source, max_workers=claim_read_workers)
+        self._on_refused = on_claims_refused
         self._registration = RegistrationServicer(
             driver_name, str(self.paths.dra), supported_versions(with_health=health is not None)
         )
@@ -225,7 +227,7 @@ class KubeletPluginServer:
             # connections cannot queue without bound
             maximum_concurrent_rpcs=4 * self.slots.threads,
         )
-        calls = ClaimCalls(self._plugin, self._fetcher, self._lock)
+        calls = ClaimCalls(self._plugin, self._fetcher, self._lock, self._on_refused)
         dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(DraV1Servicer(calls), server)
         dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(DraV1beta1Servicer(calls), server)
         if self._health is not None:

@@ -33,7 +33,8 @@ class MeteredPlugin:
 
     Each claim of a call is observed with the call's duration (the claims of one call are done
     together, concurrently). It wraps the driver behind the kubelet layer, so it sees the claims
-    that layer read and checked, and times the driver's work without the reads. The metrics are
+    that layer read and checked, and times the driver's work without the reads; the claims that
+    layer refused reach it through :meth:`observe_refused`. The metrics are
     attached after registration, since prometheus is not imported before the plugin registers;
     the kubelet may prepare in between, so observations made before :meth:`attach_metrics` are
     kept and handed over then. ``on_change`` runs after every
@@ -89,6 +90,12 @@ class MeteredPlugin:
             self._on_change()
         self._observe(op, {uid: ok(r) for uid, r in results.items()}, time.perf_counter() - start)
         return results
+
+    def observe_refused(self, count: int, seconds: float) -> None:
+        """Count ``count`` claims the kubelet layer refused before the driver (unreadable, replaced,
+        unallocated) as failed prepares: an apiserver that cannot serve the claims must show in
+        ``numadra_prepare_total{result="error"}`` and its alert like any other failure."""
+        self._observe("prepare", {str(i): False for i in range(count)}, seconds)
 
     def handle_error(self, err: BaseException, msg: str) -> None:
         """Background failures go to the claims driver's policy (log, or stop when fatal)."""

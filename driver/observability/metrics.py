@@ -8,8 +8,8 @@ are checked against small fixed sets so that a bug cannot explode the series cou
 Series (all prefixed ``numadra_``):
 
 * ``prepare_total`` / ``unprepare_total`` {result}; ``prepare_duration_seconds`` /
-  ``unprepare_duration_seconds`` {result} histograms (per claim the driver was called for, timing
-  the driver call: the kubelet layer's claim reads and the claims it refuses are not in them);
+  ``unprepare_duration_seconds`` {result} histograms (per claim, timing the driver call without
+  the kubelet layer's claim reads; a claim that layer refuses counts as an error, timed by its reads);
 * ``prepared_claims``: claims currently prepared on this node (from the journal);
 * ``devices`` {type, health}: published devices;
 * ``publish_operations_total`` {operation} and ``publish_errors_total`` {operation}: ResourceSlice

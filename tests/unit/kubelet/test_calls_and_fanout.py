@@ -109,6 +109,20 @@ def test_claims_failing_the_claim_checks_never_reach_the_driver(lock: SerializeL
     assert seen == [Claim(refs[0], source.objs[("ns", "ok")])]
 
 
+def test_claims_refused_before_the_driver_are_counted_as_failed_prepares(lock: SerializeLock) -> None:
+    """The metrics hear of refused claims (an apiserver that cannot serve them must show as prepare
+    errors); the driver's own results are metered by MeteredPlugin, not here."""
+    from driver.observability.metered import MeteredPlugin
+
+    source = _Claims([_obj("ok", "u1"), _obj("ok-unalloc", "u3", allocated=False)])
+    refs = [ClaimRef("ns", "ok", "u1"), ClaimRef("ns", "ok-unalloc", "u3"), ClaimRef("ns", "ok-gone", "u4")]
+    metered = MeteredPlugin(FakePlugin(), on_change=lambda: None)
+    results = ClaimCalls(metered, ClaimFetcher(source), lock, metered.observe_refused).prepare(refs)
+    assert [uid for uid, r in sorted(results.items()) if not r.ok] == ["u3", "u4"]
+    pending = [(op, ok) for op, ok, _ in metered._pending]
+    assert sorted(pending) == [("prepare", False), ("prepare", False), ("prepare", True)]
+
+
 def test_unprepare_reads_no_claim(lock: SerializeLock) -> None:
     """Unprepare works from the driver's own state: the apiserver may have deleted the claim."""
     source = _Claims([])
