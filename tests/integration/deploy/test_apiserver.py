@@ -285,8 +285,15 @@ def test_admission_policy_refuses_foreign_slices(
 def test_token_without_node_is_refused(installed: Api) -> None:
     """A token not bound to a pod carries no node name: every slice write is refused."""
     token = _sa_token(installed, None)
-    status, body = installed.create(_slice("node-a-numadra-dev-1", "node-a"), token=token, dry_run=True)
-    assert status in (403, 422)
+    obj = _slice("node-a-numadra-dev-1", "node-a")
+
+    def refused() -> dict[str, Any] | None:
+        status, body = installed.create(obj, token=token, dry_run=True)
+        assert status in (201, 403, 422), body
+        # the policy may take a moment to load: in random order this test can run first
+        return body if status != 201 else None
+
+    body = wait_for(refused, 30, "the admission policy to take effect", interval=0.25)
     assert "no node association found for user" in body["message"]
 
 
