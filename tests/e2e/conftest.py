@@ -485,10 +485,11 @@ def _shutdown(plane: ControlPlane, cluster: Cluster | None, root: Path, keep: bo
         shutil.rmtree(root, ignore_errors=True)
 
 
-def log_tails(root: Path, chars: int = 2500) -> str:
-    """The end of every component's log under ``root``: what to read when a scenario fails."""
+def log_tails(root: Path, chars: int = 2500, patterns: tuple[str, ...] = ("**/*.log", "**/*.out")) -> str:
+    """The end of every component's log under ``root`` (files matching ``patterns``, each pattern's
+    matches sorted): what to read when a scenario fails."""
     parts = []
-    for path in sorted(root.rglob("*.log")) + sorted(root.rglob("*.out")):
+    for path in (p for pattern in patterns for p in sorted(root.glob(pattern))):
         if path.is_file() and path.stat().st_size:
             tail = path.read_text(errors="replace")[-chars:]
             parts.append(f"----- {path.relative_to(root)} (last {chars} chars)\n{tail}")

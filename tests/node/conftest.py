@@ -37,7 +37,7 @@ import pytest
 from driver.claims.render import claim_spec_file_name
 from driver.pinning.types import ENV_CPUS, ENV_MEMS, parse_cpulist
 from driver.state.journal import Journal, journal_path
-from tests.e2e.conftest import collection_path, condition, kustomize_base_objects
+from tests.e2e.conftest import collection_path, condition, kustomize_base_objects, log_tails
 from tests.e2e.controlplane import (
     ApiClient,
     ApiError,
@@ -653,7 +653,7 @@ def node_session() -> Iterator[NodeCluster]:
         SUMMARY["timings"] = timings
         print(f"\nnode up in {time.monotonic() - t0:.1f}s: {timings} root={root}")
     except BaseException:
-        print(log_tails(root))
+        print(log_tails(root, patterns=NODE_LOGS))
         _teardown(node, plane, containerd, kubelet, host, keep)
         raise
     try:
@@ -701,16 +701,8 @@ def _teardown_containerd_pods(containerd: Containerd) -> None:
         print(f"node teardown: removing pod sandboxes: {exc}")
 
 
-def log_tails(root: Path, chars: int = 2500) -> str:
-    """The end of every component's log under ``root``: what to read when a scenario fails."""
-    parts = []
-    for path in (
-        sorted(root.glob("*.log")) + sorted(root.glob("*/*.log")) + sorted(root.glob("numadra-run-*.out"))
-    ):
-        if path.is_file() and path.stat().st_size:
-            tail = path.read_text(errors="replace")[-chars:]
-            parts.append(f"----- {path.relative_to(root)} (last {chars} chars)\n{tail}")
-    return "\n".join(parts)
+#: the node's logs: not a recursive search, the containerd and kubelet state trees hold pod logs
+NODE_LOGS = ("*.log", "*/*.log", "numadra-run-*.out")
 
 
 _FAILED = pytest.StashKey[bool]()
@@ -740,7 +732,7 @@ def node(node_session: NodeCluster, request: pytest.FixtureRequest) -> Iterator[
     node_session.check_running()
     yield node_session
     if request.node.stash.get(_FAILED, False):
-        print(log_tails(node_session.root))
+        print(log_tails(node_session.root, patterns=NODE_LOGS))
 
 
 __all__ = [
