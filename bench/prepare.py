@@ -537,12 +537,16 @@ def main() -> None:
         _serve(Path(host), Path(root_), Path(cdi), kubeconfig_, reads, plugin)
         return
 
+    import logging
+
     from bench._gopeer import GoPeerError, go_peer_binary
     from driver.inventory.model import DeviceKind
+    from driver.log import configure_logging
     from driver.plugin import ClaimRef
     from tests.support.hosttree import write_host_tree
     from tests.support.topologies import TOPOLOGIES
 
+    configure_logging("console", logging.WARNING)  # stdout is the JSON figures, nothing else
     try:
         go_binary = go_peer_binary()
     except GoPeerError as exc:
