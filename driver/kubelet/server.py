@@ -22,15 +22,19 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from types import TracebackType
+from types import ModuleType, TracebackType
 from typing import Self
 
 import grpc
 
 from driver._proto import (
+    dra_v1_pb2,
     dra_v1_pb2_grpc,
+    dra_v1beta1_pb2,
     dra_v1beta1_pb2_grpc,
+    health_v1_pb2,
     health_v1_pb2_grpc,
+    health_v1alpha1_pb2,
     health_v1alpha1_pb2_grpc,
     pluginregistration_v1_pb2_grpc,
 )
@@ -66,6 +70,11 @@ def _remove_stale_socket(path: Path) -> None:
         raise ConfigError(f"{path} exists and is not a unix socket; refusing to replace it")
     path.unlink(missing_ok=True)
     _log.info("removed stale socket", path=str(path))
+
+
+def _service(module: ModuleType, name: str) -> str:
+    """The full gRPC name of service ``name`` in a generated ``*_pb2`` module."""
+    return str(module.DESCRIPTOR.services_by_name[name].full_name)
 
 
 def _check_accepts(path: Path) -> None:
@@ -221,23 +230,26 @@ class KubeletPluginServer:
     def _start_dra(self) -> None:
         server = grpc.server(
             self._executor(self.slots.threads, "dra-grpc"),
-            interceptors=[self.slots],
             options=[("grpc.so_reuseport", 0)],
             # calls waiting for a thread beyond this are refused by grpc itself: a flood of
             # connections cannot queue without bound
             maximum_concurrent_rpcs=4 * self.slots.threads,
         )
         calls = ClaimCalls(self._plugin, self._fetcher, self._lock, self._on_refused)
-        dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(DraV1Servicer(calls), server)
-        dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(DraV1beta1Servicer(calls), server)
+        v1, v1beta1 = DraV1Servicer(calls), DraV1beta1Servicer(calls)
+        self.slots.guard(v1, _service(dra_v1_pb2, "DRAPlugin"))
+        self.slots.guard(v1beta1, _service(dra_v1beta1_pb2, "DRAPlugin"))
+        dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(v1, server)
+        dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(v1beta1, server)
         if self._health is not None:
             self._fanout = HealthFanout(
                 self._health, self._plugin.handle_error, self.driver_name, self._resend_interval
             )
-            health_v1_pb2_grpc.add_DRAResourceHealthServicer_to_server(HealthV1Servicer(self._fanout), server)
-            health_v1alpha1_pb2_grpc.add_DRAResourceHealthServicer_to_server(
-                HealthV1alpha1Servicer(self._fanout), server
-            )
+            h1, h1alpha1 = HealthV1Servicer(self._fanout), HealthV1alpha1Servicer(self._fanout)
+            self.slots.guard(h1, _service(health_v1_pb2, "DRAResourceHealth"))
+            self.slots.guard(h1alpha1, _service(health_v1alpha1_pb2, "DRAResourceHealth"))
+            health_v1_pb2_grpc.add_DRAResourceHealthServicer_to_server(h1, server)
+            health_v1alpha1_pb2_grpc.add_DRAResourceHealthServicer_to_server(h1alpha1, server)
             self._fanout.start()
         self._dra_server = server
         self._serve_at(server, self.paths.dra)

@@ -78,7 +78,13 @@ def shorten(text: str, limit: int = 80) -> str:
 
 
 def _claim_problem(claim: ClaimRef) -> str:
-    """Why this claim reference cannot be valid, or "" when it can."""
+    """Why this claim reference cannot be valid, or "" when it can.
+
+    A valid reference (every real one) is settled by the three full matches, whose defaults are
+    the limits below and which fail on "": the per-field reasons are built only for a bad one.
+    """
+    if is_claim_uid(claim.uid) and is_dns_label(claim.namespace) and is_dns_subdomain(claim.name):
+        return ""
     checks = (
         ("uid", claim.uid, MAX_CLAIM_UID, is_claim_uid),
         ("namespace", claim.namespace, MAX_LABEL, is_dns_label),

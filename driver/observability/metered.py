@@ -107,10 +107,12 @@ class MeteredPlugin:
             if metrics is None:
                 self._pending.extend((op, ok, seconds) for ok in outcome.values())
                 return
-        for ok in outcome.values():
-            _observe(metrics, op, ok, seconds)
+        succeeded = sum(outcome.values())
+        for ok, claims in ((True, succeeded), (False, len(outcome) - succeeded)):
+            if claims:
+                _observe(metrics, op, ok, seconds, claims)
 
 
-def _observe(metrics: Metrics, op: _Op, ok: bool, seconds: float) -> None:
+def _observe(metrics: Metrics, op: _Op, ok: bool, seconds: float, claims: int = 1) -> None:
     observe = metrics.observe_prepare if op == "prepare" else metrics.observe_unprepare
-    observe("success" if ok else "error", seconds)
+    observe("success" if ok else "error", seconds, claims)

@@ -61,6 +61,13 @@ _CLAIM_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 
 _RESULTS: tuple[Result, ...] = ("success", "error")
 
 
+def _observe_each(child: Histogram, seconds: float, claims: int) -> None:
+    """One histogram observation per claim, through one looked-up child: the label lookup cost
+    more than the observation, and per claim it made the metrics of a 32-claim call 0.4 ms."""
+    for _ in range(claims):
+        child.observe(seconds)
+
+
 def _check(value: str, allowed: tuple[str, ...], what: str) -> str:
     if value not in allowed:
         raise ValueError(f"unknown {what} label {value!r}; expected one of {', '.join(allowed)}")
@@ -164,17 +171,17 @@ class Metrics:
             self._state_recoveries.labels(reason=reason)
         self.set_device_counts({})
 
-    def observe_prepare(self, result: Result, seconds: float) -> None:
-        """One claim went through prepare in ``seconds``."""
+    def observe_prepare(self, result: Result, seconds: float, claims: int = 1) -> None:
+        """``claims`` claims of one call went through prepare in ``seconds``."""
         _check(result, _RESULTS, "result")
-        self._prepare.labels(result=result).inc()
-        self._prepare_seconds.labels(result=result).observe(seconds)
+        self._prepare.labels(result=result).inc(claims)
+        _observe_each(self._prepare_seconds.labels(result=result), seconds, claims)
 
-    def observe_unprepare(self, result: Result, seconds: float) -> None:
-        """One claim went through unprepare in ``seconds``."""
+    def observe_unprepare(self, result: Result, seconds: float, claims: int = 1) -> None:
+        """``claims`` claims of one call went through unprepare in ``seconds``."""
         _check(result, _RESULTS, "result")
-        self._unprepare.labels(result=result).inc()
-        self._unprepare_seconds.labels(result=result).observe(seconds)
+        self._unprepare.labels(result=result).inc(claims)
+        _observe_each(self._unprepare_seconds.labels(result=result), seconds, claims)
 
     def set_prepared_claims(self, count: int) -> None:
         """The number of claims the journal holds as prepared right now."""

@@ -160,3 +160,37 @@ def test_a_closed_stream_gives_its_slot_back(
             stream.cancel()
             # the slot comes back when grpc reports the end of the RPC
             wait_for(lambda: server.slots.free(CallKind.HEALTH) == limit, 10, "the stream's slot back")
+
+
+@pytest.mark.parametrize("version", ["v1", "v1beta1"])
+def test_every_dra_call_takes_a_slot_in_every_version(
+    make_server: Callable[..., KubeletPluginServer], fake: FakePlugin, stub_claims: StubClaims, version: Any
+) -> None:
+    """The slots are taken by the servicers' own methods (no interceptor): a server with none free
+    refuses prepare and unprepare of each DRA version, and the driver never sees the call."""
+    server = make_server(fake, max_workers=0, unprepare_slots=0)
+    server.start()
+    ref = ClaimRef("default", "c", "c0000000-0000-4000-8000-000000000000")
+    with KubeletClient(stub_claims) as client:
+        calls = (client.prepare, client.unprepare)
+        outcomes = [_call(partial(call, server.dra_socket, [ref], version, timeout=10)) for call in calls]
+    for outcome, kind in zip(outcomes, ("prepare", "unprepare"), strict=True):
+        assert isinstance(outcome, grpc.RpcError), outcome
+        assert outcome.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert f"0 {kind} calls are already running" in str(outcome.details())
+    assert server.slots.refused[CallKind.PREPARE] == server.slots.refused[CallKind.UNPREPARE] == 1
+    assert fake.calls == []  # neither call reached the driver
+
+
+@pytest.mark.parametrize("version", ["v1", "v1alpha1"])
+def test_every_health_stream_takes_a_slot_in_every_version(
+    make_server: Callable[..., KubeletPluginServer], fake: FakePlugin, version: Any
+) -> None:
+    """No health stream slot: the stream of each health version is refused at once."""
+    server = make_server(fake, health_streams=0)
+    server.start()
+    with KubeletClient() as client:
+        outcome = _call(partial(next, client.watch_health(server.dra_socket, version)))
+    assert isinstance(outcome, grpc.RpcError), outcome
+    assert outcome.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert server.slots.refused[CallKind.HEALTH] == 1

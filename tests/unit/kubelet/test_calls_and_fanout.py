@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import logging
 import os
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
+import structlog
+from structlog.testing import LogCapture
 
 from driver.errors import KubeError
 from driver.kube.types import JsonObject
@@ -48,6 +53,34 @@ def test_prepare_answers_every_uid(lock: SerializeLock) -> None:
     assert results["u1"].ok
     assert [r.ok for uid, r in sorted(results.items())] == [True, False, False, False]
     assert fake.calls == [("prepare", ("u1", "u2", "u3"))]
+
+
+@contextlib.contextmanager
+def _logs_at(level: int) -> Iterator[list[MutableMapping[str, Any]]]:
+    """Capture the log lines of ``level`` and above; the earlier configuration comes back after."""
+    saved = structlog.get_config()
+    capture = LogCapture()
+    structlog.configure(processors=[capture], wrapper_class=structlog.make_filtering_bound_logger(level))
+    try:
+        yield capture.entries
+    finally:
+        structlog.configure(**saved)
+
+
+@pytest.mark.parametrize("level", [logging.DEBUG, logging.INFO])
+def test_success_lines_per_claim_on_debug_only(lock: SerializeLock, level: int) -> None:
+    """The per-claim success lines (the level is asked once per call) carry each claim's UID on
+    debug and are not built at all above it; failures are warned about at any level."""
+    claims = [ClaimRef("ns", "ok-a", "u1"), ClaimRef("ns", "ok-b", "u2"), ClaimRef("ns", "fail-c", "u3")]
+    calls = _calls(FakePlugin(), lock, claims)
+    with _logs_at(level) as logs:
+        calls.prepare(claims)
+        calls.unprepare(claims[:2])
+    lines = [(e["event"], e["claim_uid"]) for e in logs if "claim_uid" in e]
+    successes = [("claim prepared", "u1"), ("claim prepared", "u2")]
+    successes += [("claim unprepared", "u1"), ("claim unprepared", "u2")]
+    failure = ("claim prepare failed", "u3")
+    assert sorted(lines) == sorted([*successes, failure] if level == logging.DEBUG else [failure])
 
 
 def test_driver_exception_becomes_driver_call_error(lock: SerializeLock) -> None:

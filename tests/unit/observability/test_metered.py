@@ -28,6 +28,9 @@ def test_metered_plugin_counts_each_claim(names: tuple[str, ...], successes: int
     assert set(results) == {r.uid for r in refs}
     assert metrics.sample("numadra_prepare_total", {"result": "success"}) == successes
     assert metrics.sample("numadra_prepare_total", {"result": "error"}) == errors
+    for result, claims in (("success", successes), ("error", errors)):
+        count = metrics.sample("numadra_prepare_duration_seconds_count", {"result": result})
+        assert (count or 0) == claims  # a result never observed has no series yet
     plugin.unprepare_claims(refs)
     assert metrics.sample("numadra_unprepare_total", {"result": "success"}) == successes
     assert metrics.sample("numadra_unprepare_total", {"result": "error"}) == errors

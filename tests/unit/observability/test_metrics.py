@@ -81,6 +81,17 @@ def test_histogram_counts_match_counter() -> None:
     assert m.sample("numadra_unprepare_duration_seconds_bucket", {"result": "error", "le": "0.025"}) == 2
 
 
+def test_a_call_of_many_claims_is_one_observation_per_claim() -> None:
+    """Batched per call (one label lookup), still counted per claim in counter and histogram."""
+    m = Metrics()
+    m.observe_prepare("success", 0.02, claims=32)
+    m.observe_prepare("success", 3.0)
+    assert m.sample("numadra_prepare_total", {"result": "success"}) == 33
+    assert m.sample("numadra_prepare_duration_seconds_count", {"result": "success"}) == 33
+    assert m.sample("numadra_prepare_duration_seconds_bucket", {"result": "success", "le": "0.025"}) == 32
+    assert m.sample("numadra_prepare_duration_seconds_sum", {"result": "success"}) == pytest.approx(3.64)
+
+
 def test_taint_transitions_follow_running_totals() -> None:
     """Cumulative totals from the health side become counter increments, never counted twice."""
     m = Metrics()
