@@ -53,6 +53,7 @@ from driver.claims.names import dir_prefix
 from driver.claims.selection import AllocatedDevice, ClaimView
 from driver.inventory.model import InventoryDevice, Nic
 from driver.log import get_logger
+from driver.names import is_dns_label
 
 __all__ = [
     "API_VERSIONS",
@@ -116,14 +117,12 @@ def metadata_file_glob(claim_uid: str) -> str:
     return f"{claim_uid}_*.json"
 
 
-#: a DNS label (RFC 1123), matched whole: ``$`` of ``re.match`` would let a trailing newline in
-_DNS_LABEL = re.compile(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?")
 _log = get_logger("claims.metadata")
 
 
 def pod_claim_name_problem(name: str) -> str:
     """Why the pod-claim-name annotation cannot name a directory ("" when it can: a DNS label)."""
-    if not name or _DNS_LABEL.fullmatch(name):
+    if not name or is_dns_label(name):
         return ""
     return f"annotation resource.kubernetes.io/pod-claim-name {name!r} is not a DNS label"
 

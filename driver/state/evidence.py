@@ -38,6 +38,7 @@ from typing import Any
 
 from cdi.naming import split_kind
 from driver.errors import JournalError
+from driver.names import is_claim_uid, is_dns_label, is_dns_subdomain
 from driver.pinning.types import (
     ENV_CPU_MODE,
     ENV_CPUS,
@@ -60,26 +61,12 @@ _CLAIM_CLASS = "claim"
 _METADATA_DIR = "dra-device-metadata"
 #: a shareID (a UID) at the end of a CDI device name ``<uid>-<device>-<shareID>``
 _SHARE_SUFFIX = re.compile(r"-([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})")
-_REQUEST = re.compile(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?")
 #: a metadata stream larger than this is not ours (one claim's stream is a few KB)
 _MAX_READ = 4 << 20
-#: the name rules of ``driver.claims.names`` (not imported: the claims package imports this
-#: module), as full matches: a trailing newline is no name
-_UID = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,126}[A-Za-z0-9])?")
-_DNS_LABEL = _REQUEST
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*")
-
-
-def _uid_ok(uid: str) -> bool:
-    return _UID.fullmatch(uid) is not None
 
 
 def _names_ok(namespace: str, name: str) -> bool:
-    return (
-        _DNS_LABEL.fullmatch(namespace) is not None
-        and len(name) <= 253
-        and _DNS_SUBDOMAIN.fullmatch(name) is not None
-    )
+    return is_dns_label(namespace) and is_dns_subdomain(name)
 
 
 def holds_only(entry: JournalEntry) -> bool:
@@ -159,14 +146,14 @@ class Evidence:
                 name = item.name
                 if name.startswith(self._spec_prefix) and name.endswith(".json"):
                     uid = name[len(self._spec_prefix) : -5]
-                    if uid not in known and _uid_ok(uid):
+                    if uid not in known and is_claim_uid(uid):
                         claims.setdefault(uid, _Claim()).spec = self._cdi_base + name
         with contextlib.suppress(FileNotFoundError, NotADirectoryError), os.scandir(self._meta_base) as it:
             for item in it:
                 uid, sep, request = item.name.removesuffix(".json").partition("_")
                 if not sep or not item.name.endswith(".json") or uid in known:
                     continue  # not a metadata file (a temp file starts with "."), or a journaled one
-                if _uid_ok(uid) and _REQUEST.fullmatch(request) and item.is_file(follow_symlinks=False):
+                if is_claim_uid(uid) and is_dns_label(request) and item.is_file(follow_symlinks=False):
                     claims.setdefault(uid, _Claim()).streams[request] = item.path
         return claims
 
