@@ -61,7 +61,7 @@ class StatusApi(Protocol):
 
     def apply_claim_status(
         self, namespace: str, name: str, devices: Sequence[Mapping[str, Any]], field_manager: str
-    ) -> dict[str, Any]: ...
+    ) -> object: ...
 
 
 def _now() -> str:
