@@ -425,9 +425,10 @@ def _apiserver(kind: str, workdir: Path) -> Iterator[tuple[str, Callable[[dict[s
             base = f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims"
             body = {k: v for k, v in obj.items() if k != "status"}
             body["metadata"] = {"name": obj["metadata"]["name"], "namespace": namespace}
-            created = admin.create(base, body)
-            created["status"] = obj["status"]
-            stored = admin.put(f"{base}/{obj['metadata']['name']}/status", created)
+            admin.create(base, body)
+            # a merge patch, not a PUT: the apiserver keeps a PUT's opaque parameters byte for
+            # byte (json.dumps' spaces), and then refuses every server-side apply of the status
+            stored = admin.patch(f"{base}/{obj['metadata']['name']}/status", {"status": obj["status"]})
             return str(stored["metadata"]["uid"])
 
         yield str(kubeconfig), put_real

@@ -61,7 +61,7 @@ class StatusApi(Protocol):
 
     def apply_claim_status(
         self, namespace: str, name: str, devices: Sequence[Mapping[str, Any]], field_manager: str
-    ) -> dict[str, Any]: ...
+    ) -> object: ...
 
 
 def _now() -> str:
@@ -125,9 +125,12 @@ class ClaimStatusWriter:
     def clear(self, namespace: str, name: str, uid: str = "") -> None:
         """Remove every entry this field manager applied (unprepare); a deleted claim is fine."""
         with self._lock:
-            for key, (ns, n, _) in list(self._reported.items()):
-                if key == uid or (not uid and (ns, n) == (namespace, name)):
-                    del self._reported[key]
+            if uid:
+                self._reported.pop(uid, None)
+            else:  # no UID to look up: find the claim by its name
+                for key, (ns, n, _) in list(self._reported.items()):
+                    if (ns, n) == (namespace, name):
+                        del self._reported[key]
         self._apply(namespace, name, [], uid)
 
     def set_health(self, snapshot: Sequence[DeviceHealth]) -> None:

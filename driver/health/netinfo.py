@@ -4,10 +4,13 @@ Interface names change after discovery (udev renames, a move into a pod's namesp
 function does not, so :func:`netdev_dir` finds the netdev under the function, for the health
 signals and the claim status alike.
 
-The real source asks the kernel through ``ip -j addr show dev IF`` (iproute2 speaks netlink and
-knows every address with its prefix); without ``ip`` it falls back to ``/proc/net/if_inet6`` for
-IPv6 and the SIOCGIFADDR/SIOCGIFNETMASK ioctls for the primary IPv4 address. Fixture trees have
-no kernel behind them, so tests inject an :data:`IpSource`.
+The real source asks the kernel itself over rtnetlink (one RTM_GETADDR dump, what ``ip -j addr
+show dev IF`` does), in process: the claim status writer asks once per NIC per prepared claim, and
+running ``ip`` cost 0.45 ms of our CPU, 1.6 ms of the child's and 3.5 ms of wall time per call,
+the dump about 0.05 ms (issue 15, measured on a 2-core VM). Where netlink cannot be opened it runs
+``ip``, and without ``ip`` it falls back to ``/proc/net/if_inet6`` for IPv6 and the
+SIOCGIFADDR/SIOCGIFNETMASK ioctls for the primary IPv4 address. Fixture trees have no kernel
+behind them, so tests inject an :data:`IpSource`.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 from driver.inventory.sysfs import is_live_host, list_dir
 
-__all__ = ["IpSource", "host_ip_source", "ips_from_ip_json", "netdev_dir"]
+__all__ = ["IpSource", "host_ip_source", "ips_from_ip_json", "netdev_dir", "netlink_ips"]
 
 # ruff: noqa: PTH112, PTH118 - os.path on purpose: asked for every NIC on every poll (see inventory/sysfs.py)
 
@@ -31,6 +34,16 @@ IpSource = Callable[[str], Sequence[str]]  # interface name -> ["192.0.2.5/24", 
 
 _SIOCGIFADDR = 0x8915
 _SIOCGIFNETMASK = 0x891B
+# rtnetlink (linux/netlink.h, linux/rtnetlink.h, linux/if_addr.h)
+_NETLINK_ROUTE = 0
+_NLMSG_ERROR, _NLMSG_DONE = 2, 3
+_NLM_F_REQUEST, _NLM_F_DUMP = 0x1, 0x300
+_RTM_NEWADDR, _RTM_GETADDR = 20, 22
+_IFA_ADDRESS, _IFA_LOCAL = 1, 2
+_RT_SCOPE_LINK, _RT_SCOPE_HOST = 253, 254
+_NLMSG = struct.Struct("=IHHII")  # length, type, flags, sequence, port id
+_IFADDRMSG = struct.Struct("=BBBBI")  # family, prefix length, flags, scope, interface index
+_RTATTR = struct.Struct("=HH")  # length, type
 
 
 def netdev_dir(pci_dir: str, interface: str) -> str | None:
@@ -67,6 +80,69 @@ def ips_from_ip_json(text: str) -> list[str]:
                 continue
             out.append(f"{info['local']}/{info.get('prefixlen', 128 if ':' in info['local'] else 32)}")
     return out
+
+
+def netlink_ips(interface: str) -> list[str]:
+    """The interface's addresses in CIDR form from one rtnetlink dump, as :func:`ips_from_ip_json`
+    reads them from ``ip -j addr``: IPv4 then IPv6 in the kernel's order, the local address (not a
+    point-to-point peer), link-local and host-scope ones left out; [] for an unknown interface.
+
+    Raises ``OSError`` when netlink cannot be asked, or answers with an error.
+    """
+    try:
+        index = socket.if_nametoindex(interface)
+    except OSError:
+        return []  # no such interface (here)
+    out: list[str] = []
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, _NETLINK_ROUTE) as sock:
+        sock.settimeout(2.0)
+        request = _NLMSG.pack(_NLMSG.size + _IFADDRMSG.size, _RTM_GETADDR, _NLM_F_REQUEST | _NLM_F_DUMP, 1, 0)
+        sock.sendall(request + _IFADDRMSG.pack(socket.AF_UNSPEC, 0, 0, 0, 0))
+        while True:
+            data = sock.recv(65536)
+            offset = 0
+            while offset + _NLMSG.size <= len(data):
+                length, kind, _, sequence, _ = _NLMSG.unpack_from(data, offset)
+                if length < _NLMSG.size or offset + length > len(data):
+                    raise OSError("malformed netlink answer")
+                if sequence == 1:
+                    if kind == _NLMSG_DONE:
+                        return out
+                    if kind == _NLMSG_ERROR:
+                        (code,) = struct.unpack_from("=i", data, offset + _NLMSG.size)
+                        if code == 0:  # an acknowledgement: the dump is over
+                            return out
+                        raise OSError(-code, f"netlink RTM_GETADDR: {os.strerror(-code)}")
+                    if kind == _RTM_NEWADDR:
+                        found = _address(data[offset + _NLMSG.size : offset + length], index)
+                        if found:
+                            out.append(found)
+                offset += (length + 3) & ~3
+            if not data:
+                raise OSError("netlink closed before the end of the dump")
+
+
+def _address(message: bytes, index: int) -> str:
+    """One RTM_NEWADDR message's address as "addr/prefix" when it is a wanted one of ``index``."""
+    if len(message) < _IFADDRMSG.size:
+        return ""
+    family, prefix, _, scope, owner = _IFADDRMSG.unpack_from(message)
+    if owner != index or scope in (_RT_SCOPE_LINK, _RT_SCOPE_HOST):
+        return ""
+    if family not in (socket.AF_INET, socket.AF_INET6):
+        return ""
+    attrs: dict[int, bytes] = {}
+    offset = _IFADDRMSG.size
+    while offset + _RTATTR.size <= len(message):
+        length, kind = _RTATTR.unpack_from(message, offset)
+        if length < _RTATTR.size:
+            break
+        attrs[kind] = message[offset + _RTATTR.size : offset + length]
+        offset += (length + 3) & ~3
+    raw = attrs.get(_IFA_LOCAL) or attrs.get(_IFA_ADDRESS)
+    if raw is None or len(raw) != (4 if family == socket.AF_INET else 16):
+        return ""
+    return f"{socket.inet_ntop(family, raw)}/{prefix}"
 
 
 def _ip_command(interface: str) -> list[str] | None:
@@ -115,6 +191,10 @@ def host_ip_source(host_root: str = "/") -> IpSource:
         return lambda _interface: []
 
     def source(interface: str) -> Sequence[str]:
+        try:
+            return netlink_ips(interface)
+        except OSError:
+            pass
         found = _ip_command(interface)
         return found if found is not None else _proc_and_ioctl(interface)
 

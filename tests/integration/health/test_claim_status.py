@@ -12,7 +12,7 @@ from driver.health.signals import Reading, SignalReader
 from driver.inventory.discovery import discover
 from driver.inventory.model import DeviceKind, Inventory, pci_device_name
 from driver.kube.client import KubeClient
-from driver.plugin import HealthState, PreparedDevice
+from driver.plugin import DeviceHealth, HealthState, PreparedDevice
 from tests.support.fakeapiserver import FakeApiServer
 from tests.support.hosttree import write_host_tree
 from tests.support.topologies import cloud_vm
@@ -99,6 +99,24 @@ def test_unprepare_clears_only_our_entries(
     stored = api.get_object("ResourceClaim", "net", "team")
     assert stored is not None
     assert stored["status"]["devices"] == [OTHER]
+
+
+@pytest.mark.parametrize("by_uid", [True, False], ids=["by-uid", "by-name"])
+def test_a_cleared_claim_gets_no_more_health_writes(
+    api: FakeApiServer, client: KubeClient, inventory: Inventory, by_uid: bool
+) -> None:
+    """After clear() (with the claim's UID, or only its name) a health change of its device writes
+    nothing for it; before, the same change re-applies its entries."""
+    claim = _claim(api)
+    writer = _writer(client, inventory)
+    writer.report_prepared(claim, _prepared(NIC))
+    api.clear_requests()
+    writer.set_health([DeviceHealth(NODE, NIC, HealthState.UNHEALTHY, "NoCarrier")])
+    assert [r.method for r in api.writes()] == ["PATCH"]  # still reported: re-applied
+    writer.clear("team", "net", claim["metadata"]["uid"] if by_uid else "")
+    api.clear_requests()
+    writer.set_health([DeviceHealth(NODE, NIC, HealthState.HEALTHY)])
+    assert api.writes() == []
 
 
 def test_only_prepared_devices_of_our_driver_are_reported(

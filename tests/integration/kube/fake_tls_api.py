@@ -78,11 +78,15 @@ def write_kubeconfig(path: Path, server: str, *, cluster: dict[str, Any], user: 
 
 @dataclass(frozen=True)
 class SeenRequest:
-    """One request as the fake saw it: path, Authorization header, client certificate CN."""
+    """One request as the fake saw it: path, Authorization header, client certificate CN (and for
+    a PATCH: method, Content-Type and body)."""
 
     path: str
     authorization: str
     client_cn: str
+    method: str = "GET"
+    content_type: str = ""
+    body: bytes = b""
 
 
 class _Server(ThreadingHTTPServer):
@@ -109,6 +113,9 @@ class _Server(ThreadingHTTPServer):
 
 class FakeTlsApiServer:
     """HTTPS on 127.0.0.1 serving claims ``<ns>/<name>``; special names answer 403, 404, 500 or late.
+
+    A PATCH of ``.../resourceclaims/<name>/status`` (a status apply) answers the claim with the
+    body's ``status``; the same special names apply.
 
     Knobs: ``token`` (401 without ``Bearer <token>``), ``require_client_cert``, ``idle_timeout``
     (close kept connections idle that long), ``drop_after`` (on each connection, read the request
@@ -164,10 +171,18 @@ class _Handler(BaseHTTPRequestHandler):
         peer = self.connection.getpeercert() if isinstance(self.connection, ssl.SSLSocket) else None
         rdns = cast("tuple[tuple[tuple[str, str], ...], ...]", (peer or {}).get("subject", ()))
         subject = dict(pair for rdn in rdns for pair in rdn)
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        seen = SeenRequest(
+            self.path,
+            self.headers.get("Authorization", ""),
+            subject.get("commonName", ""),
+            self.command,
+            self.headers.get("Content-Type", ""),
+            body,
+        )
         with fake.lock:
-            fake.seen.append(
-                SeenRequest(self.path, self.headers.get("Authorization", ""), subject.get("commonName", ""))
-            )
+            fake.seen.append(seen)
         if fake.drop_after and self.answered >= fake.drop_after:
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)
@@ -177,14 +192,21 @@ class _Handler(BaseHTTPRequestHandler):
             self._status(401, "Unauthorized")
             return
         parts = self.path.removeprefix(_CLAIMS).split("?")[0].split("/")
-        if len(parts) == 2 and parts[1] == "resourceclaims":
+        if self.command == "PATCH":
+            if len(parts) == 4 and parts[1] == "resourceclaims" and parts[3] == "status":
+                self._get(parts[0], parts[2], json.loads(body).get("status"))
+            else:
+                self._status(405, f"PATCH is not served on {self.path}")
+        elif len(parts) == 2 and parts[1] == "resourceclaims":
             self._list(parts[0])
         elif len(parts) == 3 and parts[1] == "resourceclaims":
             self._get(parts[0], parts[2])
         else:
             self._status(404, "the server could not find the requested resource")
 
-    def _get(self, namespace: str, name: str) -> None:
+    do_PATCH = do_GET  # noqa: N815
+
+    def _get(self, namespace: str, name: str, status: Any = None) -> None:
         fake = self.server.fake
         if name == "forbidden":
             self._status(403, f'resourceclaims.resource.k8s.io "{name}" is forbidden: User cannot get')
@@ -195,7 +217,10 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             if name == "slow":
                 time.sleep(fake.slow_seconds)
-            self._send(200, json.dumps(fake.claim(namespace, name)).encode())
+            claim = fake.claim(namespace, name)
+            if status is not None:
+                claim["status"] = status
+            self._send(200, json.dumps(claim).encode())
 
     def _list(self, namespace: str) -> None:
         """Always chunked, in uneven pieces, as Go's server answers a big LIST."""

@@ -125,8 +125,9 @@ def test_apply_claim_status_sends_ssa(api: FakeApiServer, client: KubeClient) ->
         }
     )
     entry = {"driver": DRIVER, "pool": NODE, "device": "nic-0"}
-    claim = client.apply_claim_status("ns", "c1", [entry], field_manager=DRIVER)
-    assert claim["status"]["devices"] == [entry]
+    client.apply_claim_status("ns", "c1", [entry], field_manager=DRIVER)
+    claim = api.get_object("ResourceClaim", "c1", "ns")
+    assert claim is not None and claim["status"]["devices"] == [entry]
     last = api.requests[-1]
     assert last.method == "PATCH" and last.path.endswith("/resourceclaims/c1/status")
     assert f"fieldManager={DRIVER}" in last.query and "force=true" in last.query

@@ -83,3 +83,77 @@ def test_async_status_writer_names_the_claim_of_a_failed_clear() -> None:
         status.close()
     failed = [e for e in logs if e["event"] == "claim status write failed"]
     assert [(e["claim_uid"], e["claim"]) for e in failed] == [("uid-gone", "ns/gone")]
+
+
+class _HeldWriter(_RecordingWriter):
+    """Records calls; the report of claim "hold" waits for ``release``, keeping the rest queued."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.holding = threading.Event()
+        self.release = threading.Event()
+
+    def report_prepared(self, claim: Mapping[str, Any], devices: Sequence[PreparedDevice]) -> None:
+        meta = claim["metadata"]
+        if meta["name"] == "hold":
+            self.holding.set()
+            assert self.release.wait(5)
+        generation = f"#{meta['generation']}" if "generation" in meta else ""
+        self.calls.append(("report", f"{meta['name']}@{meta['uid']}{generation}"))
+
+
+def _claim(name: str, uid: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "ns", "uid": uid}}
+
+
+def _held() -> tuple[_HeldWriter, AsyncStatusWriter]:
+    writer = _HeldWriter()
+    status = AsyncStatusWriter(lambda: cast(Any, writer))
+    status.report_prepared(_claim("hold", "u0"), ())
+    assert writer.holding.wait(5)  # the worker is busy: whatever comes next stays queued
+    return writer, status
+
+
+def test_clear_drops_the_still_queued_report_of_its_claim() -> None:
+    """Prepare then unprepare while the worker is busy: only the clear goes to the apiserver."""
+    writer, status = _held()
+    status.report_prepared(_claim("a", "u1"), ())
+    status.report_prepared(_claim("b", "u2"), ())
+    status.clear("ns", "a", "u1")
+    writer.release.set()
+    status.close()
+    assert writer.calls == [("report", "hold@u0"), ("report", "b@u2"), ("clear", "a")]
+
+
+def test_clear_of_another_claim_of_the_same_name_drops_nothing() -> None:
+    """A claim deleted and made again under its name has another UID: its clear is not ours."""
+    writer, status = _held()
+    status.report_prepared(_claim("a", "u-new"), ())
+    status.clear("ns", "a", "u-old")
+    writer.release.set()
+    status.close()
+    assert writer.calls == [("report", "hold@u0"), ("report", "a@u-new"), ("clear", "a")]
+
+
+def test_a_newer_report_replaces_the_queued_one() -> None:
+    """Two reports of one claim queued: the newer is applied, once; a later prepare is kept."""
+    writer, status = _held()
+    first, second = _claim("a", "u1"), _claim("a", "u1")
+    first["metadata"]["generation"], second["metadata"]["generation"] = 1, 2
+    status.report_prepared(first, ())
+    status.report_prepared(second, ())
+    status.clear("ns", "b", "u2")
+    writer.release.set()
+    assert writer.done.wait(5)
+    status.report_prepared(_claim("a", "u1"), ())  # the worker is idle: nothing to drop
+    status.close()
+    assert writer.calls == [("report", "hold@u0"), ("report", "a@u1#2"), ("clear", "b"), ("report", "a@u1")]
+
+
+def test_a_report_being_written_is_not_dropped_by_its_clear() -> None:
+    """Once the worker started a report, the clear queues behind it: both reach the apiserver."""
+    writer, status = _held()
+    status.clear("ns", "hold", "u0")
+    writer.release.set()
+    status.close()
+    assert writer.calls == [("report", "hold@u0"), ("clear", "hold")]

@@ -24,6 +24,7 @@ class _ScriptedServer:
         self.plan = list(plan)
         self._barrier = threading.Barrier(together)
         self.requests = 0
+        self.bodies: list[bytes] = []  # the body of every request read, as Content-Length framed it
         self.accepted = 0
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
@@ -51,7 +52,19 @@ class _ScriptedServer:
                     if not data:
                         return
                     pending += data
-                pending = pending.split(b"\r\n\r\n", 1)[1]
+                head, pending = pending.split(b"\r\n\r\n", 1)
+                length = 0
+                for line in head.split(b"\r\n")[1:]:
+                    name, _, value = line.partition(b":")
+                    if name.strip().lower() == b"content-length":
+                        length = int(value)
+                while len(pending) < length:
+                    data = conn.recv(4096)
+                    if not data:
+                        return
+                    pending += data
+                self.bodies.append(pending[:length])
+                pending = pending[length:]
                 self.requests += 1
                 if step == "drop":
                     return
@@ -201,3 +214,50 @@ def test_connection_in_use_at_close_is_not_kept(scripted: list[_ScriptedServer])
     slow.join(3)
     assert server.requests == 2
     assert server.open_connections(0) == 0
+
+
+APPLY = b'{"apiVersion":"resource.k8s.io/v1","kind":"ResourceClaim"}'
+
+
+def test_request_sends_its_body_framed_by_content_length(scripted: list[_ScriptedServer]) -> None:
+    """A PATCH carries its body with a Content-Length; the next request on the connection is intact."""
+    server, transport = _client(scripted, ["answer", "answer"])
+    headers = {"Content-Type": "application/apply-patch+yaml"}
+    assert transport.request("PATCH", "/x/status", headers, APPLY, idempotent=True).status == 200
+    assert transport.get("/x", {}).status == 200
+    assert server.bodies == [APPLY, b""]
+    assert (transport.connections_opened, server.requests) == (1, 2)
+
+
+def test_idempotent_request_is_resent_once_with_its_body(scripted: list[_ScriptedServer]) -> None:
+    """An apply on a kept connection the server dropped is sent again, whole, on a fresh one."""
+    server, transport = _client(scripted, ["answer", "drop"], ["answer"])
+    transport.get("/x", {})
+    assert transport.request("PATCH", "/x/status", {}, APPLY, idempotent=True).status == 200
+    assert server.bodies == [b"", APPLY, APPLY]
+    assert (transport.connections_opened, server.requests) == (2, 3)
+
+
+def test_request_not_declared_idempotent_is_never_resent(scripted: list[_ScriptedServer]) -> None:
+    """The server may have acted on a dropped request: one that is not idempotent fails instead."""
+    server, transport = _client(scripted, ["answer", "drop"], ["answer"])
+    transport.get("/x", {})
+    with pytest.raises(ConnectionClosedError, match="without answering"):
+        transport.request("POST", "/x", {}, b"{}", idempotent=False)
+    assert (transport.connections_opened, server.requests) == (1, 2)
+
+
+def test_a_request_names_its_own_deadline(scripted: list[_ScriptedServer]) -> None:
+    """A per-call deadline ends the request; the error names the method and that deadline."""
+    _, transport = _client(scripted, ["slow"], timeout=5.0)
+    with pytest.raises(TimeoutError, match=r"PATCH exceeded its deadline of 0\.1 s"):
+        transport.request("PATCH", "/x/status", {}, APPLY, idempotent=True, deadline=0.1)
+    assert transport.deadline == 6.0  # the transport's own (connect + read timeout) is untouched
+
+
+def test_method_with_control_characters_is_refused_before_sending(scripted: list[_ScriptedServer]) -> None:
+    """A method cannot smuggle a second request line."""
+    server, transport = _client(scripted, ["answer"])
+    with pytest.raises(ValueError, match="invalid method"):
+        transport.request("GET /y HTTP/1.1\r\nX:", "/x", {}, idempotent=True)
+    assert (transport.connections_opened, server.requests) == (0, 0)
