@@ -17,18 +17,20 @@ plugin, registration and CDI dirs, and this process plays the kubelet (gRPC over
 * ``floor``: numadra's claim reads alone (same fetcher, prepares nothing): what gRPC and the claim
   reads cost on this machine before any driver work.
 
-Each claim holds one NIC VF and a 2-CPU share of a ``cpu-numa<N>`` device, so every numadra
-prepare does a GET, config resolution, CPU planning, one CDI spec, a metadata file + spec per
-request and one journal write. The calls are interleaved: every round makes the same call on each
-plugin in turn (the order rotates), so load on the shared machine hits all of them alike. The
-figures of each plugin are in ``peers``; ``ratios_vs_go`` divides numadra's by the Go peer's and
-gives the issue's target for each (``claim_status_cpu_per_claim`` is numadra with the status
-writer over numadra without it; RSS and start-to-registered are numadra's own, with the ratio to
-Go beside). ``cpu_ms_per_claim`` is the process's CPU time over the 1-claim rounds (a prepare and
-an unprepare each) once it went quiet, per claim. ``start_to_registered_s`` is the median over
-``--starts`` cold starts of each plugin child: spawn until GetInfo and NotifyRegistrationStatus
-succeeded (the numadra child imports the prepare path and discovers the host tree first; the
-``run_*`` figures are the whole ``numadra run`` process, from bench/startup.py).
+Each claim holds one NIC VF and a 2-CPU share of a ``cpu-numa<N>`` device, so every numadra prepare
+does a GET, config resolution, CPU planning, one CDI spec (mounting the metadata files), a metadata
+file per request and one journal write; ``new_inodes_per_claim`` counts the files and directories
+one prepared claim adds below each peer's plugin and CDI dirs. The calls are interleaved: every
+round makes the same call on each plugin in turn (the order rotates), so load on the shared machine
+hits all of them alike. The figures of each plugin are in ``peers``; ``ratios_vs_go`` divides
+numadra's by the Go peer's and gives the issue's target for each (``claim_status_cpu_per_claim`` is
+numadra with the status writer over numadra without it; RSS and start-to-registered are numadra's
+own, with the ratio to Go beside). ``cpu_ms_per_claim`` is the process's CPU time over the 1-claim
+rounds (a prepare and an unprepare each) once it went quiet, per claim. ``start_to_registered_s``
+is the median over ``--starts`` cold starts of each plugin child: spawn until GetInfo and
+NotifyRegistrationStatus succeeded (the numadra child imports the prepare path and discovers the
+host tree first; the ``run_*`` figures are the whole ``numadra run`` process, from
+bench/startup.py).
 
 Two more figures show where numadra's time goes: ``driver_only_*``, the same prepares through
 ``ClaimsDriver`` in this process (no gRPC, no HTTP), and ``floor_*``.
@@ -233,6 +235,14 @@ class _Child:
     unprepare_32: list[float] = field(default_factory=list)
     cpu_single_s: float = 0.0
     rss_mib: float = float("nan")
+    #: the directories the peer writes claims into (plugin dir, CDI dir), for new_inodes_per_claim
+    dirs: tuple[Path, ...] = ()
+    new_inodes_per_claim: float = float("nan")
+
+    def inodes(self) -> int:
+        """Files and directories below the peer's claim directories (sockets and locks included:
+        they are there before and after, so a difference counts what the claims made)."""
+        return sum(len(dirs) + len(files) for d in self.dirs for _, dirs, files in os.walk(d))
 
     def start(self) -> None:
         """Spawn and register (GetInfo polled as the kubelet does once the socket is there)."""
@@ -336,6 +346,11 @@ def _measure(
                     raise SystemExit(f"{child.name}: background prepare failed: {errors[:3]}")
             for _ in range(20):  # warm-up: connections, imports, caches
                 child.cycle(refs[:1], [], [])
+            # what one prepared claim leaves on disk, beyond what the peer had before
+            before = child.inodes()
+            child.kubelet.prepare(child.endpoint, refs[:1])
+            child.new_inodes_per_claim = child.inodes() - before
+            child.kubelet.unprepare(child.endpoint, refs[:1])
         _settle(children)
         cpu0 = {c.name: _cpu_s(c.proc.pid) for c in children if c.proc}
         for i in range(n_single):
@@ -456,6 +471,7 @@ def _figures(child: _Child, n_single: int) -> dict[str, float]:
         "cpu_ms_per_claim": round(child.cpu_single_s * 1000 / n_single, 3),
         "steady_rss_mib": round(child.rss_mib, 1),
         "start_to_registered_s": round(med(child.registered_s), 3),
+        "new_inodes_per_claim": child.new_inodes_per_claim,
     }
 
 
@@ -476,6 +492,7 @@ def _ratios(peers: dict[str, dict[str, float]]) -> dict[str, Any]:
         unit, bound = TARGETS[key]
         out[key] = {"value": round(value, 3), "target": f"{unit} {bound}", "met": value <= bound}
     out["steady_rss_vs_go"] = {"value": round(ours["steady_rss_mib"] / go["steady_rss_mib"], 3)}
+    out["new_inodes_per_claim"] = {"numadra": ours["new_inodes_per_claim"], "go": go["new_inodes_per_claim"]}
     out["start_to_registered_vs_go"] = {
         "value": round(ours["start_to_registered_s"] / go["start_to_registered_s"], 3)
     }
@@ -521,12 +538,16 @@ def main() -> None:
         _serve(Path(host), Path(root_), Path(cdi), kubeconfig_, reads, plugin)
         return
 
+    import logging
+
     from bench._gopeer import GoPeerError, go_peer_binary
     from driver.inventory.model import DeviceKind
+    from driver.log import configure_logging
     from driver.plugin import ClaimRef
     from tests.support.hosttree import write_host_tree
     from tests.support.topologies import TOPOLOGIES
 
+    configure_logging("console", logging.WARNING)  # stdout is the JSON figures, nothing else
     try:
         go_binary = go_peer_binary()
     except GoPeerError as exc:
@@ -603,7 +624,7 @@ def main() -> None:
                     plugin = {"numadra": "driver", "numadra_status": "status", "floor": "floor"}[name]
                     argv = [sys.executable, __file__, "--serve", str(host), str(peer_root), str(peer_cdi)]
                     argv += [kubeconfig, args.claim_reads, plugin]
-                children.append(_Child(name, argv, reg_sock))
+                children.append(_Child(name, argv, reg_sock, dirs=(peer_root / "plugin", peer_cdi)))
             _measure(children, refs, background, args.single, args.batch, max(1, args.starts))
         peers = {child.name: _figures(child, args.single) for child in children}
         ours, floor = peers["numadra"], peers["floor"]

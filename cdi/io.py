@@ -24,7 +24,6 @@ import errno
 import itertools
 import json
 import os
-import shutil
 import stat
 import threading
 from collections.abc import Sequence
@@ -38,10 +37,7 @@ __all__ = [
     "atomic_write_bytes",
     "ensure_dir",
     "fsync_dir",
-    "make_dir",
-    "remove_dir",
     "remove_file",
-    "remove_tree",
     "spec_bytes",
     "spec_json_bytes",
     "write_all",
@@ -316,68 +312,3 @@ def remove_file(path: str | os.PathLike[str], *, sync: bool = False, roots: Sequ
     if sync and dfd is None:
         fsync_dir(Path(os.path.dirname(target) or "."))
     return True
-
-
-def make_dir(path: str | os.PathLike[str], mode: int = 0o777, *, roots: Sequence[str] = ()) -> None:
-    """``Path(path).mkdir(mode, parents=True, exist_ok=True)`` on plain strings (per-claim hot path).
-
-    Without ``roots``: missing parents are made with the default mode (0o777 minus the umask), as
-    pathlib makes them, and the leaf gets ``mode`` minus the umask. With ``roots`` (``path`` below
-    one of them): every directory made gets exactly ``mode``, and a symbolic link on the way or at
-    ``path`` is :class:`SymlinkError` (nothing is made through it).
-    """
-    target = os.fspath(path)
-    root = _root_of(target, roots) if roots else None
-    if root is not None:
-        os.close(_open_dir_under(root, target[len(root) + 1 :], create=mode))
-        return
-    try:
-        os.mkdir(path, mode)
-    except FileExistsError:
-        pass
-    except FileNotFoundError:
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(path, mode)
-
-
-def remove_dir(path: str | os.PathLike[str], *, roots: Sequence[str] = ()) -> None:
-    """Remove an empty directory (``rmdir``; OSError as the syscall raises it, naming ``path``).
-
-    With ``roots``: nothing below the root is followed, and a link at ``path`` is SymlinkError.
-    """
-    target = os.fspath(path)
-    dfd, name = _parent_under(target, roots)
-    try:
-        os.rmdir(name, dir_fd=dfd)
-    except OSError as exc:
-        if dfd is not None and exc.errno == errno.ENOTDIR and _is_link(dfd, name):
-            raise SymlinkError(target) from None
-        exc.filename = target
-        raise
-    finally:
-        if dfd is not None:
-            os.close(dfd)
-
-
-def remove_tree(path: str | os.PathLike[str], *, roots: Sequence[str] = ()) -> None:
-    """Remove a directory and everything in it, never following a link (``shutil.rmtree``).
-
-    Links inside are removed as links; with ``roots``, a link on the way to ``path`` or at it is
-    :class:`SymlinkError`. A missing tree raises FileNotFoundError, as rmtree does.
-    """
-    target = os.fspath(path)
-    dfd, name = _parent_under(target, roots)
-    try:
-        if dfd is not None and _is_link(dfd, name):
-            raise SymlinkError(target)
-        shutil.rmtree(name, dir_fd=dfd)
-    except SymlinkError:
-        raise
-    except OSError as exc:
-        if exc.filename is None or dfd is not None:
-            exc.filename = target
-        raise
-    finally:
-        if dfd is not None:
-            os.close(dfd)

@@ -29,18 +29,11 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from cdi import SymlinkError, atomic_write_bytes, make_dir, remove_dir, remove_file, remove_tree, spec_bytes
+from cdi import atomic_write_bytes, remove_file, spec_bytes
 from cdi.spec import CdiSpecError
 from driver.claims.attributes import PublishedAttributes
-from driver.claims.metadata import (
-    METADATA_DIR,
-    NAME_MAX,
-    claim_metadata_dir,
-    metadata_dir_too_long,
-    metadata_files,
-    metadata_spec_glob,
-)
-from driver.claims.names import check_claim_name, check_claim_uid, check_namespace, describe_claim, dir_prefix
+from driver.claims.metadata import METADATA_DIR, metadata_dir, metadata_file_glob, metadata_files
+from driver.claims.names import check_claim_uid, describe_claim, dir_prefix
 from driver.claims.render import CpuHook, claim_spec, claim_spec_file_name
 from driver.claims.selection import ClaimView, cpu_requests, select_devices
 from driver.errors import ClaimError, PinningError, is_recoverable
@@ -83,25 +76,6 @@ class StatusWriter(Protocol):
     def clear(self, namespace: str, name: str, uid: str = "") -> None:
         """Remove what :meth:`report_prepared` published (``uid`` names the claim in logs)."""
         ...
-
-
-def _request_dirs(entry: JournalEntry) -> list[str]:
-    """The directories of the claim's metadata files (one per request), in order, once each."""
-    return list(dict.fromkeys(stored.path.rpartition("/")[0] for stored in entry.metadata_files))
-
-
-def _make_dirs(entry: JournalEntry, roots: Sequence[str]) -> None:
-    """Make a new claim's metadata directories before its files are written into them.
-
-    The same directories and modes (0o755 whatever the umask, no symbolic link followed below
-    ``roots``) the on-demand creation in ``ClaimsDriver._write`` makes, without a failed open per
-    claim. Best effort: whatever goes wrong here, the write reports.
-    """
-    with contextlib.suppress(OSError):
-        for directory in entry.directories:
-            make_dir(directory, 0o755, roots=roots)
-        for parent in _request_dirs(entry):
-            make_dir(parent, 0o755, roots=roots)
 
 
 def reserved_pods(claim: JsonObject) -> tuple[str, ...]:
@@ -298,7 +272,7 @@ class ClaimsDriver:
         patterns = (
             (self.cdi_dir, f".{self.driver_name}_*.tmp"),
             (self._journal.path.parent, ".*.tmp"),
-            (self.plugin_dir / METADATA_DIR, "*/*/.*.tmp"),  # <ns>_<claim>/<request>/
+            (self.plugin_dir / METADATA_DIR, ".*.tmp"),
         )
         for directory, pattern in patterns:
             with contextlib.suppress(OSError):
@@ -341,37 +315,6 @@ class ClaimsDriver:
                     f"for claim {other.namespace}/{other.name} (uid {other.uid})",
                 )
 
-    @staticmethod
-    def _skip_metadata(view: ClaimView) -> bool:
-        """Device metadata is optional (KEP-5304, alpha): a claim whose namespace and name are too
-        long for its metadata directory is prepared without it rather than failed."""
-        if not metadata_dir_too_long(view.namespace, view.name):
-            return False
-        _log.warning(
-            "claim prepared without device metadata: namespace and name make a directory name "
-            f"longer than {NAME_MAX} bytes",
-            claim_uid=view.uid,
-            claim=f"{view.namespace}/{view.name}",
-        )
-        return True
-
-    def _check_name_free(self, view: ClaimView) -> None:
-        """A claim re-created under its old name waits until the old one is unprepared.
-
-        Metadata files live at ``<ns>_<name>/<request>/`` (KEP-5304): the two claims would write
-        the same files, and the old one's unprepare would remove the new one's.
-        """
-        if not view.devices:
-            return  # nothing to write, nothing shared
-        other = self._journal.named(view.namespace, view.name, except_uid=view.uid)
-        if other is not None and other.metadata_files:
-            raise ClaimError(
-                view.uid,
-                f"a claim of the same name (uid {other.uid}) is still prepared on this node and its "
-                "device metadata files have the same paths; this claim can be prepared once the "
-                "kubelet has unprepared that one (its pod is still terminating)",
-            )
-
     def _render(
         self,
         view: ClaimView,
@@ -385,39 +328,24 @@ class ClaimsDriver:
         devices: list[PreparedDevice] = []
         specs: list[StoredFile] = []
         metas: list[StoredFile] = []
-        dirs: tuple[str, ...] = ()
         if view.devices:
+            files = metadata_files(
+                view,
+                driver_name=self.driver_name,
+                plugin_dir=self.plugin_dir,
+                attributes=attrs,
+                previous=previous,
+            )
             spec, devices = claim_spec(
-                view, driver_name=self.driver_name, pinning=pinning, cpu_hook=self._cpu_hook
+                view,
+                driver_name=self.driver_name,
+                pinning=pinning,
+                cpu_hook=self._cpu_hook,
+                mounts={meta.request: meta.mount for meta in files},
             )
             spec_path = dir_prefix(self.cdi_dir) + claim_spec_file_name(self.driver_name, view.uid)
             specs.append(StoredFile(spec_path, spec_bytes(spec).decode()))
-            files = (
-                []
-                if self._skip_metadata(view)
-                else metadata_files(
-                    view,
-                    driver_name=self.driver_name,
-                    plugin_dir=self.plugin_dir,
-                    cdi_dir=self.cdi_dir,
-                    attributes=attrs,
-                    previous=previous,
-                )
-            )
-            for meta in files:
-                first = next(i for i, d in enumerate(devices) if d.request_names == (meta.request,))
-                dev = devices[first]
-                devices[first] = PreparedDevice(
-                    request_names=dev.request_names,
-                    pool_name=dev.pool_name,
-                    device_name=dev.device_name,
-                    cdi_device_ids=(*dev.cdi_device_ids, meta.cdi_id),
-                    share_id=dev.share_id,
-                )
-                specs.append(StoredFile(meta.spec_file, meta.spec_text))
-                metas.append(StoredFile(meta.host_path, meta.content))
-            if files:
-                dirs = (claim_metadata_dir(self.plugin_dir, view.namespace, view.name),)
+            metas = [StoredFile(meta.host_path, meta.content) for meta in files]
         return JournalEntry(
             namespace=view.namespace,
             name=view.name,
@@ -426,7 +354,6 @@ class ClaimsDriver:
             cdi_specs=tuple(specs),
             metadata_files=tuple(metas),
             pinning=pinning,
-            directories=dirs,
             admin_devices=tuple(dict.fromkeys(d.device_name for d in view.devices if d.admin_access)),
             reserved_pods=pods,
         )
@@ -439,7 +366,6 @@ class ClaimsDriver:
             claim, ref, driver_name=self.driver_name, node_name=self.node_name, inventory=inventory
         )
         self._check_not_in_use(view)
-        self._check_name_free(view)
         requests = cpu_requests(view)
         pinning = None
         if requests and self._planner is not None:
@@ -516,7 +442,6 @@ class ClaimsDriver:
         for item in planned:
             uid = item.ref.uid
             try:
-                _make_dirs(item.entry, self._roots)
                 for stored in item.entry.files():
                     self._write(stored)
             except OSError as exc:
@@ -561,47 +486,24 @@ class ClaimsDriver:
         self._write(stored)
         return True
 
-    @staticmethod
-    def _remove_dirs(entry: JournalEntry, roots: Sequence[str]) -> None:
-        """Remove the claim's metadata directories (request dirs, then the claim dir).
-
-        Plain rmdir of the known directories; a non-empty one (say, the temp file of a write a
-        crash interrupted) falls back to a full removal only for the claim's own tree. A request
-        dir lives inside the claim dir, so whatever keeps it from going is left to that step,
-        which reports a failure it cannot get past.
-        """
-        for parent in _request_dirs(entry):
-            with contextlib.suppress(OSError):
-                remove_dir(parent, roots=roots)
-        for directory in entry.directories:
-            try:
-                remove_dir(directory, roots=roots)
-            except FileNotFoundError:
-                pass
-            except SymlinkError:
-                raise
-            except OSError:
-                remove_tree(directory, roots=roots)
-
     def _remove_entry_files(self, entry: JournalEntry) -> None:
         """Best-effort undo of a failed prepare (the error being reported is the first one)."""
         for stored in entry.files():
             with contextlib.suppress(OSError):
                 remove_file(stored.path, roots=self._roots)
-        with contextlib.suppress(OSError):
-            self._remove_dirs(entry, self._roots)
 
     def _remove_files(self, ref: ClaimRef, entry: JournalEntry | None) -> None:
-        """Remove a claim's files: journaled ones, plus any spec file named after its UID."""
+        """Remove a claim's files: journaled ones, plus any file named after its UID.
+
+        Every file of a claim carries its UID in its name, so the files of a claim the journal
+        lacks (a crash between writing files and saving the journal) are found by name alone,
+        and no other claim's file can match.
+        """
         removed: set[str] = set()
         if entry is not None:
-            # metadata paths are per namespace/name: leave them to a same-name claim holding them
-            shared = self._journal.named(entry.namespace, entry.name, except_uid=entry.uid) is not None
-            for stored in entry.cdi_specs if shared else entry.files():
+            for stored in entry.files():
                 remove_file(stored.path, roots=self._roots)
                 removed.add(stored.path)
-            if not shared:
-                self._remove_dirs(entry, self._roots)
         if check_claim_uid(ref.uid):
             return  # not a UID we could have written files for
         spec_path = dir_prefix(self.cdi_dir) + claim_spec_file_name(self.driver_name, ref.uid)
@@ -609,24 +511,8 @@ class ClaimsDriver:
             remove_file(spec_path, roots=self._roots)
         if entry is None:  # files without a journal entry (a lost journal): look for leftovers
             with contextlib.suppress(OSError):
-                for path in self.cdi_dir.glob(metadata_spec_glob(self.driver_name, ref.uid)):
+                for path in Path(metadata_dir(self.plugin_dir)).glob(metadata_file_glob(ref.uid)):
                     remove_file(path, roots=self._roots)
-            self._remove_unjournaled_metadata(ref)
-
-    def _remove_unjournaled_metadata(self, ref: ClaimRef) -> None:
-        """The claim's metadata tree, when its names are valid and no journaled claim uses them.
-
-        The tree is found by namespace/name, so a claim of the same name prepared since (another
-        UID, in the journal) keeps its files.
-        """
-        if check_namespace(ref.namespace) or check_claim_name(ref.name):
-            return  # names that could not have made a directory of ours
-        if metadata_dir_too_long(ref.namespace, ref.name):
-            return  # such a claim is prepared without metadata
-        if self._journal.named(ref.namespace, ref.name) is not None:
-            return
-        with contextlib.suppress(FileNotFoundError):
-            remove_tree(claim_metadata_dir(self.plugin_dir, ref.namespace, ref.name), roots=self._roots)
 
     def _report(self, done: Sequence[_Planned]) -> None:
         if self._status is None:

@@ -2,21 +2,29 @@
 
 For every (claim, base request) with devices:
 
-* a JSON *stream* at ``<plugin-dir>/dra-device-metadata/<ns>_<claim>/<request>/metadata.json``:
-  the same ``DeviceMetadata`` object once per API version, newest first
+* a JSON *stream* at ``<plugin-dir>/dra-device-metadata/<claimUID>_<request>.json``: the same
+  ``DeviceMetadata`` object once per API version, newest first
   (``metadata.resource.k8s.io/v1beta1`` then ``v1alpha1``), each followed by a newline; readers
   take the first version they understand;
-* a CDI spec ``<cdi-dir>/<driver>_metadata_<claimUID>_<request>.json`` (kind ``<driver>/metadata``,
-  device ``<claimUID>_<request>``) that bind-mounts that file read-only at
-  ``/var/run/kubernetes.io/dra-device-attributes/{resourceclaims/<claim>|resourceclaimtemplates/
-  <podClaimName>}/<request>/<driver>-metadata.json``; its CDI ID is appended to the first device
-  of the request.
+* a read-only bind mount of that file at ``/var/run/kubernetes.io/dra-device-attributes/
+  {resourceclaims/<claim>|resourceclaimtemplates/<podClaimName>}/<request>/<driver>-metadata.json``,
+  carried by the first CDI device of the request in the claim's own CDI spec
+  (:func:`driver.claims.render.claim_spec`).
+
+Why this layout and not the Go helper's (``<ns>_<claim>/<request>/metadata.json`` plus a CDI
+spec of kind ``<driver>/metadata`` per request, whose ID is appended to the request's first
+device): the container sees the same file at the same path either way, but the helper's layout
+makes five new inodes per one-request claim (two directories, the stream, two spec files) where
+this one makes two (the stream and the claim's spec), and each inode creation costs 0.3-0.5 ms
+on an aged ext4 root disk (measured in bench/prepare.py's node layout). Keying the file by UID
+instead of by name also means a claim deleted and re-created under its old name never shares a
+file with its predecessor, and no namespace/name pair is too long for a file name (a UID and a
+request name are at most 128 + 1 + 63 bytes, plus ``.json``).
 
 The pod's claim name comes from the claim's ``resource.kubernetes.io/pod-claim-name`` annotation,
 which anyone who can edit the claim can set: it must be a DNS label (what a pod's claim name is)
 before it goes into the container path. Anything else (``../``, a NUL, a newline, a slash) is not
-a claim name a pod can have: the claim is prepared without device metadata and a warning names it,
-as for a claim whose names are too long for a directory.
+a claim name a pod can have: the claim is prepared without device metadata and a warning names it.
 
 ``metadata.generation`` starts at 1 and increases whenever the content of a file changes.
 Attributes are those of the published device (computed by the slice builder's own
@@ -40,8 +48,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from cdi import ContainerEdits, Device, Mount, Spec, qualified_name, transient_spec_file_name
-from cdi.version import V030, V050
+from cdi import Mount
 from driver.claims.names import dir_prefix
 from driver.claims.selection import AllocatedDevice, ClaimView
 from driver.inventory.model import InventoryDevice, Nic
@@ -51,14 +58,11 @@ __all__ = [
     "API_VERSIONS",
     "CONTAINER_DIR",
     "METADATA_DIR",
-    "NAME_MAX",
     "MetadataFile",
-    "claim_metadata_dir",
     "container_path",
-    "metadata_cdi_kind",
-    "metadata_dir_too_long",
+    "metadata_dir",
+    "metadata_file_glob",
     "metadata_files",
-    "metadata_spec_glob",
     "parse_generation",
     "pod_claim_name_problem",
 ]
@@ -76,75 +80,40 @@ _HEADS = tuple(f'{{"kind":"DeviceMetadata","apiVersion":{_quote(v)},' for v in A
 
 @dataclass(frozen=True, slots=True)
 class MetadataFile:
-    """One request's metadata: the host file, its content, and the CDI spec that mounts it."""
+    """One request's metadata: the host file, its content, and the mount that shows it."""
 
     request: str  # base request name
     host_path: str
     content: str
-    spec_file: str
-    container_path: str  # where the spec mounts the file
-    cdi_id: str  # ``<driver>/metadata=<claimUID>_<request>``
-    #: the spec file's exact content (what ``spec_bytes(self.spec)`` gives, written directly)
-    spec_text: str
+    container_path: str  # where the mount shows the file
 
     @property
-    def spec(self) -> Spec:
-        """The CDI spec that bind-mounts the file read-only (one device)."""
-        kind, _, device_name = self.cdi_id.partition("=")
-        mount = Mount(self.host_path, self.container_path, _MOUNT_OPTIONS)
-        return Spec(kind=kind, devices=(Device(device_name, ContainerEdits(mounts=(mount,))),))
+    def mount(self) -> Mount:
+        """The read-only bind mount of the file (added to the request's first CDI device)."""
+        return Mount(self.host_path, self.container_path, _MOUNT_OPTIONS)
 
 
 _MOUNT_OPTIONS = ("ro", "bind")
 
 
-def _mount_spec_text(kind: str, device_name: str, host_path: str, mount_path: str) -> str:
-    """The compact JSON of a one-mount spec, as ``spec_bytes`` writes it, without the spec objects.
+def metadata_dir(plugin_dir: Path) -> str:
+    """``<plugin-dir>/dra-device-metadata``: every metadata file of the driver, side by side.
 
-    No validation is needed: the kind is the driver's (checked by ``qualified_name``), the device
-    name is a checked claim UID and request name, and the container path is absolute. The
-    version is ``min_cdi_version``'s: a mount without ``type`` needs nothing above 0.3.0, a device
-    name that does not start with a letter needs 0.5.0.
+    A plain string, as ``str(plugin_dir / ...)`` would give: pathlib objects cost more than the
+    rest of a path's use here.
     """
-    version = V050 if device_name and not device_name[0].isalpha() else V030
-    return (
-        f'{{"cdiVersion":"{version}","kind":{_quote(kind)},"devices":[{{"name":{_quote(device_name)},'
-        f'"containerEdits":{{"mounts":[{{"hostPath":{_quote(host_path)},"containerPath":{_quote(mount_path)},'
-        f'"options":["ro","bind"]}}]}}}}]}}\n'
-    )
+    return f"{dir_prefix(plugin_dir)}{METADATA_DIR}"
 
 
-def metadata_cdi_kind(driver_name: str) -> str:
-    """The CDI kind of metadata specs."""
-    return f"{driver_name}/metadata"
-
-
-def claim_metadata_dir(plugin_dir: Path, namespace: str, name: str) -> str:
-    """``<plugin-dir>/dra-device-metadata/<ns>_<claim>``: the claim's tree, one subdirectory per request.
-
-    A plain string, as ``str(plugin_dir / ...)`` would give (the names are checked DNS names, so
-    nothing needs normalising): pathlib objects cost more than the rest of a path's use here.
-    """
-    return f"{dir_prefix(plugin_dir)}{METADATA_DIR}/{namespace}_{name}"
-
-
-#: the longest file name Linux file systems take (NAME_MAX of ext4, xfs, tmpfs)
-NAME_MAX = 255
-
-
-def metadata_dir_too_long(namespace: str, name: str) -> bool:
-    """True when ``<ns>_<name>`` cannot be a directory name (valid names reach 63 + 1 + 253)."""
-    return len(namespace.encode()) + 1 + len(name.encode()) > NAME_MAX
-
-
-def metadata_spec_glob(driver_name: str, claim_uid: str) -> str:
-    """The glob matching every metadata spec file of a claim (``<driver>_metadata_<uid>_*.json``).
+def metadata_file_glob(claim_uid: str) -> str:
+    """The glob matching every metadata file of a claim (``<claimUID>_*.json``), below
+    :func:`metadata_dir`.
 
     Unprepare uses it when the journal has no entry (a crash between writing files and the
-    journal), so it must name files exactly as :func:`metadata_files` does.
+    journal), so it must name files exactly as :func:`metadata_files` does. A UID cannot hold
+    ``_``, so the glob of one claim never matches another's files.
     """
-    stem = transient_spec_file_name(metadata_cdi_kind(driver_name), claim_uid).removesuffix(".json")
-    return f"{stem}_*.json"
+    return f"{claim_uid}_*.json"
 
 
 #: a DNS label (RFC 1123), matched whole: ``$`` of ``re.match`` would let a trailing newline in
@@ -253,7 +222,6 @@ def metadata_files(
     *,
     driver_name: str,
     plugin_dir: Path,
-    cdi_dir: Path,
     attributes: Mapping[str, Mapping[str, Any]],
     previous: Mapping[str, str] | None = None,
 ) -> list[MetadataFile]:
@@ -274,12 +242,10 @@ def metadata_files(
     by_request: dict[str, list[AllocatedDevice]] = {}
     for dev in view.devices:
         by_request.setdefault(dev.base_request, []).append(dev)
-    kind = metadata_cdi_kind(driver_name)
-    claim_dir = claim_metadata_dir(plugin_dir, view.namespace, view.name)
-    cdi_base = dir_prefix(cdi_dir)
+    directory = metadata_dir(plugin_dir)
     out: list[MetadataFile] = []
     for request, devs in by_request.items():
-        host_path = f"{claim_dir}/{request}/metadata.json"
+        host_path = f"{directory}/{view.uid}_{request}.json"
         devices = [
             _DEVICE_TEXTS.get(d, driver_name, attributes.get(d.device_name, _NO_ATTRIBUTES)) for d in devs
         ]
@@ -288,17 +254,12 @@ def metadata_files(
         content = _stream(view, devs[0].request, devices, generation)
         if old and _without_generation(content) != _without_generation(old):
             content = _stream(view, devs[0].request, devices, generation + 1)
-        device_name = f"{view.uid}_{request}"
-        mount_path = container_path(view, request, driver_name)
         out.append(
             MetadataFile(
                 request=request,
                 host_path=host_path,
                 content=content,
-                spec_file=cdi_base + transient_spec_file_name(kind, view.uid, request),
-                container_path=mount_path,
-                cdi_id=qualified_name(kind, device_name),
-                spec_text=_mount_spec_text(kind, device_name, host_path, mount_path),
+                container_path=container_path(view, request, driver_name),
             )
         )
     return out

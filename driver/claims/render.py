@@ -26,9 +26,18 @@ applies several devices of one request does not matter):
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
-from cdi import ContainerEdits, Device, DeviceNode, Hook, Spec, qualified_name, transient_spec_file_name
+from cdi import (
+    ContainerEdits,
+    Device,
+    DeviceNode,
+    Hook,
+    Mount,
+    Spec,
+    qualified_name,
+    transient_spec_file_name,
+)
 from driver.claims.selection import AllocatedDevice, ClaimView
 from driver.inventory.model import DeviceKind, Gpu, Nic
 from driver.pinning.planner import device_numa_node
@@ -139,11 +148,14 @@ def claim_spec(
     driver_name: str,
     pinning: ClaimPinning | None,
     cpu_hook: CpuHook | None = None,
+    mounts: Mapping[str, Mount] | None = None,
 ) -> tuple[Spec, list[PreparedDevice]]:
     """The claim's CDI spec and the devices to return to the kubelet (same order as the results).
 
     ``cpu_hook`` (``--pinning hook``) makes the OCI hook that enforces a pinned request; it is added
-    to the CDI device of each cpu result that got an assignment.
+    to the CDI device of each cpu result that got an assignment. ``mounts`` maps base request
+    names to the bind mount of their device metadata file (``driver.claims.metadata``), added to
+    the first CDI device of that request: every container given the request gets that device.
     """
     kind = claim_cdi_kind(driver_name)
     bases = [dev.base_request for dev in view.devices]
@@ -151,6 +163,7 @@ def claim_spec(
     for base, dev in zip(bases, view.devices, strict=True):
         groups.setdefault((base, dev.kind), []).append(dev)
     has_cpu = any(d.kind is DeviceKind.CPU for d in view.devices)
+    pending = dict(mounts) if mounts else None  # popped per request: the first device takes it
     claim_nodes = {n for n in (device_numa_node(d.device) for d in view.devices) if n is not None}
     #: the environment every device of a (request, type) group shares, worked out once per group
     group_env: dict[tuple[str, DeviceKind], dict[str, str]] = {}
@@ -179,12 +192,14 @@ def claim_spec(
             assignment = _assignment(pinning, base)
             hooks = (cpu_hook(assignment),) if assignment is not None else ()
         name = cdi_device_name(view.uid, dev)
+        mount = pending.pop(base, None) if pending else None
         cdi_devices.append(
             Device(
                 name,
                 ContainerEdits(
                     env=tuple([f"{k}={v}" for k, v in sorted(env.items())]),
                     device_nodes=nodes,
+                    mounts=(mount,) if mount is not None else (),
                     hooks=hooks,
                 ),
             )

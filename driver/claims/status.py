@@ -31,8 +31,8 @@ from typing import Any, Protocol
 
 from driver.errors import KubeError
 from driver.health.netinfo import IpSource, host_ip_source, netdev_dir
-from driver.inventory._sysfs import read_text
 from driver.inventory.model import Gpu, Inventory, Nic, NumaNode
+from driver.inventory.sysfs import read_text
 from driver.kube.types import JsonObject, allocation_results
 from driver.log import get_logger
 from driver.plugin import DeviceHealth, HealthState, PreparedDevice

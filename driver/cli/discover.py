@@ -33,7 +33,7 @@ def check_node_name(name: str, where: str = "--node-name") -> str:
 def check_driver_name(name: str, where: str = "--driver-name") -> str:
     """``name`` if it is a valid DRA driver name; else ConfigError naming ``where``."""
     from driver.names import is_dns_subdomain
-    from driver.slices._limits import MAX_DRIVER_NAME
+    from driver.slices.limits import MAX_DRIVER_NAME
 
     if not is_dns_subdomain(name, MAX_DRIVER_NAME):
         raise ConfigError(f"{where} {name!r} is not a DNS subdomain of at most {MAX_DRIVER_NAME} characters")

@@ -21,11 +21,11 @@ import struct
 import subprocess
 from collections.abc import Callable, Iterator, Sequence
 
-from driver.inventory._sysfs import is_live_host, list_dir
+from driver.inventory.sysfs import is_live_host, list_dir
 
 __all__ = ["IpSource", "host_ip_source", "ips_from_ip_json", "netdev_dir"]
 
-# ruff: noqa: PTH112, PTH118 - os.path on purpose: asked for every NIC on every poll (see _sysfs)
+# ruff: noqa: PTH112, PTH118 - os.path on purpose: asked for every NIC on every poll (see inventory/sysfs.py)
 
 IpSource = Callable[[str], Sequence[str]]  # interface name -> ["192.0.2.5/24", "2001:db8::5/64"]
 

@@ -51,8 +51,8 @@ from typing import Any
 from cdi.io import atomic_write_bytes
 from driver.health.netinfo import netdev_dir
 from driver.health.xid import NvmlXidSource, XidSource
-from driver.inventory._sysfs import is_live_host, list_dir, read_text
 from driver.inventory.model import Gpu, InventoryDevice, Nic, NumaNode
+from driver.inventory.sysfs import is_live_host, list_dir, read_text
 from driver.log import get_logger
 from driver.plugin import HealthState
 
@@ -63,7 +63,7 @@ HEALTH_FAULTS_FILE = "health-faults.json"
 
 _log = get_logger("health.signals")
 
-# ruff: noqa: PTH110, PTH112, PTH118 - os.path on purpose: many small reads per poll (see _sysfs)
+# ruff: noqa: PTH110, PTH112, PTH118 - os.path on purpose: many small reads per poll (see inventory/sysfs.py)
 
 _IFF_UP = 0x1
 #: what a persisted fault's key and reason must look like (the file can be damaged or planted)

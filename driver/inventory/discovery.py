@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 
-from driver.inventory._sysfs import is_live_host
 from driver.inventory.build import build_inventory
 from driver.inventory.model import Inventory
 from driver.inventory.nvml import enrich_with_nvml
 from driver.inventory.probe import probe_host
+from driver.inventory.sysfs import is_live_host
 
 __all__ = ["discover"]
 

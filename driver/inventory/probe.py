@@ -13,7 +13,6 @@ import re
 from dataclasses import replace
 
 from driver.errors import InventoryError
-from driver.inventory._sysfs import link_name, link_target, list_dir, read_cpulist, read_int, read_text
 from driver.inventory.facts import (
     CpuFacts,
     HostFacts,
@@ -23,10 +22,11 @@ from driver.inventory.facts import (
     PciFacts,
     RdmaFacts,
 )
+from driver.inventory.sysfs import link_name, link_target, list_dir, read_cpulist, read_int, read_text
 
 __all__ = ["probe_host"]
 
-# ruff: noqa: PTH112, PTH118 - string paths on purpose (speed), see driver/inventory/_sysfs.py
+# ruff: noqa: PTH112, PTH118 - string paths on purpose (speed), see driver/inventory/sysfs.py
 
 _BDF = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 _PCIE_ROOT = re.compile(r"^pci[0-9a-f]{4}:[0-9a-f]{2}$")

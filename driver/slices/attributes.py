@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from driver.inventory.model import Gpu, Inventory, Nic, NumaNode
-from driver.slices._limits import INT64_MAX, INT64_MIN, STANDARD_DOMAIN, clip_utf8
+from driver.slices.limits import INT64_MAX, INT64_MIN, STANDARD_DOMAIN, clip_utf8
 
 __all__ = [
     "ATTR_NUMA_NODE",

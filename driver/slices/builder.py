@@ -31,14 +31,14 @@ from driver.errors import SliceError
 from driver.inventory.model import Gpu, Inventory, Nic, NumaNode
 from driver.kube.quantity import format_quantity
 from driver.names import is_dns_subdomain
-from driver.slices._limits import (
+from driver.slices.attributes import ATTR_NUMA_NODE, ATTR_PCI_BUS_ID, ATTR_PCIE_ROOT, device_attributes
+from driver.slices.limits import (
     MAX_DEVICES_PER_SLICE,
     MAX_DEVICES_PER_SLICE_ADVANCED,
     MAX_DRIVER_NAME,
     MAX_TAINTS,
     sanitize_subdomain,
 )
-from driver.slices.attributes import ATTR_NUMA_NODE, ATTR_PCI_BUS_ID, ATTR_PCIE_ROOT, device_attributes
 
 __all__ = [
     "API_VERSION",

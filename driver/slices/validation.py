@@ -12,7 +12,7 @@ from typing import Any
 
 from driver.kube.quantity import QUANTITY
 from driver.names import is_c_identifier, is_dns_label, is_dns_subdomain
-from driver.slices._limits import (
+from driver.slices.limits import (
     INT64_MAX,
     INT64_MIN,
     MAX_ATTRIBUTE_VALUES,

@@ -6,9 +6,9 @@ free to be handed out again. But every prepared claim also left files that carry
 * its CDI spec ``<cdi-dir>/<driver>_claim_<uid>.json`` (device names ``<uid>-<device>[-<shareID>]``,
   the pinning markers ``NUMADRA_CPUS``/``NUMADRA_MEMS``/``NUMADRA_CPU_MODE``/``NUMADRA_REQUEST`` in
   the environment of its cpu devices);
-* its metadata specs ``<cdi-dir>/<driver>_metadata_<uid>_<request>.json``, each mounting
-* a metadata stream ``<plugin-dir>/dra-device-metadata/<ns>_<name>/<request>/metadata.json`` that
-  names the claim (namespace, name, uid) and its devices (pool, name) per request.
+* its metadata streams ``<plugin-dir>/dra-device-metadata/<uid>_<request>.json`` (which the
+  claim spec mounts into the containers), each naming the claim (namespace, name, uid) and the
+  devices (pool, name) of one request.
 
 The journal is saved before those files are written and after they are removed, under the same
 lock, so every file of a claim lies inside the journal's lifetime of that claim: files of a UID the
@@ -20,7 +20,8 @@ hand them out again), and the files themselves (so unprepare removes them). A de
 
 Reading is cheap enough for where it runs (at start, and when the journal file was deleted,
 replaced or cut shorter, never on an unchanged journal): one directory listing of the CDI dir,
-one of the metadata tree, and a read of the files of each unknown UID.
+one of the metadata dir, and a read of the files of each unknown UID (every file name carries
+the UID, so the files of journaled claims are never opened).
 """
 
 from __future__ import annotations
@@ -52,13 +53,11 @@ from driver.state.journal import JournalEntry, StoredFile
 
 __all__ = ["Evidence", "Found", "holds_only"]
 
-#: the spec and metadata classes (``driver.claims.render.CLAIM_CDI_CLASS``, ``metadata_cdi_kind``);
-#: spelled here so that reading state does not import the claims package
+#: the spec class (``driver.claims.render.CLAIM_CDI_CLASS``) and the metadata dir
+#: (``driver.claims.metadata.METADATA_DIR``), spelled here so that reading state does not import
+#: the claims package
 _CLAIM_CLASS = "claim"
-_METADATA_CLASS = "metadata"
-#: ``driver.claims.metadata.METADATA_DIR``
 _METADATA_DIR = "dra-device-metadata"
-_METADATA_FILE = "metadata.json"
 #: a shareID (a UID) at the end of a CDI device name ``<uid>-<device>-<shareID>``
 _SHARE_SUFFIX = re.compile(r"-([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})")
 _REQUEST = re.compile(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?")
@@ -105,8 +104,7 @@ class _Claim:
     """What the files of one UID say (filled while scanning)."""
 
     spec: str = ""
-    metadata_specs: dict[str, str] = field(default_factory=dict)  # request -> spec path
-    streams: dict[str, str] = field(default_factory=dict)  # request -> metadata.json path
+    streams: dict[str, str] = field(default_factory=dict)  # request -> metadata file path
 
 
 @dataclass(slots=True)
@@ -117,7 +115,6 @@ class _Streams:
     name: str = ""
     by_request: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # -> [(pool, device)]
     files: list[StoredFile] = field(default_factory=list)
-    dirs: list[str] = field(default_factory=list)
 
 
 def _read(path: str) -> str:
@@ -152,73 +149,45 @@ class Evidence:
         self._meta_base = str(plugin_dir / _METADATA_DIR)
         vendor, _ = split_kind(f"{driver_name}/{_CLAIM_CLASS}")
         self._spec_prefix = f"{vendor}_{_CLAIM_CLASS}_"
-        self._meta_prefix = f"{vendor}_{_METADATA_CLASS}_"
 
     # -- scanning ---------------------------------------------------------------------------------
 
-    def _scan(self, known: Container[str], known_files: Container[str]) -> dict[str, _Claim]:
+    def _scan(self, known: Container[str]) -> dict[str, _Claim]:
         claims: dict[str, _Claim] = {}
         with contextlib.suppress(FileNotFoundError, NotADirectoryError), os.scandir(self.cdi_dir) as it:
             for item in it:
                 name = item.name
-                if not name.endswith(".json") or name.startswith("."):
-                    continue
-                if name.startswith(self._spec_prefix):
+                if name.startswith(self._spec_prefix) and name.endswith(".json"):
                     uid = name[len(self._spec_prefix) : -5]
                     if uid not in known and _uid_ok(uid):
                         claims.setdefault(uid, _Claim()).spec = self._cdi_base + name
-                elif name.startswith(self._meta_prefix):
-                    uid, sep, request = name[len(self._meta_prefix) : -5].partition("_")
-                    if sep and uid not in known and _uid_ok(uid) and _REQUEST.fullmatch(request):
-                        claims.setdefault(uid, _Claim()).metadata_specs[request] = self._cdi_base + name
-        with contextlib.suppress(FileNotFoundError, NotADirectoryError), os.scandir(self._meta_base) as dirs:
-            for claim_dir in dirs:
-                if claim_dir.name.startswith(".") or not claim_dir.is_dir(follow_symlinks=False):
-                    continue
-                self._scan_claim_dir(claim_dir.path, known, known_files, claims)
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError), os.scandir(self._meta_base) as it:
+            for item in it:
+                uid, sep, request = item.name.removesuffix(".json").partition("_")
+                if not sep or not item.name.endswith(".json") or uid in known:
+                    continue  # not a metadata file (a temp file starts with "."), or a journaled one
+                if _uid_ok(uid) and _REQUEST.fullmatch(request) and item.is_file(follow_symlinks=False):
+                    claims.setdefault(uid, _Claim()).streams[request] = item.path
         return claims
 
-    def _scan_claim_dir(
-        self, path: str, known: Container[str], known_files: Container[str], claims: dict[str, _Claim]
-    ) -> None:
-        with contextlib.suppress(OSError), os.scandir(path) as requests:
-            for request in requests:
-                if not _REQUEST.fullmatch(request.name) or not request.is_dir(follow_symlinks=False):
-                    continue
-                stream = f"{request.path}/{_METADATA_FILE}"
-                if stream in known_files:
-                    continue  # a journaled claim's file: no need to read it for its UID
-                try:
-                    uid = _first_object(_read(stream))["metadata"]["uid"]
-                except (OSError, ValueError, KeyError, TypeError):
-                    continue  # nothing of ours, or not readable as ours: no claim to name
-                if isinstance(uid, str) and uid not in known and _uid_ok(uid):
-                    claims.setdefault(uid, _Claim()).streams[request.name] = stream
-
-    def unjournaled(self, known: Container[str], known_files: Container[str] = ()) -> list[Found]:
+    def unjournaled(self, known: Container[str]) -> list[Found]:
         """Claims with files on disk that ``known`` (the journal's UIDs) lacks, rebuilt; UID order.
-
-        ``known_files``: metadata streams of journaled claims, which need not be read for their UID.
 
         Raises :class:`JournalError` when such a claim's CDI spec cannot be read as the spec
         numadra writes: its devices are then unknown, and carrying on could hand them out twice.
         """
         found: list[Found] = []
-        for uid, claim in sorted(self._scan(known, known_files).items()):
+        for uid, claim in sorted(self._scan(known).items()):
             entry = self._rebuild(uid, claim)
-            paths = [p for p in (claim.spec, *claim.metadata_specs.values(), *claim.streams.values()) if p]
+            paths = [p for p in (claim.spec, *claim.streams.values()) if p]
             found.append(Found(uid=uid, entry=entry, paths=tuple(paths)))
         return found
 
     # -- rebuilding -------------------------------------------------------------------------------
 
     def _streams(self, uid: str, claim: _Claim) -> _Streams:
-        """What the claim's metadata streams say (those its metadata specs mount included)."""
+        """What the claim's metadata streams say (a stream naming another UID is not this claim's)."""
         out = _Streams()
-        for request, path in claim.metadata_specs.items():
-            host = self._mounted_stream(path)
-            if host is not None and request not in claim.streams:
-                claim.streams[request] = host
         for request, path in sorted(claim.streams.items()):
             try:
                 content = _read(path)
@@ -235,9 +204,6 @@ class Evidence:
             if isinstance(ns, str) and isinstance(nm, str) and _names_ok(ns, nm):
                 out.namespace, out.name = ns, nm
             out.files.append(StoredFile(path, content))
-            claim_dir = path.rsplit("/", 2)[0]
-            if claim_dir not in out.dirs:
-                out.dirs.append(claim_dir)
         return out
 
     def _rebuild(self, uid: str, claim: _Claim) -> JournalEntry:
@@ -253,20 +219,6 @@ class Evidence:
         else:  # metadata only (the CDI dir was emptied too): hold the devices the streams name
             for request, devs in by_request.items():
                 devices += [PreparedDevice((request,), pool, dev, ()) for pool, dev in devs]
-        for request, path in sorted(claim.metadata_specs.items()):
-            with contextlib.suppress(OSError, ValueError):
-                specs.append(StoredFile(path, _read(path)))
-                cdi_id = f"{self.driver_name}/{_METADATA_CLASS}={uid}_{request}"
-                for i, dev in enumerate(devices):  # appended to the request's first device, as prepare does
-                    if dev.request_names == (request,):
-                        devices[i] = PreparedDevice(
-                            dev.request_names,
-                            dev.pool_name,
-                            dev.device_name,
-                            (*dev.cdi_device_ids, cdi_id),
-                            dev.share_id,
-                        )
-                        break
         return JournalEntry(
             namespace=streams.namespace,
             name=streams.name,
@@ -275,18 +227,7 @@ class Evidence:
             cdi_specs=tuple(specs),
             metadata_files=tuple(streams.files),
             pinning=pinning,
-            directories=tuple(streams.dirs),
         )
-
-    def _mounted_stream(self, spec_path: str) -> str | None:
-        """The metadata stream a metadata spec mounts, when it lies in our metadata tree."""
-        try:
-            host = json.loads(_read(spec_path))["devices"][0]["containerEdits"]["mounts"][0]["hostPath"]
-        except (OSError, ValueError, KeyError, TypeError, IndexError):
-            return None
-        if not isinstance(host, str) or not host.startswith(self._meta_base + "/") or "/../" in host:
-            return None
-        return host
 
     def _claim_spec(
         self, uid: str, path: str, device_request: Mapping[str, str]

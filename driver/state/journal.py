@@ -141,8 +141,6 @@ class JournalEntry:
     cdi_specs: tuple[StoredFile, ...] = ()
     metadata_files: tuple[StoredFile, ...] = ()
     pinning: ClaimPinning | None = None
-    #: the directories created for this claim (metadata), removed on unprepare
-    directories: tuple[str, ...] = field(default=())
     #: devices (names, in this driver's pool) held with ``adminAccess``: they block no other claim
     admin_devices: tuple[str, ...] = field(default=())
     #: UIDs of the pods in the claim's ``status.reservedFor`` when prepared: pinning is bound to
@@ -171,7 +169,6 @@ class JournalEntry:
             ],
             "cdiSpecs": [_file_json(f) for f in self.cdi_specs],
             "metadataFiles": [_file_json(f) for f in self.metadata_files],
-            "directories": list(self.directories),
             "pinning": None,
         }
         if self.admin_devices:  # only then: entries without admin access keep their old text
@@ -225,7 +222,6 @@ class JournalEntry:
             ),
             cdi_specs=tuple(_file_from_json(f) for f in obj["cdiSpecs"]),
             metadata_files=tuple(_file_from_json(f) for f in obj["metadataFiles"]),
-            directories=tuple(_str(d) for d in obj["directories"]),
             pinning=pinning,
             admin_devices=tuple(_str(d) for d in obj.get("adminDevices", ())),
             reserved_pods=(
@@ -294,7 +290,7 @@ def _entry_text(entry: JournalEntry) -> str:
     pods = "" if entry.reserved_pods is None else f'"reservedPods":{_strings(entry.reserved_pods)},'
     return (
         f'{{{admin}"cdiSpecs":[{",".join([_file_text(f) for f in entry.cdi_specs])}],'
-        f'"devices":[{devices}],"directories":{_strings(entry.directories)},'
+        f'"devices":[{devices}],'
         f'"metadataFiles":[{",".join([_file_text(f) for f in entry.metadata_files])}],'
         f'"name":{_quote(entry.name)},"namespace":{_quote(entry.namespace)},'
         f'"pinning":{pinning},{pods}"uid":{_quote(entry.uid)}}}'
@@ -337,11 +333,8 @@ class Journal:
         #: CPU -> how many entries pin it (a multiset, so removing one entry is exact)
         self._cpu_users: dict[int, int] = {}
         self._taken: frozenset[int] | None = frozenset()  # the keys of _cpu_users; None: stale
-        #: (namespace, name) -> the UIDs of the entries of that name (metadata paths are per name)
-        self._names: dict[tuple[str, str], list[str]] = {}
 
     def _index(self, entry: JournalEntry) -> None:
-        self._names.setdefault((entry.namespace, entry.name), []).append(entry.uid)
         for held in entry.devices:
             if held.share_id is None and held.device_name not in entry.admin_devices:
                 self._holders.setdefault((held.pool_name, held.device_name), []).append(entry.uid)
@@ -351,11 +344,6 @@ class Journal:
             self._taken = None
 
     def _unindex(self, entry: JournalEntry) -> None:
-        named = self._names.get((entry.namespace, entry.name))
-        if named is not None and entry.uid in named:
-            named.remove(entry.uid)
-            if not named:
-                del self._names[(entry.namespace, entry.name)]
         for held in entry.devices:
             if held.share_id is None and held.device_name not in entry.admin_devices:
                 uids = self._holders.get((held.pool_name, held.device_name))
@@ -374,7 +362,7 @@ class Journal:
 
     def _reset(self, entries: dict[str, JournalEntry], texts: dict[str, str]) -> None:
         self._entries, self._text, self._dirty = entries, texts, {}
-        self._holders, self._cpu_users, self._taken, self._names = {}, {}, frozenset(), {}
+        self._holders, self._cpu_users, self._taken = {}, {}, frozenset()
         for entry in entries.values():
             self._index(entry)
 
@@ -430,8 +418,7 @@ class Journal:
         if self._evidence is None:
             self._check_due = ""
             return
-        streams = {f.path for entry in self._entries.values() for f in entry.metadata_files}
-        found = self._evidence.unjournaled(self._entries, streams)
+        found = self._evidence.unjournaled(self._entries)
         if self.read_only or not persist:
             self.unjournaled = found
             if self.read_only:
@@ -572,16 +559,6 @@ class Journal:
             return None if uids[0] == except_uid else self._entries[uids[0]]
         for uid in self._entries:
             if uid != except_uid and uid in uids:
-                return self._entries[uid]
-        return None
-
-    def named(self, namespace: str, name: str, *, except_uid: str = "") -> JournalEntry | None:
-        """Another entry (not ``except_uid``) of a claim with this namespace and name, if any.
-
-        A claim deleted and re-created under its name has a new UID but the same metadata paths.
-        """
-        for uid in self._names.get((namespace, name), ()):
-            if uid != except_uid:
                 return self._entries[uid]
         return None
 

@@ -321,7 +321,7 @@ class Cluster:
         )
 
     def claim_files(self, claim_uid: str) -> list[Path]:
-        """Every CDI spec file of a claim (claim spec and metadata specs carry the UID in the name)."""
+        """Every CDI spec file of a claim (one: its spec, named after its UID)."""
         return sorted(p for p in self.cdi_dir.iterdir() if claim_uid in p.name)
 
     def spec_file(self, claim_uid: str) -> Path:

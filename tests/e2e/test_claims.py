@@ -146,10 +146,7 @@ def test_numa_aligned_claim_is_scheduled_prepared_and_freed(cluster: Cluster, re
         assert f"{claim_kind}={uid}-{results[request]['device']}" in ids, (request, ids)
     cpu_id = f"{claim_kind}={uid}-{results['cpus']['device']}-{results['cpus']['shareID']}"
     assert cpu_id in ids
-    assert sorted(i for i in ids if i.startswith(f"{DRIVER}/metadata=")) == sorted(
-        f"{DRIVER}/metadata={uid}_{r}" for r in REQUESTS
-    )
-    assert len(ids) == len(set(ids)) == 6
+    assert len(ids) == len(set(ids)) == 3  # the metadata mounts ride on these, no IDs of their own
 
     # the CDI spec files and what they contain
     spec = json.loads(cluster.spec_file(uid).read_text())
@@ -160,21 +157,19 @@ def test_numa_aligned_claim_is_scheduled_prepared_and_freed(cluster: Cluster, re
     cpus = cluster.claim_cpus(uid)
     assert len(cpus) == 8
     assert cpus <= node_cpus(cluster, numa), f"cpuset {sorted(cpus)} not on NUMA node {numa}"
-    assert len(cluster.claim_files(uid)) == 1 + len(REQUESTS)
+    assert len(cluster.claim_files(uid)) == 1  # one spec per claim
 
-    # KEP-5304 metadata: host file per request, mounted at the well-known path
-    meta_dir = cluster.plugin_dir / METADATA_DIR / f"{ns}_{claim['metadata']['name']}"
+    # KEP-5304 metadata: a host file per request, mounted at the well-known path by the first
+    # device of its request in the claim's spec
+    meta_dir = cluster.plugin_dir / METADATA_DIR
+    mounts = {m["hostPath"]: m for d in spec["devices"] for m in d["containerEdits"].get("mounts", ())}
+    assert sorted(mounts) == sorted(str(meta_dir / f"{uid}_{r}.json") for r in REQUESTS)
     for request in REQUESTS:
-        host_file = meta_dir / request / "metadata.json"
+        host_file = meta_dir / f"{uid}_{request}.json"
         stream = metadata_stream(host_file)
         assert stream[0]["apiVersion"] == "metadata.resource.k8s.io/v1beta1"
         assert results[request]["device"] in json.dumps(stream[0])
-        meta_spec = next(p for p in cluster.claim_files(uid) if p.name.endswith(f"{uid}_{request}.json"))
-        mounts = [
-            m for d in json.loads(meta_spec.read_text())["devices"] for m in d["containerEdits"]["mounts"]
-        ]
-        assert mounts[0]["hostPath"] == str(host_file)
-        assert mounts[0]["containerPath"] == (
+        assert mounts[str(host_file)]["containerPath"] == (
             f"{CONTAINER_DIR}/resourceclaimtemplates/devices/{request}/{DRIVER}-metadata.json"
         )
     assert uid in cluster.journal_uids()
@@ -212,7 +207,7 @@ def test_numa_aligned_claim_is_scheduled_prepared_and_freed(cluster: Cluster, re
     t1 = time.monotonic()
     cluster.delete_pod(ns, "trainer")
     assert cluster.claim_files(uid) == []
-    assert not meta_dir.exists()
+    assert not list(meta_dir.glob(f"{uid}_*"))
     assert uid not in cluster.journal_uids()
     record_property("delete_to_freed_s", round(time.monotonic() - t1, 2))
 

@@ -45,3 +45,46 @@ def test_an_upward_import_breaks_the_contract(tmp_path: Path) -> None:
     done = _lint(tmp_path)
     assert done.returncode != 0
     assert "BROKEN" in done.stdout and "driver.inventory.upward -> driver.kubelet.server" in done.stdout
+
+
+def _private_imports_across_packages(root: Path) -> list[str]:
+    """``driver.x.y imports driver.<layer>.<...>._<name>`` for every import of something private
+    to a layer (a private module, or a private name of one of its modules) from outside it."""
+    import ast
+
+    found: list[str] = []
+    for path in sorted((root / "driver").rglob("*.py")):
+        importer = ".".join(path.relative_to(root).with_suffix("").parts)
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+            for name in names:
+                parts = name.split(".")
+                private = next((i for i, part in enumerate(parts) if i >= 2 and part.startswith("_")), None)
+                if parts[0] != "driver" or private is None:
+                    continue
+                package = ".".join(parts[:2])  # driver.<layer>: its modules share its privates
+                if not importer.startswith(package + "."):
+                    found.append(f"{importer} imports {name}")
+    return found
+
+
+def test_no_package_reaches_into_another_packages_private_modules() -> None:
+    """What several layers use is public (``driver.inventory.sysfs``, not ``_sysfs``): a private
+    module is its package's own business, so it can change without breaking another layer."""
+    assert _private_imports_across_packages(REPO) == []
+
+
+def test_a_private_import_across_packages_is_found(tmp_path: Path) -> None:
+    (tmp_path / "driver" / "inventory").mkdir(parents=True)
+    (tmp_path / "driver" / "health").mkdir()
+    (tmp_path / "driver" / "inventory" / "_helper.py").write_text("X = 1\n")
+    (tmp_path / "driver" / "inventory" / "own.py").write_text("from driver.inventory._helper import X\n")
+    (tmp_path / "driver" / "health" / "user.py").write_text("from driver.inventory._helper import X\n")
+    assert _private_imports_across_packages(tmp_path) == [
+        "driver.health.user imports driver.inventory._helper",
+        "driver.health.user imports driver.inventory._helper.X",
+    ]

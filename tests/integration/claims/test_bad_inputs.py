@@ -237,7 +237,7 @@ def test_cdi_dir_not_writable(world: World) -> None:
     assert "cannot write" in res.error
     assert str(world.cdi_dir) in res.error
     assert drv.prepared_claims() == []
-    assert not (world.plugin_dir / "dra-device-metadata" / "default_claim-u-ro").exists()
+    assert not (world.plugin_dir / "dra-device-metadata" / "u-ro_gpu.json").exists()
     world.cdi_dir.unlink()
     world.cdi_dir.mkdir()
     assert drv.prepare_claims([ref])["u-ro"].ok  # and a retry once the dir is back works

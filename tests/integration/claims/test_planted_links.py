@@ -32,13 +32,12 @@ def _snapshot(directory: Path) -> dict[str, bytes]:
     }
 
 
-def test_a_link_planted_as_a_claims_metadata_dir_is_refused(world: World, tmp_path: Path) -> None:
-    """The claim dir <ns>_<name> is a link to another directory: the claim fails, naming the link."""
+def test_a_link_planted_as_the_metadata_dir_is_refused(world: World, tmp_path: Path) -> None:
+    """dra-device-metadata is a link to another directory: the claim fails, naming the link."""
     victim = _victim(tmp_path)
     before = _snapshot(victim)
-    meta_root = world.plugin_dir / "dra-device-metadata"
-    meta_root.mkdir(parents=True)
-    link = meta_root / "ml_train"
+    world.plugin_dir.mkdir(parents=True)
+    link = world.plugin_dir / "dra-device-metadata"
     link.symlink_to(victim)
     ref = world.getter.add(claim(UID, "train", "ml", results=[result("gpu", GPU0)]))
     got = world.driver().prepare_claims([ref])[UID]
@@ -51,17 +50,21 @@ def test_a_link_planted_as_a_claims_metadata_dir_is_refused(world: World, tmp_pa
     assert world.cdi_files() == []  # the failed claim left no spec behind
 
 
-def test_a_link_planted_as_a_request_dir_is_refused(world: World, tmp_path: Path) -> None:
-    """One level deeper (<ns>_<name>/<request>): the same refusal."""
-    victim = _victim(tmp_path)
-    claim_dir = world.plugin_dir / "dra-device-metadata" / "ml_train"
-    claim_dir.mkdir(parents=True)
-    (claim_dir / "gpu").symlink_to(victim)
+def test_a_link_planted_as_a_metadata_file_is_replaced_never_written_through(
+    world: World, tmp_path: Path
+) -> None:
+    """<uid>_<request>.json is a link to a file: the prepare puts its own file in the link's
+    place (a rename replaces the link itself), and the file it pointed to keeps its content."""
+    victim = _victim(tmp_path) / "keep"
+    meta_dir = world.plugin_dir / "dra-device-metadata"
+    meta_dir.mkdir(parents=True)
+    planted = meta_dir / f"{UID}_gpu.json"
+    planted.symlink_to(victim)
     ref = world.getter.add(claim(UID, "train", "ml", results=[result("gpu", GPU0)]))
-    got = world.driver().prepare_claims([ref])[UID]
-    assert not got.ok
-    assert f"cannot write {claim_dir / 'gpu'}" in got.error and "symbolic link" in got.error
-    assert sorted(p.name for p in victim.iterdir()) == ["keep"]
+    assert world.driver().prepare_claims([ref])[UID].ok
+    assert victim.read_text() == "precious\n"
+    assert not planted.is_symlink()
+    assert '"uid":"' + UID + '"' in planted.read_text()
 
 
 def test_a_link_planted_as_the_journal_is_refused(world: World, tmp_path: Path) -> None:
@@ -94,24 +97,23 @@ def test_a_link_planted_as_the_state_dir_is_refused(world: World, tmp_path: Path
 
 
 def test_unprepare_never_deletes_through_a_link_planted_after_prepare(world: World, tmp_path: Path) -> None:
-    """The claim dir swapped for a link to a tree of the same shape: unprepare fails naming the
-    link and the victim's files stay; once the link is gone, unprepare completes."""
+    """The metadata dir swapped for a link to a dir holding a file of the same name: unprepare
+    fails naming the link and the victim's files stay; once the link is gone, it completes."""
     ref = world.getter.add(claim(UID, "train", "ml", results=[result("gpu", GPU0)]))
     drv = world.driver()
     assert drv.prepare_claims([ref])[UID].ok
-    claim_dir = world.plugin_dir / "dra-device-metadata" / "ml_train"
+    meta_dir = world.plugin_dir / "dra-device-metadata"
     victim = _victim(tmp_path)
-    (victim / "gpu").mkdir()
-    (victim / "gpu" / "metadata.json").write_text("not yours\n")
+    (victim / f"{UID}_gpu.json").write_text("not yours\n")
     before = _snapshot(victim)
     moved = tmp_path / "moved"
-    claim_dir.rename(moved)
-    claim_dir.symlink_to(victim)
+    meta_dir.rename(moved)
+    meta_dir.symlink_to(victim)
     error = drv.unprepare_claims([ref])[UID]
-    assert error.startswith(f"claim ml/train (uid {UID}): cannot remove {claim_dir}")
+    assert error.startswith(f"claim ml/train (uid {UID}): cannot remove {meta_dir}")
     assert "symbolic link" in error
     assert _snapshot(victim) == before
-    claim_dir.unlink()
+    meta_dir.unlink()
     assert drv.unprepare_claims([ref]) == {UID: ""}
     assert world.cdi_files() == []
 
@@ -122,4 +124,4 @@ def test_a_cdi_dir_that_does_not_exist_yet_is_made(world: World) -> None:
     drv = world.driver()
     world.cdi_dir.rmdir()
     assert drv.prepare_claims([ref])[UID].ok
-    assert world.cdi_files() == [f"numadra.dev_claim_{UID}.json", f"numadra.dev_metadata_{UID}_gpu.json"]
+    assert world.cdi_files() == [f"numadra.dev_claim_{UID}.json"]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -62,10 +61,7 @@ def test_prepare_writes_one_cdi_spec_with_nodes_env_and_pinning(world: World) ->
     assert all(d.pool_name == NODE for d in res.devices)
     assert [d.request_names for d in res.devices] == [("gpu",), ("nic",), ("cpu",)]
     assert res.devices[2].share_id is not None
-    assert res.devices[0].cdi_device_ids == (
-        f"{DRIVER}/claim={UID}-{GPU0}",
-        f"{DRIVER}/metadata={UID}_gpu",
-    )
+    assert res.devices[0].cdi_device_ids == (f"{DRIVER}/claim={UID}-{GPU0}",)
     spec_path = world.cdi_dir / f"{DRIVER}_claim_{UID}.json"
     spec = json.loads(spec_path.read_text())
     assert spec["kind"] == f"{DRIVER}/claim"
@@ -119,9 +115,9 @@ def test_gpu_only_claim_gets_memory_nodes_of_its_devices(world: World) -> None:
     assert env["NUMADRA_MEMS"] == "0-1"
     assert env["NVIDIA_VISIBLE_DEVICES"] == "0,1"
     assert env["NUMADRA_CLAIM_UID"] == "u-gpus"
-    # the metadata CDI ID goes to the first device of the request only
-    assert len(res.devices[0].cdi_device_ids) == 2
-    assert len(res.devices[1].cdi_device_ids) == 1
+    # the metadata mount goes to the first device of the request only
+    assert [len(d["containerEdits"].get("mounts", ())) for d in spec["devices"]] == [1, 0]
+    assert [len(d.cdi_device_ids) for d in res.devices] == [1, 1]
 
 
 def test_two_claims_never_share_exclusive_cpus(world: World) -> None:
@@ -172,11 +168,12 @@ def test_without_planner_cpu_devices_get_markers_but_no_cpus(world: World) -> No
     assert drv.prepared_claims()[0].pinning is None
 
 
-def test_metadata_stream_and_its_cdi_spec(world: World) -> None:
-    """KEP-5304: v1beta1 then v1alpha1 objects, a read-only bind mount at the documented path."""
+def test_metadata_stream_and_its_mount(world: World) -> None:
+    """KEP-5304: v1beta1 then v1alpha1 objects, a read-only bind mount at the documented path,
+    carried by the request's first device in the claim's spec: two new files per claim."""
     ref = world.getter.add(_full_claim())
     world.driver().prepare_claims([ref])
-    host = world.plugin_dir / "dra-device-metadata" / "ml_train" / "nic" / "metadata.json"
+    host = world.plugin_dir / "dra-device-metadata" / f"{UID}_nic.json"
     lines = host.read_text().splitlines()
     assert len(lines) == 2
     first, second = (json.loads(line) for line in lines)
@@ -195,10 +192,10 @@ def test_metadata_stream_and_its_cdi_spec(world: World) -> None:
     assert dev["attributes"]["resource.kubernetes.io/numaNode"] == {"int": 0}
     assert dev["networkData"] == {"interfaceName": "eth1", "hardwareAddress": "b8:ce:f6:00:00:01"}
     assert host.stat().st_mode & 0o777 == 0o644
-    spec = json.loads((world.cdi_dir / f"{DRIVER}_metadata_{UID}_nic.json").read_text())
-    assert spec["kind"] == f"{DRIVER}/metadata"
-    (device,) = spec["devices"]
-    assert device["name"] == f"{UID}_nic"
+    assert world.cdi_files() == [f"{DRIVER}_claim_{UID}.json"]
+    assert sorted(p.name for p in host.parent.iterdir()) == [f"{UID}_{r}.json" for r in ("cpu", "gpu", "nic")]
+    spec = json.loads((world.cdi_dir / f"{DRIVER}_claim_{UID}.json").read_text())
+    device = next(d for d in spec["devices"] if d["name"] == f"{UID}-{NIC0}")
     assert device["containerEdits"]["mounts"] == [
         {
             "hostPath": str(host),
@@ -224,11 +221,11 @@ def test_metadata_of_template_claim_uses_pod_claim_name(world: World) -> None:
     res = world.driver().prepare_claims([ref])["u-tpl"]
     assert res.ok, res.error
     assert res.devices[0].request_names == ("gpu",)  # base name, the sub-request is stripped
-    host = world.plugin_dir / "dra-device-metadata" / "default_pod-1-gpu-x7k2" / "gpu" / "metadata.json"
+    host = world.plugin_dir / "dra-device-metadata" / "u-tpl_gpu.json"
     first = json.loads(host.read_text().splitlines()[0])
     assert first["podClaimName"] == "gpu"
     assert first["requests"][0]["name"] == "gpu/big"  # the full request reference
-    spec = json.loads((world.cdi_dir / f"{DRIVER}_metadata_u-tpl_gpu.json").read_text())
+    spec = json.loads((world.cdi_dir / f"{DRIVER}_claim_u-tpl.json").read_text())
     mount = spec["devices"][0]["containerEdits"]["mounts"][0]
     assert mount["containerPath"] == (
         f"/var/run/kubernetes.io/dra-device-attributes/resourceclaimtemplates/gpu/gpu/{DRIVER}-metadata.json"
@@ -274,7 +271,7 @@ def test_metadata_generation_bumps_when_content_changes(world: World) -> None:
     ref = world.getter.add(_full_claim())
     drv = world.driver()
     drv.prepare_claims([ref])
-    host = world.plugin_dir / "dra-device-metadata" / "ml_train" / "nic" / "metadata.json"
+    host = world.plugin_dir / "dra-device-metadata" / f"{UID}_nic.json"
     assert json.loads(host.read_text().splitlines()[0])["metadata"]["generation"] == 1
     world.inventory = make_inventory(nic0_interface="ens5")
     drv.prepare_claims([ref])
@@ -295,9 +292,9 @@ def test_reboot_recovery_recreates_identical_files(world: World) -> None:
     world.getter.add(claim("u-2", results=[result("gpu", GPU1)]))
     world.driver().prepare_claims([ClaimRef("ml", "train", UID), ClaimRef("default", "claim-u-2", "u-2")])
     before = {p.name: p.read_bytes() for p in world.cdi_dir.iterdir()}
-    meta = world.plugin_dir / "dra-device-metadata" / "ml_train" / "gpu" / "metadata.json"
+    meta = world.plugin_dir / "dra-device-metadata" / f"{UID}_gpu.json"
     meta_before = meta.read_bytes()
-    assert len(before) == 1 + 3 + 1 + 1  # two claim specs, four metadata specs
+    assert len(before) == 2  # two claim specs (they carry the metadata mounts)
     for p in world.cdi_dir.iterdir():
         p.unlink()
     meta.unlink()
@@ -317,7 +314,7 @@ def test_unprepare_removes_everything_and_is_idempotent(world: World) -> None:
     drv.prepare_claims([ref])
     assert drv.unprepare_claims([ref]) == {UID: ""}
     assert world.cdi_files() == []
-    assert not (world.plugin_dir / "dra-device-metadata" / "ml_train").exists()
+    assert list((world.plugin_dir / "dra-device-metadata").iterdir()) == []
     assert drv.prepared_claims() == []
     assert world.driver().unprepare_claims([ref]) == {UID: ""}
 
@@ -340,8 +337,9 @@ def test_unprepare_without_journal_entry_removes_that_claims_spec_files(world: W
     assert sorted(entry.uid for entry in journal.entries()) == [UID, other_uid]
     journal.path.unlink()  # as if the crash struck before the journal was written
     assert world.driver().unprepare_claims([ref]) == {UID: ""}
-    kept = [f"{DRIVER}_claim_{other_uid}.json", f"{DRIVER}_metadata_{other_uid}_gpu.json"]
-    assert world.cdi_files() == kept
+    assert world.cdi_files() == [f"{DRIVER}_claim_{other_uid}.json"]
+    meta = sorted(p.name for p in (world.plugin_dir / "dra-device-metadata").iterdir())
+    assert meta == [f"{other_uid}_gpu.json"]  # that claim's file stays, all of this one's went
 
 
 def test_unprepare_works_after_claim_deleted(world: World) -> None:
@@ -499,7 +497,7 @@ def test_reconcile_removes_temp_files_of_interrupted_writes(world: World) -> Non
     world.driver().prepare_claims([ref])
     stale_cdi = world.cdi_dir / f".{DRIVER}_claim_{UID}.json.123.456.7.tmp"
     stale_state = world.plugin_dir / "state" / ".journal.log.123.456.8.tmp"
-    stale_meta = world.plugin_dir / "dra-device-metadata" / "ml_train" / "nic" / ".metadata.json.1.2.3.tmp"
+    stale_meta = world.plugin_dir / "dra-device-metadata" / f".{UID}_nic.json.1.2.3.tmp"
     foreign = world.cdi_dir / ".other-vendor.json.1.tmp"
     for path in (stale_cdi, stale_state, stale_meta, foreign):
         path.write_text("{")
@@ -507,25 +505,13 @@ def test_reconcile_removes_temp_files_of_interrupted_writes(world: World) -> Non
     assert not stale_cdi.exists()
     assert not stale_state.exists()
     assert not stale_meta.exists()
-    assert stale_meta.with_name("metadata.json").exists()
+    assert stale_meta.with_name(f"{UID}_nic.json").exists()
     assert foreign.exists()  # not ours
-
-
-def test_unprepare_removes_metadata_dir_holding_a_stray_file(world: World) -> None:
-    """A file left in a request's metadata dir (a crashed write's temp) does not block unprepare."""
-    ref = world.getter.add(_full_claim())
-    drv = world.driver()
-    drv.prepare_claims([ref])
-    claim_dir = world.plugin_dir / "dra-device-metadata" / "ml_train"
-    (claim_dir / "nic" / ".metadata.json.123.456.7.tmp").write_text("{")
-    assert drv.unprepare_claims([ref]) == {UID: ""}
-    assert not claim_dir.exists()
-    assert world.cdi_files() == []
 
 
 def test_prepare_makes_metadata_and_state_dirs_with_their_modes(world: World) -> None:
     """Explicit modes whatever the umask (000 here; before, the claim dir was 0777 under it):
-    metadata dirs 0755, state/ 0700, specs and metadata files 0644, the journal 0600."""
+    the metadata dir 0755, state/ 0700, specs and metadata files 0644, the journal 0600."""
     import os
 
     ref = world.getter.add(_full_claim())
@@ -535,78 +521,43 @@ def test_prepare_makes_metadata_and_state_dirs_with_their_modes(world: World) ->
     finally:
         os.umask(old)
     meta_root = world.plugin_dir / "dra-device-metadata"
-    claim_dir = meta_root / "ml_train"
     assert meta_root.stat().st_mode & 0o777 == 0o755
-    assert claim_dir.stat().st_mode & 0o777 == 0o755
-    assert sorted(p.name for p in claim_dir.iterdir()) == ["cpu", "gpu", "nic"]
-    assert all(p.stat().st_mode & 0o777 == 0o755 for p in claim_dir.iterdir())
-    assert all((p / "metadata.json").stat().st_mode & 0o777 == 0o644 for p in claim_dir.iterdir())
+    assert sorted(p.name for p in meta_root.iterdir()) == [f"{UID}_{r}.json" for r in ("cpu", "gpu", "nic")]
+    assert all(p.stat().st_mode & 0o777 == 0o644 for p in meta_root.iterdir())
     assert all(p.stat().st_mode & 0o777 == 0o644 for p in world.cdi_dir.iterdir())
     assert (world.plugin_dir / "state").stat().st_mode & 0o777 == 0o700
     assert (world.plugin_dir / "state" / "journal.log").stat().st_mode & 0o777 == 0o600
 
 
-def test_claim_recreated_under_the_same_name_waits_for_the_old_one(world: World) -> None:
-    """Metadata paths are keyed by namespace/name (KEP-5304), not by UID.
-
-    A claim deleted and re-created under the same name can reach this node while the old one is
-    still prepared (its pod still terminating). Preparing the new one then would share the old
-    one's metadata files, and the old one's unprepare would delete them from under the new pod.
-    So the new claim fails, naming the old UID (the kubelet retries), until the old is unprepared.
-    """
+def test_claim_recreated_under_the_same_name_is_prepared_beside_the_old_one(world: World) -> None:
+    """Metadata files are keyed by UID: a claim deleted and re-created under its old name can
+    reach this node while the old one is still prepared (its pod still terminating). Both are
+    prepared, each with its own files, and the old one's unprepare leaves the new one's alone."""
     old = world.getter.add(_full_claim())
     drv = world.driver()
     assert drv.prepare_claims([old])[UID].ok
     new_uid = UID.replace("0001", "0009")
     new = world.getter.add(claim(new_uid, "train", "ml", results=[result("gpu", GPU1)]))
-
-    refused = drv.prepare_claims([new])[new_uid]
-    assert not refused.ok
-    assert f"claim ml/train (uid {new_uid})" in refused.error
-    assert f"uid {UID}" in refused.error and "still prepared" in refused.error
-    assert [e.uid for e in drv.prepared_claims()] == [UID]
-    assert not (world.cdi_dir / f"{DRIVER}_claim_{new_uid}.json").exists()
+    assert drv.prepare_claims([new])[new_uid].ok
+    assert sorted(e.uid for e in drv.prepared_claims()) == [UID, new_uid]
+    host = world.plugin_dir / "dra-device-metadata" / f"{new_uid}_gpu.json"
+    assert json.loads(host.read_text().splitlines()[0])["metadata"]["uid"] == new_uid
 
     assert drv.unprepare_claims([old]) == {UID: ""}
-    assert drv.prepare_claims([new])[new_uid].ok
-    host = world.plugin_dir / "dra-device-metadata" / "ml_train" / "gpu" / "metadata.json"
-    assert json.loads(host.read_text().splitlines()[0])["metadata"]["uid"] == new_uid
-    # a late repeat of the old unprepare must not touch the new claim's files
-    assert world.driver().unprepare_claims([old]) == {UID: ""}
+    assert world.driver().unprepare_claims([old]) == {UID: ""}  # a late repeat, too
     assert host.exists()
-    assert (world.cdi_dir / f"{DRIVER}_metadata_{new_uid}_gpu.json").exists()
+    assert world.cdi_files() == [f"{DRIVER}_claim_{new_uid}.json"]
+    assert sorted(p.name for p in host.parent.iterdir()) == [host.name]
 
 
 def test_unprepare_without_journal_entry_removes_that_claims_metadata_dir(world: World) -> None:
-    """With the journal lost, unprepare still removes the claim's metadata tree (by namespace/name)."""
+    """With the journal lost, unprepare still removes the claim's metadata files (by UID)."""
     ref = world.getter.add(_full_claim())
     assert world.driver().prepare_claims([ref])[UID].ok
     journal_path(world.plugin_dir).unlink()
     assert world.driver().unprepare_claims([ref]) == {UID: ""}
-    assert not (world.plugin_dir / "dra-device-metadata" / "ml_train").exists()
+    assert list((world.plugin_dir / "dra-device-metadata").iterdir()) == []
     assert world.cdi_files() == []
-
-
-def test_unprepare_leaves_metadata_that_a_same_name_claim_still_uses(world: World) -> None:
-    """A journal from before the same-name check can hold two UIDs of one name: the metadata
-    files they share stay until the last of them is unprepared; each one's specs go with it."""
-    ref = world.getter.add(_full_claim())
-    drv = world.driver()
-    assert drv.prepare_claims([ref])[UID].ok
-    journal = Journal(journal_path(world.plugin_dir))
-    journal.load()
-    first = journal.get(UID)
-    assert first is not None
-    twin_uid = UID.replace("0001", "0007")
-    journal.put(replace(first, uid=twin_uid, cdi_specs=()))
-    journal.save()
-    host = world.plugin_dir / "dra-device-metadata" / "ml_train" / "nic" / "metadata.json"
-
-    assert drv.unprepare_claims([ref]) == {UID: ""}
-    assert host.exists()
-    assert world.cdi_files() == []
-    assert drv.unprepare_claims([ClaimRef("ml", "train", twin_uid)]) == {twin_uid: ""}
-    assert not (world.plugin_dir / "dra-device-metadata" / "ml_train").exists()
 
 
 def _admin(res: dict[str, Any]) -> dict[str, Any]:
@@ -646,21 +597,20 @@ def test_admin_access_must_be_a_boolean(world: World) -> None:
     assert f"request 'gpu': device '{GPU0}': adminAccess must be a boolean, got 'yes'" in error
 
 
-def test_claim_too_long_for_a_metadata_dir_is_prepared_without_metadata(world: World) -> None:
-    """A valid 63-character namespace and 253-character name make ``<ns>_<name>`` 317 bytes, more
-    than a directory name may have: the claim gets its devices, without the optional metadata."""
+def test_longest_names_still_get_their_metadata(world: World) -> None:
+    """A valid 63-character namespace and 253-character name (317 bytes together, more than a
+    file name may have) get their metadata: file names carry the UID and request, not the names."""
     name = "a" * 200 + "." + "b" * 52
     namespace = "n" * 63
     ref = world.getter.add(claim("u-long", name, namespace, results=[result("gpu", GPU0)]))
-    with capture_logs() as logs:
-        prepared = world.driver().prepare_claims([ref])["u-long"]
+    prepared = world.driver().prepare_claims([ref])["u-long"]
     assert prepared.ok, prepared.error
-    (device,) = prepared.devices
-    assert device.cdi_device_ids == (f"{DRIVER}/claim=u-long-{GPU0}",)  # no metadata CDI ID
-    assert world.cdi_files() == [f"{DRIVER}_claim_u-long.json"]
-    assert not (world.plugin_dir / "dra-device-metadata").exists()
-    (warning,) = [e for e in logs if e["log_level"] == "warning"]
-    assert warning["claim_uid"] == "u-long" and "without device metadata" in warning["event"]
+    host = world.plugin_dir / "dra-device-metadata" / "u-long_gpu.json"
+    first = json.loads(host.read_text().splitlines()[0])
+    assert (first["metadata"]["namespace"], first["metadata"]["name"]) == (namespace, name)
+    spec = json.loads((world.cdi_dir / f"{DRIVER}_claim_u-long.json").read_text())
+    (mount,) = spec["devices"][0]["containerEdits"]["mounts"]
+    assert mount["containerPath"].endswith(f"/resourceclaims/{name}/gpu/{DRIVER}-metadata.json")
     assert world.driver().unprepare_claims([ref]) == {"u-long": ""}
     assert world.cdi_files() == []
-    assert world.driver().unprepare_claims([ref]) == {"u-long": ""}  # unknown now: still fine
+    assert not host.exists()

@@ -67,8 +67,9 @@ def test_modes_are_explicit_under_umask_000(node: RunNode) -> None:
     assert mode(node.plugin_dir / "state" / "journal.log") == 0o600
     assert mode(node.plugin_dir / "serialize.lock") == 0o600
     meta = node.plugin_dir / "dra-device-metadata"
-    assert {mode(p) for p in [meta, *meta.rglob("*")] if p.is_dir()} == {0o755}
-    assert {mode(p) for p in meta.rglob("metadata.json")} == {0o644}
+    assert mode(meta) == 0o755
+    assert {mode(p) for p in meta.iterdir()} == {0o644}
+    assert sorted(p.name for p in meta.iterdir()) == [f"{uid}_cpus.json", f"{uid}_gpu.json"]
     assert {mode(p) for p in node.cdi_dir.iterdir()} == {0o644}
     assert process.stop() == 0
 

@@ -316,26 +316,6 @@ def test_spec_bytes_are_the_dict_encoding() -> None:
     assert cdi.spec_bytes(spec) == cdi.spec_json_bytes(spec.to_json())
 
 
-def test_make_dir_makes_what_pathlib_makes(tmp_path: Path) -> None:
-    """make_dir gives the leaf its mode and missing parents pathlib's default, under any umask."""
-    old = os.umask(0)
-    try:
-        cdi.make_dir(str(tmp_path / "a" / "b" / "leaf"), 0o755)
-        (tmp_path / "p" / "b" / "leaf").mkdir(mode=0o755, parents=True, exist_ok=True)
-        cdi.make_dir(str(tmp_path / "a" / "b" / "leaf"), 0o700)  # exists: left alone
-    finally:
-        os.umask(old)
-    for rel in ("a", "a/b", "a/b/leaf"):
-        made = (tmp_path / rel).stat().st_mode & 0o777
-        assert made == (tmp_path / rel.replace("a", "p", 1)).stat().st_mode & 0o777
-    assert (tmp_path / "a").stat().st_mode & 0o777 == 0o777
-    assert (tmp_path / "a" / "b" / "leaf").stat().st_mode & 0o777 == 0o755
-    cdi.remove_dir(str(tmp_path / "a" / "b" / "leaf"))
-    assert not (tmp_path / "a" / "b" / "leaf").exists()
-    with pytest.raises(OSError):
-        cdi.remove_dir(str(tmp_path / "a"))  # not empty
-
-
 def test_remove_file_takes_plain_strings(tmp_path: Path) -> None:
     """remove_file accepts the str paths the journal stores."""
     path = tmp_path / "f.json"

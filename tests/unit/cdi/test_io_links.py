@@ -61,19 +61,21 @@ def test_write_replaces_a_link_at_the_target_instead_of_following_it(tmp_path: P
     assert (victim / "keep").read_text() == "precious"
 
 
-def test_make_dir_below_a_root_sets_exact_modes_and_refuses_links(
+def test_dirs_made_below_a_root_get_exact_modes_and_refuse_links(
     tmp_path: Path, victim: Path, umask0: None
 ) -> None:
+    """A write that makes its directories walks them without following links."""
     root = tmp_path / "plugin"
     root.mkdir()
-    cdi.make_dir(str(root / "meta" / "ns_name" / "req"), 0o755, roots=[str(root)])
-    for rel in ("meta", "meta/ns_name", "meta/ns_name/req"):
+    roots = [str(root)]
+    cdi.atomic_write_bytes(root / "meta" / "sub" / "a.json", b"{}", roots=roots, dir_mode=0o755)
+    for rel in ("meta", "meta/sub"):
         assert (root / rel).stat().st_mode & 0o777 == 0o755, rel
     (root / "meta" / "planted").symlink_to(victim)
     with pytest.raises(cdi.SymlinkError, match="planted is a symbolic link"):
-        cdi.make_dir(str(root / "meta" / "planted"), 0o755, roots=[str(root)])
+        cdi.atomic_write_bytes(root / "meta" / "planted" / "a.json", b"{}", roots=roots, dir_mode=0o755)
     with pytest.raises(cdi.SymlinkError):
-        cdi.make_dir(str(root / "meta" / "planted" / "req"), 0o755, roots=[str(root)])
+        cdi.atomic_write_bytes(root / "meta" / "planted" / "d" / "a.json", b"{}", roots=roots, dir_mode=0o755)
     assert list(victim.iterdir()) == []
 
 
@@ -113,28 +115,16 @@ def test_a_name_error_is_a_spec_error() -> None:
 
 
 def test_removals_below_a_root_never_follow_links(tmp_path: Path, victim: Path) -> None:
-    """remove_file / remove_dir / remove_tree refuse a link on the way or at the target."""
+    """remove_file refuses a link on the way to the target: a planted metadata dir."""
     root = tmp_path / "plugin"
-    (root / "meta").mkdir(parents=True)
-    (victim / "req").mkdir()
-    (victim / "req" / "metadata.json").write_text("keep")
-    (root / "meta" / "ns_name").symlink_to(victim)
+    root.mkdir()
+    (victim / "abc_req.json").write_text("keep")
+    (root / "dra-device-metadata").symlink_to(victim)
     roots = [str(root)]
     with pytest.raises(cdi.SymlinkError):
-        cdi.remove_file(root / "meta" / "ns_name" / "req" / "metadata.json", roots=roots)
-    with pytest.raises(cdi.SymlinkError):
-        cdi.remove_dir(root / "meta" / "ns_name" / "req", roots=roots)
-    with pytest.raises(cdi.SymlinkError):
-        cdi.remove_dir(root / "meta" / "ns_name", roots=roots)
-    with pytest.raises(cdi.SymlinkError):
-        cdi.remove_tree(root / "meta" / "ns_name", roots=roots)
-    assert (victim / "req" / "metadata.json").read_text() == "keep"
-    assert cdi.remove_file(root / "meta" / "gone" / "x.json", roots=roots) is False
-    (root / "meta" / "real" / "req").mkdir(parents=True)
-    (root / "meta" / "real" / "req" / "link").symlink_to(victim)
-    cdi.remove_tree(root / "meta" / "real", roots=roots)  # the link inside goes, not its target
-    assert not (root / "meta" / "real").exists()
-    assert (victim / "req" / "metadata.json").read_text() == "keep"
+        cdi.remove_file(root / "dra-device-metadata" / "abc_req.json", roots=roots)
+    assert (victim / "abc_req.json").read_text() == "keep"
+    assert cdi.remove_file(root / "gone" / "x.json", roots=roots) is False
 
 
 def test_a_missing_root_is_made_on_first_write(tmp_path: Path) -> None:

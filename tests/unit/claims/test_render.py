@@ -14,7 +14,7 @@ from driver.claims.render import claim_spec, claim_spec_file_name
 from driver.claims.selection import AllocatedDevice, ClaimView
 from driver.inventory.model import DeviceKind, Nic
 from driver.pinning.types import ClaimPinning, CpuAssignment, CpuMode
-from tests.integration.claims._world import CPU0, DRIVER, GPU0, NIC0, NODE, make_inventory
+from tests.integration.claims._world import CPU0, DRIVER, GPU0, NIC0, NIC1, NODE, make_inventory
 
 INV = make_inventory()
 
@@ -54,12 +54,8 @@ def test_metadata_stream_shape_and_generation(tmp_path: Path) -> None:
     """Two newline-terminated objects, v1beta1 first; generation kept when unchanged, +1 when changed."""
     view = _view(_dev("nic", NIC0, DeviceKind.NIC))
     attrs = {NIC0: {"type": {"string": "nic"}}}
-    (first,) = metadata_files(
-        view, driver_name=DRIVER, plugin_dir=tmp_path, cdi_dir=tmp_path / "cdi", attributes=attrs
-    )
-    assert first.host_path == str(tmp_path / "dra-device-metadata" / "ns_claim" / "nic" / "metadata.json")
-    assert first.spec_file == str(tmp_path / "cdi" / f"{DRIVER}_metadata_abc-1_nic.json")
-    assert first.cdi_id == f"{DRIVER}/metadata=abc-1_nic"
+    (first,) = metadata_files(view, driver_name=DRIVER, plugin_dir=tmp_path, attributes=attrs)
+    assert first.host_path == str(tmp_path / "dra-device-metadata" / "abc-1_nic.json")
     assert first.content.endswith("\n")
     lines = first.content.splitlines()
     assert [list(json.loads(line))[:3] for line in lines] == [["kind", "apiVersion", "metadata"]] * 2
@@ -68,7 +64,6 @@ def test_metadata_stream_shape_and_generation(tmp_path: Path) -> None:
         view,
         driver_name=DRIVER,
         plugin_dir=tmp_path,
-        cdi_dir=tmp_path / "cdi",
         attributes=attrs,
         previous={str(first.host_path): first.content},
     )[0]
@@ -77,7 +72,6 @@ def test_metadata_stream_shape_and_generation(tmp_path: Path) -> None:
         view,
         driver_name=DRIVER,
         plugin_dir=tmp_path,
-        cdi_dir=tmp_path / "cdi",
         attributes={NIC0: {"type": {"string": "changed"}}},
         previous={str(first.host_path): first.content},
     )[0]
@@ -105,20 +99,41 @@ def test_container_path_for_direct_and_template_claims() -> None:
 @pytest.mark.parametrize("uid", ["abc-1", "5f2c8a9e-0d1b-4c3a-9e8f-000000000001"])
 @pytest.mark.parametrize("pod_claim", ["", "my-gpu"])
 @pytest.mark.parametrize("plugin_dir", ["/var/lib/kubelet/plugins/numadra.dev", '/odd dir/"q"/\u00e9'])
-def test_metadata_spec_text_is_the_validated_spec(uid: str, pod_claim: str, plugin_dir: str) -> None:
-    """The spec text written directly is byte for byte spec_bytes of the (valid) spec it stands for."""
+def test_metadata_mounts_ride_on_the_first_device_of_each_request(
+    uid: str, pod_claim: str, plugin_dir: str
+) -> None:
+    """Each request's metadata file is mounted read-only by that request's first CDI device only.
+
+    One spec per claim carries the mounts (no spec file per request), and the spec stays valid
+    (``spec_bytes`` validates) for any plugin dir a node may have.
+    """
     view = ClaimView(
-        "ns", "claim", uid, pod_claim, (_dev("nic", NIC0, DeviceKind.NIC), _dev("gpu", GPU0, DeviceKind.GPU))
+        "ns",
+        "claim",
+        uid,
+        pod_claim,
+        (
+            _dev("nic", NIC0, DeviceKind.NIC),
+            _dev("gpu", GPU0, DeviceKind.GPU),
+            _dev("nic", NIC1, DeviceKind.NIC),
+        ),
     )
-    files = metadata_files(
-        view, driver_name=DRIVER, plugin_dir=Path(plugin_dir), cdi_dir=Path("/var/run/cdi"), attributes={}
-    )
+    files = metadata_files(view, driver_name=DRIVER, plugin_dir=Path(plugin_dir), attributes={})
     assert [f.request for f in files] == ["nic", "gpu"]
-    for meta in files:
-        assert meta.spec_text.encode() == spec_bytes(meta.spec)  # spec_bytes validates, too
-        assert meta.cdi_id == f"{meta.spec.kind}={meta.spec.devices[0].name}"
-        (mount,) = meta.spec.devices[0].edits.mounts
-        assert (mount.host_path, mount.container_path) == (meta.host_path, meta.container_path)
+    assert [f.host_path for f in files] == [
+        f"{plugin_dir}/dra-device-metadata/{uid}_{r}.json" for r in ("nic", "gpu")
+    ]
+    spec, devices = claim_spec(
+        view, driver_name=DRIVER, pinning=None, mounts={f.request: f.mount for f in files}
+    )
+    spec_bytes(spec)  # raises when the spec is not valid CDI
+    mounts = [[(m.host_path, m.container_path, m.options) for m in d.edits.mounts] for d in spec.devices]
+    assert mounts == [
+        [(files[0].host_path, files[0].container_path, ("ro", "bind"))],
+        [(files[1].host_path, files[1].container_path, ("ro", "bind"))],
+        [],
+    ]
+    assert [len(d.cdi_device_ids) for d in devices] == [1, 1, 1]  # no extra CDI ID per request
 
 
 def test_metadata_follows_a_new_attribute_map_and_inventory_device(tmp_path: Path) -> None:
@@ -126,9 +141,7 @@ def test_metadata_follows_a_new_attribute_map_and_inventory_device(tmp_path: Pat
     from dataclasses import replace
 
     def content(view: ClaimView, attrs: dict[str, dict[str, dict[str, str]]]) -> dict[str, object]:
-        (meta,) = metadata_files(
-            view, driver_name=DRIVER, plugin_dir=tmp_path, cdi_dir=tmp_path, attributes=attrs
-        )
+        (meta,) = metadata_files(view, driver_name=DRIVER, plugin_dir=tmp_path, attributes=attrs)
         device = json.loads(meta.content.splitlines()[0])["requests"][0]["devices"][0]
         assert isinstance(device, dict)
         return device

@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 
 from driver.errors import InventoryError
-from driver.inventory._sysfs import is_live_host
 from driver.inventory.build import build_inventory
 from driver.inventory.discovery import discover
 from driver.inventory.facts import CpuFacts, HostFacts, NetFacts, NodeFacts, NvidiaFacts, PciFacts, RdmaFacts
 from driver.inventory.nvml import enrich_with_nvml, normalize_nvml_bus_id
 from driver.inventory.probe import probe_host
+from driver.inventory.sysfs import is_live_host
 from tests.unit.inventory.trees import inventory
 
 

@@ -10,8 +10,8 @@ import pytest
 
 from driver.inventory.model import Inventory
 from driver.kube.quantity import format_quantity
-from driver.slices._limits import clip_utf8, sanitize_subdomain
 from driver.slices.builder import build_slices
+from driver.slices.limits import clip_utf8, sanitize_subdomain
 from driver.slices.validation import validate_slices
 from tests.unit.inventory.trees import inventory
 

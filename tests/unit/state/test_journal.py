@@ -30,7 +30,6 @@ def _entry(uid: str = "u1", cpus: frozenset[int] = frozenset({2, 3})) -> Journal
         cdi_specs=(StoredFile("/run/cdi/a.json", '{"x": 1}\n'),),
         metadata_files=(StoredFile("/p/m.json", "{}\n{}\n"),),
         pinning=ClaimPinning(uid, (CpuAssignment("cpu", CpuMode.SHARED, cpus, frozenset({0})),)),
-        directories=("/p/ns_claim",),
     )
 
 
@@ -178,7 +177,6 @@ _entries = st.builds(
     cdi_specs=st.lists(_files, max_size=3).map(tuple),
     metadata_files=st.lists(_files, max_size=2).map(tuple),
     pinning=st.none() | st.builds(ClaimPinning, _text, st.lists(_assignments, max_size=3).map(tuple)),
-    directories=st.lists(_text, max_size=2).map(tuple),
     admin_devices=st.lists(_text, max_size=2).map(tuple),
 )
 
@@ -281,23 +279,3 @@ def test_save_appends_one_record_of_canonical_entries(tmp_path: Path) -> None:
     assert puts == {e.uid: e.to_json() for e in (_entry("u1"), _entry("u2", frozenset({4})), _nic("u\u00e9"))}
     assert _canonical(puts["u1"]) in first  # entries are stored as canonical JSON
     assert records[1] == {"ops": [{"remove": "u2"}]}
-
-
-def test_named_finds_other_claims_of_the_same_name_across_save_and_load(tmp_path: Path) -> None:
-    """``named`` answers "is another UID of this namespace/name prepared?" from an index."""
-    journal = Journal(journal_path(tmp_path))
-    journal.put(_entry("u1"))
-    assert journal.named("ns", "claim") is not None
-    assert journal.named("ns", "claim", except_uid="u1") is None
-    assert journal.named("ns", "other") is None
-    journal.put(_entry("u2"))  # the same name, re-created
-    other = journal.named("ns", "claim", except_uid="u1")
-    assert other is not None and other.uid == "u2"
-    journal.save()
-    reloaded = Journal(journal_path(tmp_path))
-    reloaded.load()
-    other = reloaded.named("ns", "claim", except_uid="u2")
-    assert other is not None and other.uid == "u1"
-    reloaded.remove("u1")
-    assert reloaded.named("ns", "claim", except_uid="u2") is None
-    assert reloaded.named("ns", "claim") is not None

@@ -1,4 +1,8 @@
-"""Tiny, forgiving readers for sysfs/procfs files: a missing or odd file reads as None, never raises.
+"""The sysfs/procfs reader of every layer: a missing or odd file reads as None, never raises.
+
+Public because discovery is not its only user: the health monitor (``driver/health``) reads
+carrier, AER counters and netdev links, and the claim status writer reads a NIC's live addresses,
+all with the same rules.
 
 Kernel files vanish under our feet (hot-unplug), differ between kernel versions and may hold
 surprises on virtual machines, so every reader here turns "cannot read" into None and leaves the
@@ -12,6 +16,8 @@ from __future__ import annotations
 import os
 
 from driver.inventory.cpulist import parse_cpulist
+
+__all__ = ["is_live_host", "link_name", "link_target", "list_dir", "read_cpulist", "read_int", "read_text"]
 
 # ruff: noqa: PTH115, PTH118, PTH119, PTH120, PTH208 - os functions on purpose, see above
 

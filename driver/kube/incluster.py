@@ -1,0 +1,122 @@
+"""The pod's own apiserver connection (in-cluster), read without importing the official client.
+
+Why: ``import kubernetes`` alone takes the process from 11 to 44 MiB of RSS (its package
+``__init__`` imports every API and model class), half of the driver's steady footprint, and the
+DaemonSet, the one way numadra runs on a node, needs none of its kubeconfig machinery: a service
+address from the environment, a CA file and a token file. The kubeconfig path (development,
+tests, the benches) still loads through the official client.
+
+The facts, as client-go's ``rest.InClusterConfig`` and the official client's
+``load_incluster_config`` read them:
+
+* server ``https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT`` (an IPv6 host bracketed);
+  both variables must be set and non-empty;
+* CA ``/var/run/secrets/kubernetes.io/serviceaccount/ca.crt``, which must exist and be non-empty;
+* token ``/var/run/secrets/kubernetes.io/serviceaccount/token``, sent as ``Authorization: Bearer``
+  and read again once a minute: projected tokens are rotated by the kubelet (at 80% of their
+  lifetime, an hour by default), and an old one stops working when it expires. A token that
+  cannot be read again keeps the last good one (client-go does the same), so a passing hiccup of
+  the file does not fail calls while the old token is still valid.
+
+A token holding a line break or another control character would become a second header line
+(the token file is the kubelet's, but nothing is trusted for where it seems to come from): it is
+refused with a clear error, never sent. Only the edges are trimmed (a trailing newline).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping
+
+from driver.errors import ConfigError
+from driver.kube.transport import TransportSettings
+
+__all__ = ["CA_FILE", "REFRESH_S", "TOKEN_FILE", "InCluster"]
+
+TOKEN_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/token"  # noqa: S105 -- a path
+CA_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
+#: how long a token read from the file is used before the file is read again (client-go's period)
+REFRESH_S = 60.0
+#: no control character and no space inside a token (RFC 6750 b64token is narrower still)
+_BAD_TOKEN = re.compile(r"[\x00-\x20\x7f]")
+#: a service account token is a JWT of a few KiB; more is not a token
+_MAX_TOKEN = 64 * 1024
+
+
+class InCluster:
+    """The in-cluster settings and the ``Authorization`` header of right now (thread-safe)."""
+
+    def __init__(
+        self,
+        environ: Mapping[str, str] | None = None,
+        *,
+        token_file: str = TOKEN_FILE,
+        ca_file: str = CA_FILE,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        env = os.environ if environ is None else environ
+        host = env.get("KUBERNETES_SERVICE_HOST", "")
+        port = env.get("KUBERNETES_SERVICE_PORT", "")
+        if not host or not port:
+            raise ConfigError(
+                "not running in a pod: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT must be set "
+                "(pass --kubeconfig outside a cluster)"
+            )
+        if not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigError(f"KUBERNETES_SERVICE_PORT {port!r} is not a port number")
+        if _BAD_TOKEN.search(host) or "/" in host:
+            raise ConfigError(f"KUBERNETES_SERVICE_HOST {host!r} is not a host name or address")
+        try:
+            with open(ca_file, "rb") as fh:  # noqa: PTH123 -- a plain path, read once
+                if not fh.read(1):
+                    raise ConfigError(f"the service account CA file {ca_file} is empty")
+        except OSError as exc:
+            raise ConfigError(f"cannot read the service account CA file {ca_file}: {exc.strerror}") from exc
+        self.settings = TransportSettings(
+            scheme="https", host=host.strip("[]"), port=int(port), ca_file=ca_file
+        )
+        self.token_file = token_file
+        self._now = clock
+        self._lock = threading.Lock()
+        self._header = self._read_token()  # fails the start when there is no usable token
+        self._read_at = clock()
+
+    @property
+    def server(self) -> str:
+        """The server URL, as the official client would have it (for messages)."""
+        host = f"[{self.settings.host}]" if ":" in self.settings.host else self.settings.host
+        return f"https://{host}:{self.settings.port}"
+
+    def authorization(self) -> str:
+        """``Bearer <token>``, from a file read at most :data:`REFRESH_S` seconds ago if it could be."""
+        if self._now() - self._read_at < REFRESH_S:
+            return self._header
+        with self._lock:
+            if self._now() - self._read_at >= REFRESH_S:
+                # keep the last good token until the file can be read again (as client-go)
+                with contextlib.suppress(ConfigError):
+                    self._header = self._read_token()
+                self._read_at = self._now()
+            return self._header
+
+    def _read_token(self) -> str:
+        try:
+            with open(self.token_file, "rb") as fh:  # noqa: PTH123 -- a plain path, read once a minute
+                raw = fh.read(_MAX_TOKEN + 1)
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot read the service account token {self.token_file}: {exc.strerror}"
+            ) from exc
+        token = raw.decode("ascii", errors="replace").strip()  # a non-ASCII byte becomes U+FFFD
+        if not token:
+            raise ConfigError(f"the service account token {self.token_file} is empty")
+        if len(raw) > _MAX_TOKEN or _BAD_TOKEN.search(token) or not token.isascii():
+            raise ConfigError(
+                f"the service account token {self.token_file} is not a token (too long, or a space, "
+                "line break or control character inside): refusing to send it as a header"
+            )
+        return f"Bearer {token}"
