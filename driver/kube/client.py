@@ -1,30 +1,32 @@
-"""The one apiserver client of the driver: plain JSON dicts in and out over the official client.
+"""The one apiserver client of the driver: plain JSON dicts in and out, over the standard library.
 
 Why this shape:
 
-* The official ``kubernetes`` package (v37) handles kubeconfig/in-cluster auth, TLS and token
-  refresh; we use only its transport (``ApiClient.param_serialize`` + ``call_api``) and decode the
-  raw body with ``json.loads``. Decoding into its pydantic models costs milliseconds per claim and
-  the claim GET sits on the 5 ms prepare path.
-* The claim reads (GET one, LIST a namespace) and the claim status apply go further: they use
-  :mod:`driver.kube.transport`, a pool of kept-alive stdlib ``http.client`` connections,
-  configured from the same ``Configuration`` and authorized through its own ``auth_settings()``
-  per request (token refresh keeps working). Where the configuration asks for what that transport
-  cannot do (a proxy...), they stay on the official client. The apply is the one write there: it
-  comes twice per claim (prepare, unprepare), and through ``call_api`` it cost 0.95 ms of the
-  calling thread's CPU against 0.52 ms on the lean pool, where a claim GET costs 0.30 ms (issue
-  15: real kube-apiserver 1.37.2 over TLS on loopback, both paths interleaved on a loaded 2-core
-  machine). Slice writes, nodes and watches use the official client.
-* Importing the package costs ~30 MiB of the 80 MiB RSS budget, so it is imported on the first
-  call, and every component shares one client (:func:`shared_client`).
+* Every call (claim reads, the status apply, slice writes and watch, the Node read) goes over
+  :mod:`driver.kube.transport`, a pool of kept-alive stdlib ``http.client`` connections, and the
+  raw body is decoded with ``json.loads``. The official client's ``call_api`` cost 0.95 ms of the
+  calling thread's CPU per status apply against 0.52 ms on the pool, and decoding into its
+  pydantic models cost milliseconds per claim on the prepare path (issue 15, real
+  kube-apiserver 1.37.2 over TLS on loopback, interleaved on a loaded 2-core machine).
+* In a pod (no kubeconfig, no proxy in the environment) the settings are the service account's,
+  read by :mod:`driver.kube.incluster`, and the official ``kubernetes`` package is never imported:
+  importing it alone takes 33 MiB of RSS (11 to 44 MiB for ``python -c 'import kubernetes'``), and
+  the DaemonSet's steady RSS went from 73 to 56 MiB without it (bench/prepare.py, same run
+  shape). With a kubeconfig (development, tests, benches) the official client loads it (exec
+  plugins, client certificates, token refresh hooks) and the pool is configured from the same
+  ``Configuration``, authorized through its own ``auth_settings()`` per request. Where that
+  configuration asks for what the pool cannot do (a proxy...), the official client carries the
+  calls, as before.
+* Every component shares one client (:func:`shared_client`).
 * Every failure becomes a :class:`~driver.errors.KubeError` carrying verb, resource, name and HTTP
   status, mapped in exactly one place (:func:`_raise_for`, :func:`_transport_error`).
 * A claim read (GET or LIST) ends by ``read_deadline`` seconds (``--claim-read-timeout``, 10 s by
-  default), whatever the apiserver does: the lean transport cuts every socket wait at the
-  deadline; on the official client, whose timeouts are per socket read, the calling thread stops
-  waiting at the deadline and the stuck read is left to a small pool of its own. A prepare call
-  makes at most two reads in a row (a LIST, then GETs for what it lacked), 20 s by default, well
-  inside the kubelet's 45 s call timeout.
+  default), whatever the apiserver does: the pool cuts every socket wait at the deadline; on the
+  official client, whose timeouts are per socket read, the calling thread stops waiting at the
+  deadline and the stuck read is left to a small pool of its own. A prepare call makes at most
+  two reads in a row (a LIST, then GETs for what it lacked), 20 s by default, well inside the
+  kubelet's 45 s call timeout. Every other call ends by ``connect_timeout + timeout`` (13 s), a
+  watch's reads by its ``timeoutSeconds`` + 30 s.
 """
 
 from __future__ import annotations
