@@ -32,6 +32,10 @@ NotifyRegistrationStatus succeeded (the numadra child imports the prepare path a
 host tree first; the ``run_*`` figures are the whole ``numadra run`` process, from
 bench/startup.py).
 
+With the real kube-apiserver the numadra children connect as a DaemonSet pod does (service address,
+CA file, token file: ``driver.kube.incluster``, no official client), the Go peer through a
+kubeconfig holding the same token.
+
 Two more figures show where numadra's time goes: ``driver_only_*``, the same prepares through
 ``ClaimsDriver`` in this process (no gRPC, no HTTP), and ``floor_*``.
 
@@ -61,6 +65,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -100,7 +105,23 @@ class _ReadsOnly:
         raise err
 
 
-def _serve(host: Path, root: Path, cdi_dir: Path, kubeconfig: str, claim_reads: str, plugin: str) -> None:
+def _client(connection: str) -> Any:
+    """The child's apiserver client: a kubeconfig path, or (JSON) the in-cluster settings of a pod.
+
+    With the real kube-apiserver numadra connects as a DaemonSet pod does (service address, CA
+    file, token file), so RSS and CPU are those of a node; the fake apiserver speaks plain HTTP
+    and takes a kubeconfig.
+    """
+    from driver.kube.client import KubeClient, shared_client
+    from driver.kube.incluster import InCluster
+
+    if not connection.startswith("{"):
+        return shared_client(connection)
+    pod = json.loads(connection)
+    return KubeClient(in_cluster=InCluster(pod["env"], token_file=pod["token_file"], ca_file=pod["ca_file"]))
+
+
+def _serve(host: Path, root: Path, cdi_dir: Path, connection: str, claim_reads: str, plugin: str) -> None:
     """Child: the driver's prepare path until stdin closes.
 
     ``plugin`` is ``driver`` (as ``numadra run --claim-status=false`` wires it), ``status`` (the
@@ -112,14 +133,13 @@ def _serve(host: Path, root: Path, cdi_dir: Path, kubeconfig: str, claim_reads: 
     from driver.claims import ClaimsDriver
     from driver.heap import freeze_startup_heap
     from driver.inventory.discovery import discover
-    from driver.kube.client import shared_client
     from driver.kubelet.server import KubeletPluginServer
     from driver.log import configure_logging
     from driver.pinning.planner import CpuPlanner
 
     configure_logging("json", logging.INFO)
     inventory = discover(host, use_nvml=False)
-    client = shared_client(kubeconfig)
+    client = _client(connection)
     claims = client if claim_reads == "list" else _GetOnly(client)
     served: Any
     if plugin == "floor":
@@ -381,8 +401,9 @@ def _pct(samples: list[float], q: float) -> float:
 
 
 @contextlib.contextmanager
-def _apiserver(kind: str, workdir: Path) -> Iterator[tuple[str, Callable[[dict[str, Any]], str]]]:
-    """Yield (kubeconfig path, put_claim) for the fake apiserver or the real kube-apiserver.
+def _apiserver(kind: str, workdir: Path) -> Iterator[tuple[str, str, Callable[[dict[str, Any]], str]]]:
+    """Yield (kubeconfig path, numadra's connection, put_claim) for the fake apiserver or the real
+    kube-apiserver (numadra's connection: see :func:`_client`).
 
     ``put_claim`` stores an allocated claim and returns its UID. The real one (etcd +
     kube-apiserver v1.37.2 from tests/e2e/build-bins.sh) makes the claim GET what it is in a
@@ -398,7 +419,7 @@ def _apiserver(kind: str, workdir: Path) -> Iterator[tuple[str, Callable[[dict[s
                 api.put_object(obj)
                 return str(obj["metadata"]["uid"])
 
-            yield api.kubeconfig_path, put_fake
+            yield api.kubeconfig_path, api.kubeconfig_path, put_fake
         return
 
     sys.path.insert(0, str(REPO / "tests" / "e2e"))
@@ -431,7 +452,15 @@ def _apiserver(kind: str, workdir: Path) -> Iterator[tuple[str, Callable[[dict[s
             stored = admin.patch(f"{base}/{obj['metadata']['name']}/status", {"status": obj["status"]})
             return str(stored["metadata"]["uid"])
 
-        yield str(kubeconfig), put_real
+        token_file = plane.root / "bench.token"
+        token_file.write_text(token)
+        server = urlsplit(plane.server)
+        pod = {
+            "env": {"KUBERNETES_SERVICE_HOST": server.hostname, "KUBERNETES_SERVICE_PORT": str(server.port)},
+            "token_file": str(token_file),
+            "ca_file": str(plane.ca_file),
+        }
+        yield str(kubeconfig), json.dumps(pod), put_real
     finally:
         plane.stop()
 
@@ -506,7 +535,7 @@ def main() -> None:
     parser.add_argument(
         "--serve",
         nargs=6,
-        metavar=("HOST", "ROOT", "CDI", "KUBECONFIG", "READS", "PLUGIN"),
+        metavar=("HOST", "ROOT", "CDI", "CONNECTION", "READS", "PLUGIN"),
         help=argparse.SUPPRESS,
     )
     parser.add_argument("--single", type=int, default=300, help="1-claim rounds (each peer, each round)")
@@ -534,8 +563,8 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.serve:
-        host, root_, cdi, kubeconfig_, reads, plugin = args.serve
-        _serve(Path(host), Path(root_), Path(cdi), kubeconfig_, reads, plugin)
+        host, root_, cdi, connection_, reads, plugin = args.serve
+        _serve(Path(host), Path(root_), Path(cdi), connection_, reads, plugin)
         return
 
     import logging
@@ -582,7 +611,7 @@ def main() -> None:
             from controlplane import binary_dir, missing_binaries
 
             apiserver = "fake" if missing_binaries(binary_dir()) else "real"
-        with _apiserver(apiserver, root) as (kubeconfig, put_claim):
+        with _apiserver(apiserver, root) as (kubeconfig, connection, put_claim):
             refs: list[ClaimRef] = []
             objects: dict[tuple[str, str], Any] = {}
             for i, (vf, node) in enumerate(vfs):
@@ -623,7 +652,7 @@ def main() -> None:
                 else:
                     plugin = {"numadra": "driver", "numadra_status": "status", "floor": "floor"}[name]
                     argv = [sys.executable, __file__, "--serve", str(host), str(peer_root), str(peer_cdi)]
-                    argv += [kubeconfig, args.claim_reads, plugin]
+                    argv += [connection, args.claim_reads, plugin]
                 children.append(_Child(name, argv, reg_sock, dirs=(peer_root / "plugin", peer_cdi)))
             _measure(children, refs, background, args.single, args.batch, max(1, args.starts))
         peers = {child.name: _figures(child, args.single) for child in children}

@@ -1,45 +1,53 @@
-"""The one apiserver client of the driver: plain JSON dicts in and out over the official client.
+"""The one apiserver client of the driver: plain JSON dicts in and out, over the standard library.
 
 Why this shape:
 
-* The official ``kubernetes`` package (v37) handles kubeconfig/in-cluster auth, TLS and token
-  refresh; we use only its transport (``ApiClient.param_serialize`` + ``call_api``) and decode the
-  raw body with ``json.loads``. Decoding into its pydantic models costs milliseconds per claim and
-  the claim GET sits on the 5 ms prepare path.
-* The claim reads (GET one, LIST a namespace) and the claim status apply go further: they use
-  :mod:`driver.kube.transport`, a pool of kept-alive stdlib ``http.client`` connections,
-  configured from the same ``Configuration`` and authorized through its own ``auth_settings()``
-  per request (token refresh keeps working). Where the configuration asks for what that transport
-  cannot do (a proxy...), they stay on the official client. The apply is the one write there: it
-  comes twice per claim (prepare, unprepare), and through ``call_api`` it cost 0.95 ms of the
-  calling thread's CPU against 0.52 ms on the lean pool, where a claim GET costs 0.30 ms (issue
-  15: real kube-apiserver 1.37.2 over TLS on loopback, both paths interleaved on a loaded 2-core
-  machine). Slice writes, nodes and watches use the official client.
-* Importing the package costs ~30 MiB of the 80 MiB RSS budget, so it is imported on the first
-  call, and every component shares one client (:func:`shared_client`).
+* Every call (claim reads, the status apply, slice writes and watch, the Node read) goes over
+  :mod:`driver.kube.transport`, a pool of kept-alive stdlib ``http.client`` connections, and the
+  raw body is decoded with ``json.loads``. The official client's ``call_api`` cost 0.95 ms of the
+  calling thread's CPU per status apply against 0.52 ms on the pool, and decoding into its
+  pydantic models cost milliseconds per claim on the prepare path (issue 15, real
+  kube-apiserver 1.37.2 over TLS on loopback, interleaved on a loaded 2-core machine).
+* In a pod (no kubeconfig, no proxy in the environment) the settings are the service account's,
+  read by :mod:`driver.kube.incluster`, and the official ``kubernetes`` package is never imported:
+  importing it alone takes 33 MiB of RSS (11 to 44 MiB for ``python -c 'import kubernetes'``), and
+  the DaemonSet's steady RSS went from 73 to 56 MiB without it (bench/prepare.py, same run
+  shape). With a kubeconfig (development, tests, benches) the official client loads it (exec
+  plugins, client certificates, token refresh hooks) and the pool is configured from the same
+  ``Configuration``, authorized through its own ``auth_settings()`` per request. Where that
+  configuration asks for what the pool cannot do (a proxy...), the official client carries the
+  calls, as before.
+* Every component shares one client (:func:`shared_client`).
 * Every failure becomes a :class:`~driver.errors.KubeError` carrying verb, resource, name and HTTP
   status, mapped in exactly one place (:func:`_raise_for`, :func:`_transport_error`).
 * A claim read (GET or LIST) ends by ``read_deadline`` seconds (``--claim-read-timeout``, 10 s by
-  default), whatever the apiserver does: the lean transport cuts every socket wait at the
-  deadline; on the official client, whose timeouts are per socket read, the calling thread stops
-  waiting at the deadline and the stuck read is left to a small pool of its own. A prepare call
-  makes at most two reads in a row (a LIST, then GETs for what it lacked), 20 s by default, well
-  inside the kubelet's 45 s call timeout.
+  default), whatever the apiserver does: the pool cuts every socket wait at the deadline; on the
+  official client, whose timeouts are per socket read, the calling thread stops waiting at the
+  deadline and the stuck read is left to a small pool of its own. A prepare call makes at most
+  two reads in a row (a LIST, then GETs for what it lacked), 20 s by default, well inside the
+  kubelet's 45 s call timeout. Every other call ends by ``connect_timeout + timeout`` (13 s), a
+  watch's reads by its ``timeoutSeconds`` + 30 s.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeoutError
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from driver import __version__
 from driver.errors import ConfigError, KubeError
+from driver.kube.incluster import InCluster
 from driver.kube.transport import (
+    Stream,
     Transport,
     UnsupportedConfigError,
     configuration_key,
@@ -176,31 +184,47 @@ def _request_headers(api: Any) -> dict[str, str]:
 
 
 class SliceWatch:
-    """One open watch stream; iterate for events, :meth:`close` from any thread to end it."""
+    """One open watch stream; iterate for events, :meth:`close` from any thread to end it.
 
-    def __init__(self, response: Any, verb: str) -> None:
-        self._response = response  # urllib3 HTTPResponse, body not yet read
+    Over the lean transport (a :class:`~driver.kube.transport.Stream`) or the official client's
+    urllib3 response, whichever carried the request.
+    """
+
+    def __init__(self, response: Stream | Any, verb: str) -> None:
+        self._response = response  # body not yet read
         self._verb = verb
         self._closed = False
 
     def close(self) -> None:
         """Interrupt a blocked read and release the connection (thread-safe)."""
         self._closed = True
+        if isinstance(self._response, Stream):
+            self._response.close()
+            return
         shutdown = getattr(self._response, "shutdown", None)
         if shutdown is not None:
             shutdown()
         self._response.release_conn()
 
+    def _lines(self) -> Iterator[bytes]:
+        response = self._response
+        if isinstance(response, Stream):
+            while line := response.readline():
+                yield line
+            return
+        pending = b""
+        for chunk in response.stream(amt=None, decode_content=True):
+            pending += chunk
+            while b"\n" in pending:
+                line, pending = pending.split(b"\n", 1)
+                yield line
+
     def __iter__(self) -> Iterator[WatchEvent]:
         """Yield (type, object) until the server ends the stream; ERROR events raise KubeError."""
-        pending = b""
         try:
-            for chunk in self._response.stream(amt=None, decode_content=True):
-                pending += chunk
-                while b"\n" in pending:
-                    line, pending = pending.split(b"\n", 1)
-                    if line.strip():
-                        yield self._event(line)
+            for line in self._lines():
+                if line.strip():
+                    yield self._event(line)
         except Exception as exc:
             if self._closed:
                 return
@@ -208,7 +232,10 @@ class SliceWatch:
                 raise
             raise _transport_error(self._verb, "resourceslices", "", exc) from exc
         finally:
-            self._response.release_conn()
+            if isinstance(self._response, Stream):
+                self._response.close()
+            else:
+                self._response.release_conn()
 
     def _event(self, line: bytes) -> WatchEvent:
         event = json.loads(line)
@@ -219,11 +246,26 @@ class SliceWatch:
         return kind, obj
 
 
+#: proxy settings the official client honours and the lean transport does not (it falls back)
+_PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
+
+
+@dataclass(frozen=True, slots=True)
+class _Lean:
+    """The lean transport to use now and the headers of a request on it (auth of right now)."""
+
+    transport: Transport
+    headers: Callable[[], dict[str, str]]
+
+
 class KubeClient:
     """Typed apiserver calls exchanging JSON dicts; implements :class:`driver.kube.types.ClaimGetter`.
 
     Thread-safe: the connection pools are shared by every thread. Construction is cheap and does
-    no I/O; the official client is imported and configured on the first call.
+    no I/O; the configuration is loaded on the first call (or by :meth:`configure`).
+
+    ``in_cluster``: the in-cluster settings to use instead of the pod's own (tests and benches
+    point them at files of their own); only without a kubeconfig.
     """
 
     def __init__(
@@ -233,6 +275,7 @@ class KubeClient:
         timeout: float = 10.0,
         connect_timeout: float = 3.0,
         read_deadline: float = DEFAULT_READ_DEADLINE,
+        in_cluster: InCluster | None = None,
     ) -> None:
         self.kubeconfig = kubeconfig
         self.timeout = timeout
@@ -245,22 +288,67 @@ class KubeClient:
         self._api: Any = None
         #: (configuration_key, lean transport or None for "use the official client"), built lazily
         self._reads: tuple[tuple[Any, ...], Transport | None] | None = None
+        self._in_cluster = in_cluster
+        #: the lean transport of an in-cluster client (no official client at all), built lazily
+        self._pod: _Lean | None = None
         self._lock = threading.Lock()
 
     def configure(self) -> None:
-        """Import the official client and load the configuration now, instead of on the first call.
+        """Load the configuration now, instead of on the first call.
 
-        ``numadra run`` calls this once the plugin has registered, so that a broken kubeconfig ends
-        the start with one line (:class:`~driver.errors.ConfigError`, exit 2) rather than killing a
-        background thread.
+        ``numadra run`` calls this once the plugin has registered, so that a broken kubeconfig or
+        service account ends the start with one line (:class:`~driver.errors.ConfigError`, exit 2)
+        rather than killing a background thread.
         """
         try:
+            if self._pod_mode():
+                self._pod_lean()
+                return
             self._lean_transport(self._api_client().configuration)  # reads the TLS files too
+        except ConfigError:
+            raise
         except Exception as exc:
             source = f"kubeconfig {self.kubeconfig}" if self.kubeconfig else "in-cluster configuration"
             raise ConfigError(f"cannot load the {source}: {type(exc).__name__}: {exc}") from exc
 
     # -- transport -------------------------------------------------------------------------------
+    def _pod_mode(self) -> bool:
+        """In a pod, without a proxy to honour: the official client is never imported.
+
+        A proxy in the environment is the official client's to honour (with its NO_PROXY rules);
+        the lean transport connects directly, so it steps aside.
+        """
+        if self.kubeconfig:
+            return False
+        return self._in_cluster is not None or not any(os.environ.get(v) for v in _PROXY_VARIABLES)
+
+    def _pod_lean(self) -> _Lean:
+        pod = self._pod
+        if pod is not None:  # the hot path takes no lock
+            return pod
+        with self._lock:
+            if self._pod is None:
+                source = self._in_cluster or InCluster()  # ConfigError names what is missing
+                try:
+                    transport = Transport(
+                        source.settings,
+                        connect_timeout=self.connect_timeout,
+                        timeout=self.timeout,
+                        deadline=self.read_deadline,
+                    )
+                except (OSError, ValueError) as exc:  # an unreadable or invalid CA file
+                    raise ConfigError(
+                        f"cannot load the in-cluster configuration: CA file {source.settings.ca_file}: {exc}"
+                    ) from exc
+                agent = f"numadra/{__version__}"
+
+                def headers() -> dict[str, str]:
+                    return {"Accept": _JSON, "User-Agent": agent, "Authorization": source.authorization()}
+
+                self._in_cluster = source
+                self._pod = _Lean(transport, headers)
+            return self._pod
+
     def _api_client(self) -> Any:
         api = self._api
         if api is not None:  # the hot path takes no lock
@@ -299,7 +387,8 @@ class KubeClient:
         timeout: float | tuple[float, float] | None = None,
         stream: bool = False,
     ) -> Any:
-        """Send one request; return the raw urllib3 response (2xx only) or raise KubeError."""
+        """Send one request on the official client; the raw urllib3 response (2xx only) or
+        KubeError."""
         api = self._api_client()
         headers = {"Accept": _JSON}
         if body is not None:
@@ -338,12 +427,9 @@ class KubeClient:
         except Exception as exc:
             raise _transport_error(verb, resource, name, exc) from exc
 
-    def _json(self, verb: str, resource: str, name: str, method: str, path: str, **kw: Any) -> dict[str, Any]:
-        return _decode(verb, resource, name, self._send(verb, resource, name, method, path, **kw))
-
     def _lean_transport(self, cfg: Any) -> Transport | None:
-        """The lean transport under ``cfg`` now (claim reads, status applies), or None: use the
-        official client.
+        """The lean transport under the official client's ``cfg`` now, or None: use the official
+        client for everything.
 
         Rebuilt when a field it was made from changes (a refresh hook swapping the client
         certificate); the key check is the whole hot-path cost.
@@ -366,40 +452,76 @@ class KubeClient:
                         deadline=self.read_deadline,
                     )
                 except UnsupportedConfigError as exc:
-                    _log.info("claim reads use the official client", reason=str(exc))
+                    _log.info("apiserver calls use the official client", reason=str(exc))
                 reads = self._reads = (key, transport)
                 if old is not None:
                     old.close()
         return reads[1]
 
-    def _lean(self, verb: str, resource: str, name: str) -> tuple[Any, Transport | None]:
-        """The official ApiClient and the lean transport to use now (None: the official client)."""
-        api = self._api_client()
+    def _lean(self, verb: str, resource: str, name: str) -> _Lean | None:
+        """The lean transport to use now and its headers, or None: the official client's turn."""
         try:
-            return api, self._lean_transport(api.configuration)
+            if self._pod_mode():
+                return self._pod_lean()
+            api = self._api_client()
+            transport = self._lean_transport(api.configuration)
+        except ConfigError as exc:  # no service account, an unreadable CA: says what to fix
+            raise _transport_error(verb, resource, name, exc) from exc
         except Exception as exc:  # unreadable CA or client certificate
             raise _transport_error(verb, resource, name, exc) from exc
+        if transport is None:
+            return None
+        return _Lean(transport, lambda: _request_headers(api))
 
-    def _lean_call(
+    def _call(
         self,
         verb: str,
         resource: str,
         name: str,
-        *,
-        lean: tuple[Any, Transport],
         method: str,
-        target: str,
-        deadline: float,
-        body: bytes = b"",
+        path: str,
+        *,
+        query: Sequence[tuple[str, str]] = (),
+        body: object = None,
         content_type: str = _JSON,
+        idempotent: bool,
+        deadline: float | None = None,
+        bounded: bool = False,
     ) -> bytes:
-        """One idempotent request over the lean transport: the 2xx answer's body, or KubeError."""
-        api, transport = lean
+        """One request, on the lean transport where it can go: the 2xx answer's body, or KubeError.
+
+        ``deadline``: seconds for the whole request (``connect_timeout + timeout`` by default).
+        ``idempotent``: may be sent once more when a kept-alive connection turns out closed before
+        any byte of the answer came. ``bounded``: on the official client too, the caller stops
+        waiting at ``deadline`` (claim reads: the official client's timeouts are per socket read).
+        """
+        lean = self._lean(verb, resource, name)
+        limit = deadline if deadline is not None else self.connect_timeout + self.timeout
+        if lean is None:
+            call = partial(
+                self._send,
+                verb,
+                resource,
+                name,
+                method,
+                path,
+                query=query,
+                body=body,
+                content_type=content_type,
+            )
+            if bounded:
+                return self._bounded(verb, resource, name, limit, call)
+            data: bytes = call()
+            return data
+        target = f"{path}?{urlencode(list(query))}" if query else path
+        payload = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
         try:
-            headers = _request_headers(api)
-            if body:
+            headers = lean.headers()
+            if payload:
                 headers["Content-Type"] = content_type
-            response = transport.request(method, target, headers, body, idempotent=True, deadline=deadline)
+            response = lean.transport.request(
+                method, target, headers, payload, idempotent=idempotent, deadline=limit
+            )
         except Exception as exc:  # OSError, ssl.SSLError, ProtocolError, a failing refresh hook
             raise _transport_error(verb, resource, name, exc) from exc
         if not 200 <= response.status < 300:
@@ -409,40 +531,34 @@ class KubeClient:
     def _get_json(
         self, verb: str, resource: str, name: str, path: str, query: Sequence[tuple[str, str]] = ()
     ) -> dict[str, Any]:
-        """GET a JSON object over the lean transport (the official client where it must)."""
-        api, transport = self._lean(verb, resource, name)
-        if transport is None:
-            return self._bounded(
-                verb, resource, name, lambda: self._json(verb, resource, name, "GET", path, query=query)
-            )
-        target = f"{path}?{urlencode(list(query))}" if query else path
-        data = self._lean_call(
+        """GET a claim (or a page of them) within the read deadline, whatever the apiserver does."""
+        data = self._call(
             verb,
             resource,
             name,
-            lean=(api, transport),
-            method="GET",
-            target=target,
+            "GET",
+            path,
+            query=query,
+            idempotent=True,
             deadline=self.read_deadline,
+            bounded=True,
         )
         return _decode(verb, resource, name, data)
 
-    def _bounded(
-        self, verb: str, resource: str, name: str, call: Callable[[], dict[str, Any]]
-    ) -> dict[str, Any]:
-        """``call()`` on the slow-read pool, waited for until the read deadline at most."""
+    def _bounded(self, verb: str, resource: str, name: str, limit: float, call: Callable[[], bytes]) -> bytes:
+        """``call()`` on the slow-read pool, waited for ``limit`` seconds at most."""
         with self._lock:
             if self._slow_reads is None:
                 self._slow_reads = ThreadPoolExecutor(16, thread_name_prefix="kube-slow-read")
             pool = self._slow_reads
         future = pool.submit(call)
         try:
-            return future.result(timeout=self.read_deadline)
+            return future.result(timeout=limit)
         except FutureTimeoutError:
             future.cancel()
             err = KubeError(
                 f"{verb} {_target(resource, name)}: apiserver unreachable: TimeoutError: no complete "
-                f"answer within the deadline of {self.read_deadline:g} s",
+                f"answer within the deadline of {limit:g} s",
                 verb=verb,
                 resource=resource,
                 name=name,
@@ -501,29 +617,27 @@ class KubeClient:
         }
         path = f"{RESOURCE_API}/namespaces/{quote(namespace)}/resourceclaims/{quote(name)}/status"
         query = [("fieldManager", field_manager), ("force", "true")]
-        verb, resource, target = "apply", "resourceclaims/status", f"{namespace}/{name}"
-        api, transport = self._lean(verb, resource, target)
-        if transport is None:
-            self._send(verb, resource, target, "PATCH", path, query=query, body=body, content_type=_APPLY)
-            return
-        self._lean_call(
-            verb,
-            resource,
-            target,
-            lean=(api, transport),
-            method="PATCH",
-            target=f"{path}?{urlencode(query)}",
-            deadline=self.connect_timeout + self.timeout,
-            body=json.dumps(body, separators=(",", ":")).encode(),
+        self._call(
+            "apply",
+            "resourceclaims/status",
+            f"{namespace}/{name}",
+            "PATCH",
+            path,
+            query=query,
+            body=body,
             content_type=_APPLY,
+            idempotent=True,
         )
 
     # -- nodes -----------------------------------------------------------------------------------
     def get_node(self, name: str) -> dict[str, Any]:
         """GET one Node (the slices' owner reference needs its UID)."""
-        return self._json("get", "nodes", name, "GET", f"/api/v1/nodes/{quote(name)}")
+        data = self._call("get", "nodes", name, "GET", f"/api/v1/nodes/{quote(name)}", idempotent=True)
+        return _decode("get", "nodes", name, data)
 
     # -- resource slices -------------------------------------------------------------------------
+    # Writes are never sent twice: a create or update the server may have carried out before the
+    # connection broke is the publisher's to find out (its next LIST), not a resend's.
     def list_resource_slices(
         self, *, field_selector: str = "", label_selector: str = ""
     ) -> tuple[list[dict[str, Any]], str]:
@@ -531,19 +645,23 @@ class KubeClient:
         query = [
             (k, v) for k, v in (("fieldSelector", field_selector), ("labelSelector", label_selector)) if v
         ]
-        obj = self._json("list", "resourceslices", "", "GET", _SLICES, query=query)
+        data = self._call("list", "resourceslices", "", "GET", _SLICES, query=query, idempotent=True)
+        obj = _decode("list", "resourceslices", "", data)
         items = obj.get("items") or []
         return list(items), str((obj.get("metadata") or {}).get("resourceVersion", ""))
 
     def create_resource_slice(self, obj: Mapping[str, Any]) -> dict[str, Any]:
         """POST a new slice; returns the stored object."""
         name = str((obj.get("metadata") or {}).get("name", ""))
-        return self._json("create", "resourceslices", name, "POST", _SLICES, body=dict(obj))
+        data = self._call("create", "resourceslices", name, "POST", _SLICES, body=dict(obj), idempotent=False)
+        return _decode("create", "resourceslices", name, data)
 
     def update_resource_slice(self, obj: Mapping[str, Any]) -> dict[str, Any]:
         """PUT a slice; ``metadata.resourceVersion`` must be the stored one (else 409)."""
         name = str(obj["metadata"]["name"])
-        return self._json("update", "resourceslices", name, "PUT", f"{_SLICES}/{quote(name)}", body=dict(obj))
+        path = f"{_SLICES}/{quote(name)}"
+        data = self._call("update", "resourceslices", name, "PUT", path, body=dict(obj), idempotent=False)
+        return _decode("update", "resourceslices", name, data)
 
     def delete_resource_slice(self, name: str, *, uid: str = "", resource_version: str = "") -> None:
         """DELETE a slice, with optional uid/resourceVersion preconditions (mismatch: 409)."""
@@ -551,39 +669,72 @@ class KubeClient:
         pre = {k: v for k, v in (("uid", uid), ("resourceVersion", resource_version)) if v}
         if pre:
             body["preconditions"] = pre
-        self._send("delete", "resourceslices", name, "DELETE", f"{_SLICES}/{quote(name)}", body=body)
+        self._call(
+            "delete",
+            "resourceslices",
+            name,
+            "DELETE",
+            f"{_SLICES}/{quote(name)}",
+            body=body,
+            idempotent=False,
+        )
 
     def watch_resource_slices(
         self, *, field_selector: str = "", resource_version: str = "", timeout_seconds: int = 300
     ) -> SliceWatch:
-        """Open a WATCH from ``resource_version``; iterate the result, close it to stop early."""
+        """Open a WATCH from ``resource_version``; iterate the result, close it to stop early.
+
+        Every read may wait ``timeout_seconds + 30`` seconds: the server ends the watch after
+        ``timeoutSeconds`` and sends bookmarks meanwhile, so a longer silence is a dead connection.
+        """
         query = [("watch", "true"), ("allowWatchBookmarks", "true"), ("timeoutSeconds", str(timeout_seconds))]
         if field_selector:
             query.append(("fieldSelector", field_selector))
         if resource_version:
             query.append(("resourceVersion", resource_version))
-        raw = self._send(
-            "watch",
-            "resourceslices",
-            "",
-            "GET",
-            _SLICES,
-            query=query,
-            stream=True,
-            timeout=(self.connect_timeout, timeout_seconds + 30.0),
-        )
-        return SliceWatch(raw, "watch")
+        verb, resource = "watch", "resourceslices"
+        lean = self._lean(verb, resource, "")
+        if lean is None:
+            raw = self._send(
+                verb,
+                resource,
+                "",
+                "GET",
+                _SLICES,
+                query=query,
+                stream=True,
+                timeout=(self.connect_timeout, timeout_seconds + 30.0),
+            )
+            return SliceWatch(raw, verb)
+        try:
+            stream = lean.transport.stream(
+                f"{_SLICES}?{urlencode(query)}", lean.headers(), deadline=timeout_seconds + 30.0
+            )
+        except Exception as exc:  # OSError, ssl.SSLError, ProtocolError
+            raise _transport_error(verb, resource, "", exc) from exc
+        if not 200 <= stream.status < 300:
+            try:
+                data = stream.read()
+            except Exception:
+                data = b""
+            finally:
+                stream.close()
+            _raise_for(verb, resource, "", stream.status, data)
+        return SliceWatch(stream, verb)
 
     def close(self) -> None:
-        """Release pooled connections (both transports); a later call opens new ones."""
+        """Release pooled connections (every transport); a later call opens new ones."""
         with self._lock:
             api, self._api = self._api, None
             reads, self._reads = self._reads, None
+            pod, self._pod = self._pod, None
             slow, self._slow_reads = self._slow_reads, None
         if slow is not None:
             slow.shutdown(wait=False, cancel_futures=True)
         if reads is not None and reads[1] is not None:
             reads[1].close()
+        if pod is not None:
+            pod.transport.close()
         if api is not None:
             api.close()
 

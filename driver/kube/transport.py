@@ -38,6 +38,7 @@ them to :class:`~driver.errors.KubeError` in one place.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import io
 import re
@@ -47,7 +48,7 @@ import ssl
 import threading
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -56,6 +57,7 @@ __all__ = [
     "ConnectionClosedError",
     "ProtocolError",
     "Response",
+    "Stream",
     "Transport",
     "TransportSettings",
     "UnsupportedConfigError",
@@ -305,13 +307,13 @@ class _Connection:
         self.http.response_class = _Answer
         self.http.sock = _Wire(self)
 
-    def exchange(
+    def start(
         self, method: str, path: str, host: str, headers: Mapping[str, str], *, body: bytes, deadline: float
-    ) -> Response:
-        """Send one request and read its answer, all of it before ``deadline`` (monotonic)."""
+    ) -> tuple[http.client.HTTPResponse, dict[str, str]]:
+        """Send one request and read the head of its answer (status and fields) by ``deadline``."""
         self.received, self.eof = 0, False
         self._deadline = deadline
-        try:
+        with self.translated(deadline):
             conn = self.http
             conn.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
             conn.putheader("Host", host)
@@ -335,8 +337,22 @@ class _Connection:
             codings = [c.strip().lower() for c in fields.get("transfer-encoding", "").split(",") if c.strip()]
             if codings and codings != ["chunked"]:
                 raise ProtocolError(f"transfer-encoding {fields['transfer-encoding']!r}")
-            body = answer.read()
-            return Response(answer.status, body, fields, not answer.will_close)
+            return answer, fields
+
+    def exchange(
+        self, method: str, path: str, host: str, headers: Mapping[str, str], *, body: bytes, deadline: float
+    ) -> Response:
+        """Send one request and read its answer, all of it before ``deadline`` (monotonic)."""
+        answer, fields = self.start(method, path, host, headers, body=body, deadline=deadline)
+        with self.translated(deadline):
+            data = answer.read()
+        return Response(answer.status, data, fields, not answer.will_close)
+
+    @contextlib.contextmanager
+    def translated(self, deadline: float) -> Iterator[None]:
+        """``http.client``'s exceptions as this module's: what went wrong, in words that say so."""
+        try:
+            yield
         except TimeoutError as exc:  # plain sockets say "timed out", TLS ones "The read operation..."
             if time.monotonic() >= deadline:
                 raise TimeoutError(
@@ -376,6 +392,50 @@ class _Connection:
 
     def close(self) -> None:
         self.sock.close()
+
+
+class Stream:
+    """An answer read line by line as it comes (a watch), on a connection of its own.
+
+    :meth:`close` may be called from any thread: it shuts the socket down, so a read blocked in
+    another thread returns at once (that read then ends or raises; the caller knows it closed).
+    """
+
+    def __init__(
+        self, conn: _Connection, answer: http.client.HTTPResponse, fields: dict[str, str], deadline: float
+    ) -> None:
+        self.status = answer.status
+        self.headers: Mapping[str, str] = fields
+        self._conn = conn
+        self._answer = answer
+        self._deadline = deadline
+        self._closed = False
+
+    def readline(self, limit: int = 16 << 20) -> bytes:
+        """The next line with its newline; ``b""`` once the server ended the answer.
+
+        ``limit`` bounds one line (a watch event is one object; 16 MiB is far above the 3 MiB an
+        etcd value may hold), so a server that never sends a newline cannot fill the memory.
+        """
+        with self._conn.translated(self._deadline):
+            line = self._answer.readline(limit + 1)
+        if len(line) > limit:
+            raise ProtocolError(f"a line of the answer is longer than {limit} bytes")
+        return line
+
+    def read(self) -> bytes:
+        """The rest of the answer (an error's Status object)."""
+        with self._conn.translated(self._deadline):
+            return self._answer.read()
+
+    def close(self) -> None:
+        """End the answer and the connection (idempotent, thread-safe)."""
+        if self._closed:
+            return
+        self._closed = True
+        with contextlib.suppress(OSError):
+            self._conn.sock.shutdown(socket.SHUT_RDWR)
+        self._conn.close()
 
 
 class Transport:
@@ -461,6 +521,26 @@ class Transport:
         self._checkin(conn, response.keep_alive)
         return response
 
+    def stream(self, target: str, headers: Mapping[str, str], *, deadline: float) -> Stream:
+        """GET ``target`` on a connection of its own and hand back the answer to read as it comes.
+
+        For a watch: the server sends events for as long as the watch lasts, with silences between
+        them, so every read may wait up to ``deadline`` seconds and the whole answer may take as
+        long (the caller asks the server to end it sooner). The head must come by then too; the
+        connection never goes back to the pool.
+        """
+        path = self._path(target, headers)
+        ends = time.monotonic() + deadline
+        conn = self._connect(ends, read_timeout=deadline)
+        try:
+            answer, fields = conn.start(
+                "GET", path, self.settings.host_header, headers, body=b"", deadline=ends
+            )
+        except BaseException:
+            conn.close()
+            raise
+        return Stream(conn, answer, fields, ends)
+
     def close(self) -> None:
         """Close the kept connections; ones in use are closed when they come back."""
         with self._lock:
@@ -505,7 +585,7 @@ class Transport:
         for conn in idle:
             conn.close()
 
-    def _connect(self, deadline: float) -> _Connection:
+    def _connect(self, deadline: float, *, read_timeout: float | None = None) -> _Connection:
         settings = self.settings
         timeout = min(self.connect_timeout, deadline - time.monotonic())
         if timeout <= 0:
@@ -527,4 +607,4 @@ class Transport:
             raise TimeoutError(f"connect timed out after {timeout:g} s") from exc
         with self._lock:
             self.connections_opened += 1
-        return _Connection(sock, settings, self.timeout)
+        return _Connection(sock, settings, self.timeout if read_timeout is None else read_timeout)

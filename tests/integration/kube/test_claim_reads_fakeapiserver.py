@@ -125,7 +125,7 @@ def test_errors_read_as_on_the_official_client(
         return client.get_resource_claim("ns", name)
 
     def official() -> object:
-        return client._json(
+        return client._send(
             "get", "resourceclaims", f"ns/{name}", "GET", f"{CLAIMS}/ns/resourceclaims/{name}"
         )
 

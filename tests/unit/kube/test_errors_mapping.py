@@ -50,7 +50,7 @@ class _FakeAnswerClient(KubeClient):
         super().__init__()
         self._body = body
 
-    def _send(self, *args: Any, **kwargs: Any) -> bytes:
+    def _call(self, *args: Any, **kwargs: Any) -> bytes:
         return self._body
 
 
