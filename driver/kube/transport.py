@@ -1,24 +1,28 @@
-"""A small keep-alive pool of stdlib ``http.client`` connections: claim reads and status applies.
+"""A small keep-alive pool of stdlib ``http.client`` connections: every call of the apiserver client.
 
 Why it exists: one claim GET through the official client costs about 1 ms of our CPU, most of it
-decoding the answer into the client's models, not HTTP; these reads want the JSON dict. The
-claim status apply (a PATCH, answered with the claim) cost 0.95 ms of CPU through the official
-client's ``call_api`` with the answer undecoded, 0.52 ms here (a claim GET here: 0.30 ms; real
+decoding the answer into the client's models, not HTTP; these reads want the JSON dict. The claim
+status apply (a PATCH, answered with the claim) cost 0.95 ms of CPU through the official client's
+``call_api`` with the answer undecoded, 0.52 ms here (a claim GET here: 0.30 ms; real
 kube-apiserver over TLS, interleaved, issue 15): the difference is the client's serializer and
-urllib3's request and response machinery. The HTTP
-itself is ``http.client``'s since issue 15; it costs more than the hand-written HTTP/1.1 parser
-this module used to carry, and is one parser fewer to own and get wrong. Our CPU per claim GET on
-a kept-alive connection to the fake apiserver, both pools interleaved in one run: 37 us for the
-old parser vs 77 us for ``http.client`` (issue 15's measurement); 76 vs 131 us (1.7x) for this
-module against the old one on a loaded 2-core machine. The socket handling (pool, deadline,
-retry) stays ours:
+urllib3's request and response machinery. The HTTP itself is ``http.client``'s since issue 15; it
+costs more than the hand-written HTTP/1.1 parser this module used to carry, and is one parser fewer
+to own and get wrong. Our CPU per claim GET on a kept-alive connection to the fake apiserver, both
+pools interleaved in one run: 37 us for the old parser vs 77 us for ``http.client`` (issue 15's
+measurement); 76 vs 131 us (1.7x) for this module against the old one on a loaded 2-core machine.
+The socket handling (pool, deadline, retry) stays ours:
 
 * :func:`settings_from_configuration` takes the host, TLS and socket settings from the official
   client's ``Configuration`` and raises :class:`UnsupportedConfigError` for anything it cannot
   honour (a proxy, a certificate name override, client-go style retries), so that the caller falls
   back to the official client instead of silently dropping a setting.
+* The settings of a pod come from :mod:`driver.kube.incluster` instead, with no official client.
 * Authorization is the caller's: it passes the headers of each request, read through the
-  Configuration's own ``auth_settings()`` so that token refresh hooks keep working.
+  Configuration's own ``auth_settings()`` (token refresh hooks keep working) or the service
+  account's token file.
+* A watch (:meth:`Transport.stream`) gets a connection of its own and reads its answer line by
+  line as it comes, every read waiting up to the watch's own limit; :meth:`Stream.close` ends it
+  from another thread.
 * Connections are pooled last-in first-out (the warmest first), at most ``max_idle`` kept. An
   idempotent request (a GET; a server-side apply, whose second application of the same body
   changes nothing) that fails on a reused connection before any byte of the answer arrived (the
