@@ -465,9 +465,7 @@ class KubeClient:
                 return self._pod_lean()
             api = self._api_client()
             transport = self._lean_transport(api.configuration)
-        except ConfigError as exc:  # no service account, an unreadable CA: says what to fix
-            raise _transport_error(verb, resource, name, exc) from exc
-        except Exception as exc:  # unreadable CA or client certificate
+        except Exception as exc:  # no service account, an unreadable CA or client certificate
             raise _transport_error(verb, resource, name, exc) from exc
         if transport is None:
             return None
