@@ -90,7 +90,7 @@ def _argv(root: Path, kubeconfig: str) -> list[str]:
     ]
 
 
-def _env(pycache: Path | None) -> dict[str, str]:
+def child_env(pycache: Path | None) -> dict[str, str]:
     """The children's environment: with a bytecode cache of their own, or compiling from source."""
     env = dict(os.environ)
     if pycache is not None:
@@ -181,7 +181,7 @@ def measure(
     from tests.support.topologies import TOPOLOGIES
 
     root = Path(tempfile.mkdtemp(prefix="bs", dir=base))
-    env = _env(root / "pycache" if bytecode else None)
+    env = child_env(root / "pycache" if bytecode else None)
     try:
         for sub in ("reg", "cdi", "plugin", "floor"):
             (root / sub).mkdir()
