@@ -30,7 +30,8 @@ rounds (a prepare and an unprepare each) once it went quiet, per claim. ``start_
 is the median over ``--starts`` cold starts of each plugin child: spawn until GetInfo and
 NotifyRegistrationStatus succeeded (the numadra child imports the prepare path and discovers the
 host tree first; the ``run_*`` figures are the whole ``numadra run`` process, from
-bench/startup.py).
+bench/startup.py). The Python children run from a bytecode cache, as the image does (the first
+start fills it).
 
 With the real kube-apiserver the numadra children connect as a DaemonSet pod does (service address,
 CA file, token file: ``driver.kube.incluster``, no official client), the Go peer through a
@@ -245,6 +246,7 @@ class _Child:
     name: str
     argv: list[str]
     reg_sock: Path
+    env: dict[str, str] | None = None  # None: this process's
     proc: subprocess.Popen[bytes] | None = None
     kubelet: Any = None  # its own kubelet client: closed with the process, its sockets go too
     endpoint: str = ""
@@ -273,7 +275,7 @@ class _Child:
         started = time.monotonic()
         logs = os.environ.get("NUMADRA_BENCH_LOGS")  # a dir: keep each child's stderr there
         sink = (Path(logs) / f"{self.name}.log").open("ab") if logs else subprocess.DEVNULL
-        self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stderr=sink)
+        self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stderr=sink, env=self.env)
         if logs:
             assert not isinstance(sink, int)
             sink.close()  # the child holds its own copy
@@ -638,6 +640,11 @@ def main() -> None:
                 uid = put_claim(obj)
                 background.append(ClaimRef("background", name, uid))
             children: list[_Child] = []
+            # the Python children run from bytecode, as in the image (bench/startup.py); the first
+            # start of each fills the cache
+            from bench.startup import child_env
+
+            bytecode_env = child_env(root / "pycache")
             for name in PEERS:
                 peer_root, peer_cdi = root / name, cdi_root / name
                 reg_sock = peer_root / "reg" / f"{DRIVER}-reg.sock"
@@ -653,7 +660,9 @@ def main() -> None:
                     plugin = {"numadra": "driver", "numadra_status": "status", "floor": "floor"}[name]
                     argv = [sys.executable, __file__, "--serve", str(host), str(peer_root), str(peer_cdi)]
                     argv += [connection, args.claim_reads, plugin]
-                children.append(_Child(name, argv, reg_sock, dirs=(peer_root / "plugin", peer_cdi)))
+                children.append(
+                    _Child(name, argv, reg_sock, env=bytecode_env, dirs=(peer_root / "plugin", peer_cdi))
+                )
             _measure(children, refs, background, args.single, args.batch, max(1, args.starts))
         peers = {child.name: _figures(child, args.single) for child in children}
         ours, floor = peers["numadra"], peers["floor"]

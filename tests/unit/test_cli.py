@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import subprocess
 import sys
 
@@ -61,3 +62,19 @@ def test_discover_rejects_bad_names_with_exit_2(
     err = capsys.readouterr().err
     assert needle in err
     assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("collecting", [True, False])
+def test_main_gives_the_caller_its_collector_state_back(collecting: bool) -> None:
+    """main() turns the cyclic collector off for the start-up; a caller in this process gets the
+    state it had, on or off."""
+    was = gc.isenabled()
+    (gc.enable if collecting else gc.disable)()
+    try:
+        assert main(["version"]) == 0
+        assert gc.isenabled() is collecting
+        with pytest.raises(SystemExit):
+            main(["no-such-command"])
+        assert gc.isenabled() is collecting
+    finally:
+        (gc.enable if was else gc.disable)()
