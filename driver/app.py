@@ -11,9 +11,10 @@ Start order, and why:
    protos, the claims logic): the kubernetes client and prometheus come later, so the plugin
    registers also while the apiserver is unreachable. Then wait for the kubelet's registration,
    at most :attr:`RunConfig.registration_wait` (1 s, the period of the kubelet's plugin watcher):
-   the steps below take about 0.3 s of CPU under the GIL (the kubernetes client's import alone is
-   0.2 s), and a kubelet calling GetInfo and NotifyRegistrationStatus meanwhile waited for the GIL
-   at each step of each call: from "kubelet plugin serving" to registered took a median of 36 ms
+   the steps below take about 0.3 s of CPU under the GIL (with a kubeconfig, the kubernetes
+   client's import alone is 0.2 s; a pod never imports it: driver.kube.client), and a kubelet
+   calling GetInfo and NotifyRegistrationStatus meanwhile waited for the GIL at each step of
+   each call: from "kubelet plugin serving" to registered took a median of 36 ms
    (up to 145) in 15 starts on the 2-core CI machine, 15 ms (up to 36) with the wait. Nothing
    below is needed to register or to serve a prepare;
 5. start the health monitor's polling thread, whose taints feed the publisher before its first
