@@ -273,7 +273,16 @@ class NodeCluster:
     # API helpers ----------------------------------------------------------------------------------
     def new_namespace(self, prefix: str) -> str:
         """A fresh namespace, once its ``default`` ServiceAccount exists (ServiceAccount admission
-        refuses pods before the serviceaccount controller made it)."""
+        refuses pods before the serviceaccount controller made it), on a node no claim holds.
+
+        Every scenario starts from a node whose CPUs no claim holds any more: a claim of an
+        earlier scenario still allocated (the resourceclaim controller deallocates and deletes
+        template claims after their pods are gone, asynchronously, and was seen to take minutes
+        for a claim whose prepare had been refused) would make this scenario's pods unschedulable,
+        and the scheduler retries such a pod only on events of its own claims or after 5 min, far
+        past any wait here. So wait for them, and name them if they stay.
+        """
+        self.wait_no_allocated_claims()
         name = f"{prefix}-{uuid.uuid4().hex[:6]}"
         self.admin.create("/api/v1/namespaces", {"metadata": {"name": name}})
         wait_for(
@@ -342,6 +351,29 @@ class NodeCluster:
         return self.admin.items(
             f"/api/v1/namespaces/{namespace}/events", fieldSelector=f"involvedObject.name={name}"
         )
+
+    def allocated_claims(self) -> list[str]:
+        """``namespace/name`` of every ResourceClaim in the cluster that still holds an allocation."""
+        claims = self.admin.items(f"{RESOURCE}/resourceclaims")
+        return [
+            f"{c['metadata']['namespace']}/{c['metadata']['name']}"
+            for c in claims
+            if (c.get("status") or {}).get("allocation")
+        ]
+
+    def wait_no_allocated_claims(self, timeout: float = 150) -> None:
+        left: list[str] = []
+
+        def free() -> bool:
+            left[:] = self.allocated_claims()
+            return not left
+
+        try:
+            wait_for(free, timeout, "no claim to hold the node's devices", interval=0.2)
+        except AssertionError:
+            raise AssertionError(
+                f"claims of earlier scenarios still allocated after {timeout:g} s: {left}"
+            ) from None
 
     def delete_pod(self, namespace: str, name: str, timeout: float = 60) -> None:
         """Delete as a user would; wait until the kubelet has stopped it and the object is gone."""
