@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Generator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ import yaml
 from driver.claims.render import claim_spec_file_name
 from driver.pinning.types import ENV_CPUS, parse_cpulist
 from driver.state.journal import Journal, journal_path
+from tests.conftest import CALL_FAILED
 from tests.e2e.controlplane import (
     ApiClient,
     ApiError,
@@ -496,20 +497,6 @@ def log_tails(root: Path, chars: int = 2500, patterns: tuple[str, ...] = ("**/*.
     return "\n".join(parts)
 
 
-_FAILED = pytest.StashKey[bool]()
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(
-    item: pytest.Item, call: pytest.CallInfo[None]
-) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    """Remember whether a scenario's call failed, for the log dump in the ``cluster`` fixture."""
-    report: pytest.TestReport = yield
-    if report.when == "call" and report.failed:
-        item.stash[_FAILED] = True
-    return report
-
-
 @pytest.fixture
 def cluster(e2e_cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[Cluster]:
     """The session cluster, checked alive before each scenario (a driver a failed test left dead restarts).
@@ -522,7 +509,7 @@ def cluster(e2e_cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[Cl
         wait_for(lambda: e2e_cluster.registrations() > registrations, 30, "the driver to register again")
     e2e_cluster.check_running()
     yield e2e_cluster
-    if request.node.stash.get(_FAILED, False):
+    if request.node.stash.get(CALL_FAILED, False):
         print(log_tails(e2e_cluster.root))
 
 

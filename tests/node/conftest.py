@@ -27,7 +27,7 @@ import tempfile
 import time
 import urllib.request
 import uuid
-from collections.abc import Generator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,7 @@ import pytest
 from driver.claims.render import claim_spec_file_name
 from driver.pinning.types import ENV_CPUS, ENV_MEMS, parse_cpulist
 from driver.state.journal import Journal, journal_path
+from tests.conftest import CALL_FAILED
 from tests.e2e.conftest import collection_path, condition, kustomize_base_objects, log_tails
 from tests.e2e.controlplane import (
     ApiClient,
@@ -737,19 +738,6 @@ def _teardown_containerd_pods(containerd: Containerd) -> None:
 NODE_LOGS = ("*.log", "*/*.log", "numadra-run-*.out")
 
 
-_FAILED = pytest.StashKey[bool]()
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(
-    item: pytest.Item, call: pytest.CallInfo[None]
-) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    report: pytest.TestReport = yield
-    if report.when == "call" and report.failed:
-        item.stash[_FAILED] = True
-    return report
-
-
 @pytest.fixture
 def node(node_session: NodeCluster, request: pytest.FixtureRequest) -> Iterator[NodeCluster]:
     """The session node, alive, with the driver running with the default flags before each scenario.
@@ -763,7 +751,7 @@ def node(node_session: NodeCluster, request: pytest.FixtureRequest) -> Iterator[
         node_session.start_driver(DEFAULT_DRIVER_FLAGS)
     node_session.check_running()
     yield node_session
-    if request.node.stash.get(_FAILED, False):
+    if request.node.stash.get(CALL_FAILED, False):
         print(log_tails(node_session.root, patterns=NODE_LOGS))
 
 
