@@ -12,8 +12,8 @@
 #   make node          tests/node: real containerd 2.4 + kubelet 1.37.2 running pinned pods (root)
 #   make image         the container image with podman, and its smoke test
 #   make e2e-bins      build (or find cached) the Go binaries of the e2e tier; node-bins: the node tier's
-#   make ci            all of the above, in that order (.ci/run installs the tools, calls lint,
-#                      deploy, image, e2e-bins and node-bins, then the README's `python -m pytest`)
+#   make ci            what CI runs, on this machine as it is: .ci/run (the one CI definition) with
+#                      NUMADRA_CI_INSTALL=0: no venv rebuild, no apt-get, the same steps
 #   make bench         the prepare benchmark against the Go peer (JSON on stdout; never in CI)
 #
 # Variables: PYTHON (the interpreter that makes .venv), PYTEST_ARGS (added to every pytest run,
@@ -109,7 +109,9 @@ image:
 	  *) echo "::: image build or smoke test FAILED (rc $$rc)"; exit "$$rc" ;; \
 	esac
 
-ci: lint deploy unit integration image e2e node
+# One CI definition: .ci/run lists the steps; NUMADRA_CI_INSTALL=0 skips only its installs
+ci:
+	NUMADRA_CI_INSTALL=0 bash .ci/run
 
 bench:
 	$(BIN)/python bench/prepare.py
