@@ -1,7 +1,10 @@
-# numadra's task runner: one target per test tier, in the order CI runs them.
+# numadra's task runner: one target per test tier, and the entry points CONTRIBUTING.md lists.
 #
 #   make venv          .venv with the package and its test extras (everything below uses it)
 #   make lint          ruff check, ruff format --check, mypy --strict, lint-imports (layers)
+#   make test          the README's test command, `python -m pytest`: every tier in one run
+#   make coverage      line and branch coverage of driver/ and cdi/ over unit + integration
+#                      (subprocesses included): a table here, HTML in build/coverage/html
 #   make deploy        deploy/ rendered by kustomize and helm (built from Go modules) must agree
 #   make unit          tests/unit: pure logic, generated host trees, no root needed
 #   make integration   tests/integration: real sockets, gRPC, files, cgroups (root for cgroups)
@@ -9,8 +12,8 @@
 #   make node          tests/node: real containerd 2.4 + kubelet 1.37.2 running pinned pods (root)
 #   make image         the container image with podman, and its smoke test
 #   make e2e-bins      build (or find cached) the Go binaries of the e2e tier; node-bins: the node tier's
-#   make ci            all of the above, in that order (.ci/run installs the tools, calls lint,
-#                      deploy, image, e2e-bins and node-bins, then the README's `python -m pytest`)
+#   make ci            what CI runs, on this machine as it is: .ci/run (the one CI definition) with
+#                      NUMADRA_CI_INSTALL=0: no venv rebuild, no apt-get, the same steps
 #   make bench         the prepare benchmark against the Go peer (JSON on stdout; never in CI)
 #
 # Variables: PYTHON (the interpreter that makes .venv), PYTEST_ARGS (added to every pytest run,
@@ -24,10 +27,10 @@ BIN := $(VENV)/bin
 PYTEST := $(BIN)/python -m pytest $(PYTEST_ARGS)
 LINTED := driver cdi tests bench
 
-.PHONY: help venv lint fmt deploy unit integration image e2e-bins node-bins e2e node ci bench
+.PHONY: help venv lint fmt test coverage deploy unit integration image e2e-bins node-bins e2e node ci bench
 
 help:
-	@sed -n '3,16p' Makefile | sed 's/^# *//'
+	@sed -n '3,/^$$/p' Makefile | sed 's/^# \{0,1\}//'
 
 venv:
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +47,15 @@ lint:
 fmt:
 	$(BIN)/ruff check --fix $(LINTED)
 	$(BIN)/ruff format $(LINTED)
+
+# the README's test command (CI runs it too, with a pinned seed: .ci/run)
+test:
+	$(PYTEST)
+
+# coverage and pytest-cov come with the test extras; [tool.coverage.*] in pyproject.toml says what
+# is measured (driver/, cdi/, the `numadra run` children too) and where the data and HTML go
+coverage:
+	$(PYTEST) --cov --cov-report=term-missing:skip-covered --cov-report=html tests/unit tests/integration
 
 unit:
 	$(PYTEST) tests/unit
@@ -97,7 +109,9 @@ image:
 	  *) echo "::: image build or smoke test FAILED (rc $$rc)"; exit "$$rc" ;; \
 	esac
 
-ci: lint deploy unit integration image e2e node
+# One CI definition: .ci/run lists the steps; NUMADRA_CI_INSTALL=0 skips only its installs
+ci:
+	NUMADRA_CI_INSTALL=0 bash .ci/run
 
 bench:
 	$(BIN)/python bench/prepare.py

@@ -1,4 +1,4 @@
-"""``numadra run``: the DaemonSet entrypoint (DESIGN.md section 3).
+"""``numadra run``: the DaemonSet entrypoint (its contract: docs/design.md, "Command line").
 
 Every flag has an environment variable, so a DaemonSet can set values through ``env`` as well
 as ``args``; a flag on the command line wins. The documented ones keep their names (``NODE_NAME``,

@@ -5,8 +5,8 @@ apiserver. Host-derived values that would break an API limit are sanitized here 
 to 64 bytes on a character boundary, out-of-range integers dropped) rather than failing discovery.
 Attributes of the driver's own domain carry no prefix (the API files them under the driver name);
 standard ones carry ``resource.kubernetes.io/``. They come from
-:func:`driver.slices.attributes.device_attributes`, which the metadata writer shares. See DESIGN.md
-section 2 and the README table.
+:func:`driver.slices.attributes.device_attributes`, which the metadata writer shares. The names and
+limits are the contract in docs/design.md ("Devices and attributes").
 
 Capacity request policies of the per-NUMA ``cpu`` device (consumable, shared by many claims):
 
