@@ -35,9 +35,9 @@ from driver.claims.attributes import PublishedAttributes
 from driver.claims.metadata import METADATA_DIR, metadata_dir, metadata_file_glob, metadata_files
 from driver.claims.names import check_claim_uid, describe_claim, dir_prefix
 from driver.claims.render import CpuHook, claim_spec, claim_spec_file_name
-from driver.claims.selection import ClaimView, cpu_requests, select_devices
+from driver.claims.selection import SHAREABLE_KINDS, ClaimView, cpu_requests, select_devices
 from driver.errors import ClaimError, PinningError, is_recoverable
-from driver.inventory.model import DeviceKind, Inventory
+from driver.inventory.model import Inventory
 from driver.kube.types import JsonObject
 from driver.log import get_logger
 from driver.pinning.types import ClaimPinning, CpuRequest, format_cpulist
@@ -305,7 +305,7 @@ class ClaimsDriver:
         labelled for it) a device beside its other claims, so it neither waits nor blocks.
         """
         for dev in view.devices:
-            if dev.share_id is not None or dev.kind is DeviceKind.CPU or dev.admin_access:
+            if dev.share_id is not None or dev.kind in SHAREABLE_KINDS or dev.admin_access:
                 continue
             other = self._journal.holder(dev.pool, dev.device_name, except_uid=view.uid)
             if other is not None:

@@ -47,7 +47,7 @@ POD_CLAIM_NAME_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
 _CPU_QUANTITY = re.compile(r"([0-9]+)(m?)")
 #: the kinds whose devices our slices publish with ``allowMultipleAllocations`` (a NUMA node's
 #: CPUs and memory are consumable capacity); a GPU or NIC is handed to one claim whole
-SHAREABLE_KINDS = frozenset({DeviceKind.CPU})
+SHAREABLE_KINDS = frozenset({DeviceKind.CPU, DeviceKind.MEMORY})
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +89,7 @@ def device_kind(device: InventoryDevice) -> DeviceKind:
         return DeviceKind.GPU
     if isinstance(device, Nic):
         return DeviceKind.NIC
-    return DeviceKind.CPU
+    return device.kind  # cpu, or memory for a NUMA node without CPUs
 
 
 def _is_map(value: Any) -> TypeGuard[Mapping[str, Any]]:
