@@ -35,7 +35,7 @@ from driver.claims.attributes import PublishedAttributes
 from driver.claims.metadata import METADATA_DIR, metadata_dir, metadata_file_glob, metadata_files
 from driver.claims.names import check_claim_uid, describe_claim, dir_prefix
 from driver.claims.render import CpuHook, claim_spec, claim_spec_file_name
-from driver.claims.selection import SHAREABLE_KINDS, ClaimView, cpu_requests, select_devices
+from driver.claims.selection import SHAREABLE_KINDS, ClaimView, cpu_requests, memory_nodes, select_devices
 from driver.errors import ClaimError, PinningError, is_recoverable
 from driver.inventory.model import Inventory
 from driver.kube.types import JsonObject
@@ -60,8 +60,17 @@ class PinPlanner(Protocol):
     cannot; either becomes that claim's error.
     """
 
-    def plan(self, claim_uid: str, requests: Sequence[CpuRequest], taken: frozenset[int], /) -> ClaimPinning:
-        """Pin every request; never hand out a CPU in ``taken_cpus``."""
+    def plan(
+        self,
+        claim_uid: str,
+        requests: Sequence[CpuRequest],
+        taken: frozenset[int],
+        /,
+        *,
+        memory_nodes: frozenset[int] = ...,
+    ) -> ClaimPinning:
+        """Pin every request; never hand out a CPU in ``taken_cpus``; ``memory_nodes``: the
+        nodes of the claim's memory devices, which its assignments may allocate on."""
         ...
 
 
@@ -370,7 +379,7 @@ class ClaimsDriver:
         pinning = None
         if requests and self._planner is not None:
             taken = self._journal.taken_cpus(except_uid=ref.uid)
-            pinning = self._planner.plan(ref.uid, requests, taken)
+            pinning = self._planner.plan(ref.uid, requests, taken, memory_nodes=memory_nodes(view))
         # the "prepared" line names the pods; none (not from a kubelet) means NRI pins nothing
         entry = self._render(view, pinning, attrs, None, reserved_pods(claim))
         self._journal.put(entry)

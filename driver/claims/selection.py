@@ -35,6 +35,7 @@ __all__ = [
     "ClaimView",
     "cpu_requests",
     "device_kind",
+    "memory_nodes",
     "parse_cpu_quantity",
     "select_devices",
 ]
@@ -281,3 +282,12 @@ def cpu_requests(view: ClaimView) -> list[CpuRequest]:
         mode = devs[0].config.mode if devs else CpuMode.EXCLUSIVE
         out.append(CpuRequest(request=base, numa_nodes=tuple(nodes), count=count, mode=mode))
     return out
+
+
+def memory_nodes(view: ClaimView) -> frozenset[int]:
+    """The NUMA nodes of the claim's ``memory`` devices (CPU-less nodes it asked for)."""
+    return frozenset(
+        dev.device.id
+        for dev in view.devices
+        if dev.kind is DeviceKind.MEMORY and isinstance(dev.device, NumaNode) and not dev.admin_access
+    )
