@@ -150,6 +150,7 @@ class ClaimsDriver:
         status: StatusWriter | None = None,
         on_fatal: Callable[[BaseException, str], None] | None = None,
         cpu_hook: CpuHook | None = None,
+        numa_node_list: bool = False,
     ) -> None:
         self.driver_name = driver_name
         self.node_name = node_name
@@ -168,7 +169,7 @@ class ClaimsDriver:
                 cdi_dir=cdi_dir, plugin_dir=plugin_dir, driver_name=driver_name, pool=node_name
             ),
         )
-        self._attributes = PublishedAttributes()
+        self._attributes = PublishedAttributes(numa_node_list=numa_node_list)  # as the slices have it
         self._lock = threading.Lock()
         #: what the last :meth:`reconcile` did per journaled claim: "ok" or "recreated" -> count
         self.recovery: Counter[str] = Counter()
