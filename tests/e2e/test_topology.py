@@ -60,15 +60,41 @@ def _published(cluster: Cluster) -> dict[str, dict[str, Any]]:
     return {d["name"]: d["attributes"] for s in cluster.slices() for d in s["spec"].get("devices", [])}
 
 
+class SessionNode:
+    """The session cluster's node, switched between host trees at most once per topology."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.current = TOPOLOGY
+
+    def on(self, name: str, marker: str) -> Cluster:
+        """The cluster with its node on topology ``name``, once ``marker`` is a published device."""
+        if self.current != name:
+            _restart_on(self.cluster, TOPOLOGIES[name])
+            self.current = name
+            wait_for(lambda: marker in self.cluster.published_devices(), 30, f"the {name} node's slices")
+        return self.cluster
+
+
 @pytest.fixture(scope="module")
-def snc_node(e2e_cluster: Cluster) -> Iterator[Cluster]:
-    """The session cluster's node switched to the SNC-2 tree for this module, then back."""
-    cluster = e2e_cluster
-    _restart_on(cluster, TOPOLOGIES["snc2"])
-    wait_for(lambda: "cpu-numa3" in cluster.published_devices(), 30, "the SNC-2 node's slices")
-    yield cluster
-    _restart_on(cluster, TOPOLOGIES[TOPOLOGY])
-    wait_for(lambda: "cpu-numa3" not in cluster.published_devices(), 30, "the session slices")
+def session_node(e2e_cluster: Cluster) -> Iterator[SessionNode]:
+    """Switches the session node for this module's scenarios; back to the session topology after."""
+    node = SessionNode(e2e_cluster)
+    yield node
+    if node.current != TOPOLOGY:
+        _restart_on(e2e_cluster, TOPOLOGIES[TOPOLOGY])
+
+        def restored() -> bool:
+            devices = e2e_cluster.published_devices()
+            return "nic-0000-17-00-1" in devices and not {"cpu-numa3", GH_HBM} & devices  # a dgx VF
+
+        wait_for(restored, 30, "the session slices")
+
+
+@pytest.fixture
+def snc_node(session_node: SessionNode) -> Cluster:
+    """The session cluster's node on the SNC-2 tree."""
+    return session_node.on("snc2", "cpu-numa3")
 
 
 @pytest.fixture(scope="module")
@@ -255,12 +281,10 @@ def test_list_numa_node_still_refuses_the_other_socket(list_cluster: Cluster) ->
 # -- Grace Hopper: the GPU's memory as a memory device ------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def grace_hopper_node(e2e_cluster: Cluster) -> Iterator[Cluster]:
-    """The session node switched to the GH200 tree, with a DeviceClass for memory devices."""
-    cluster = e2e_cluster
-    _restart_on(cluster, TOPOLOGIES["grace_hopper"])
-    wait_for(lambda: GH_HBM in cluster.published_devices(), 30, "the Grace Hopper node's slices")
+@pytest.fixture
+def grace_hopper_node(session_node: SessionNode) -> Iterator[Cluster]:
+    """The session node on the GH200 tree, with a DeviceClass for memory devices."""
+    cluster = session_node.on("grace_hopper", GH_HBM)
     selector = f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].type == "memory"'
     cluster.admin.create(
         f"{RESOURCE}/deviceclasses",
@@ -268,8 +292,6 @@ def grace_hopper_node(e2e_cluster: Cluster) -> Iterator[Cluster]:
     )
     yield cluster
     cluster.admin.delete(f"{RESOURCE}/deviceclasses/{MEMORY_CLASS}")
-    _restart_on(cluster, TOPOLOGIES[TOPOLOGY])
-    wait_for(lambda: GH_HBM not in cluster.published_devices(), 30, "the session slices")
 
 
 def test_gpu_and_its_own_memory_are_paired_and_pinned_together(grace_hopper_node: Cluster) -> None:
