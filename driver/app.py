@@ -114,6 +114,7 @@ class RunConfig:
     reserved_cpus: frozenset[int] = frozenset()
     isolated_cpus: IsolatedCpus = "include"  # see driver.inventory.model.kept_out_cpus
     node_allocatable: bool = False
+    numa_node_list: bool = False  # resource.kubernetes.io/numaNode as the KEP-6072 list
     taint_unhealthy: TaintEffect = "NoSchedule"
     nri_socket: Path = DEFAULT_NRI_SOCKET
     nri_shared_pool: bool = False
@@ -341,6 +342,7 @@ class App:
             status=self.status,
             on_fatal=lambda err, msg: self.request_stop(f"{msg}: {err}"),
             cpu_hook=cpu_hook,
+            numa_node_list=cfg.numa_node_list,
         )
         self._on_stop("claims driver", self.claims.close)
         with state_lock.hold():  # the other process of a rolling update may be preparing
@@ -461,6 +463,7 @@ class App:
             reserved_cpus=kept_out_cpus(inventory, self.config.reserved_cpus, self.config.isolated_cpus),
             taints=taints,
             node_allocatable=self.config.node_allocatable,
+            numa_node_list=self.config.numa_node_list,
         )
 
     def _start_hotplug(self) -> None:

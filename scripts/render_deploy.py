@@ -14,8 +14,13 @@ hard-codes. Before comparing, objects are sorted by (apiVersion, kind, namespace
 labels only Helm adds (helm.sh/chart, app.kubernetes.io/managed-by, app.kubernetes.io/version) are
 dropped; everything else must be equal, list order included.
 
+Then every PrometheusRule of the monitoring variant must load: its ``spec`` is a Prometheus rules
+file, which ``promtool check rules`` parses and type-checks (PromQL, templates, durations) as
+Prometheus would when the operator hands it over.
+
 Usage: render_deploy.py [--tools-dir DIR] [--out DIR]
-Exit codes: 0 identical, 1 different (a unified diff is printed), 3 kustomize/helm not found.
+Exit codes: 0 identical and the rules load, 1 different (a unified diff is printed) or a rule that
+does not load (promtool's message), 3 kustomize/helm/promtool not found.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -123,20 +129,40 @@ def compare(kustomize: str, helm: str, out: Path | None) -> list[str]:
     return different
 
 
+def check_alert_rules(promtool: str, objects: list[dict[str, Any]]) -> list[str]:
+    """promtool's complaint about each PrometheusRule in ``objects`` whose rules do not load."""
+    problems = []
+    for obj in objects:
+        if obj.get("kind") != "PrometheusRule":
+            continue
+        name = obj.get("metadata", {}).get("name", "?")
+        with tempfile.TemporaryDirectory(prefix="numadra-rules-") as tmp:
+            rules = Path(tmp) / f"{name}.rules.yaml"
+            rules.write_text(yaml.safe_dump(obj.get("spec") or {}, sort_keys=False))
+            command = [promtool, "check", "rules", str(rules)]
+            done = subprocess.run(command, check=False, capture_output=True, text=True)
+        if done.returncode != 0:
+            problems.append(f"PrometheusRule {name}: {(done.stdout + done.stderr).strip()}")
+    return problems
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tools-dir", type=Path, help="directory holding kustomize and helm")
     parser.add_argument("--out", type=Path, help="write the normalized renderings here")
     args = parser.parse_args()
     kustomize, helm = find_tool("kustomize", args.tools_dir), find_tool("helm", args.tools_dir)
-    if kustomize is None or helm is None:
+    promtool = find_tool("promtool", args.tools_dir)
+    if kustomize is None or helm is None or promtool is None:
         print(
-            "render_deploy: kustomize or helm not found (scripts/build-deploy-tools.sh builds both)",
+            "render_deploy: kustomize, helm or promtool not found "
+            "(scripts/build-deploy-tools.sh builds them)",
             file=sys.stderr,
         )
         return 3
     try:
         different = compare(kustomize, helm, args.out)
+        monitoring = normalize(render_kustomize(kustomize, VARIANTS["monitoring"][0]))
     except subprocess.CalledProcessError as exc:
         print(f"render_deploy: {' '.join(exc.cmd)} failed:\n{exc.stderr}", file=sys.stderr)
         return 1
@@ -144,6 +170,12 @@ def main() -> int:
         print(f"render_deploy: kustomize and helm differ for: {', '.join(different)}", file=sys.stderr)
         return 1
     print(f"render_deploy: kustomize and helm render the same objects ({', '.join(VARIANTS)})")
+    problems = check_alert_rules(promtool, monitoring)
+    if problems:
+        print("render_deploy: alerting rules that do not load:\n" + "\n".join(problems), file=sys.stderr)
+        return 1
+    rules = sum(1 for o in monitoring if o.get("kind") == "PrometheusRule")
+    print(f"render_deploy: promtool loads the {rules} PrometheusRule(s) of the monitoring variant")
     return 0
 
 

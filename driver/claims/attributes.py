@@ -20,9 +20,14 @@ __all__ = ["PublishedAttributes"]
 
 
 class PublishedAttributes:
-    """device name -> published attributes, for the latest inventory seen."""
+    """device name -> published attributes, for the latest inventory seen.
 
-    def __init__(self) -> None:
+    ``numa_node_list`` must be the slices' choice (``--numa-node-list``), so that the metadata
+    carries ``numaNode`` in the same form as the slices.
+    """
+
+    def __init__(self, *, numa_node_list: bool = False) -> None:
+        self._numa_node_list = numa_node_list
         self._lock = threading.Lock()
         self._inventory: Inventory | None = None
         self._attributes: Mapping[str, Mapping[str, Any]] = {}
@@ -31,5 +36,6 @@ class PublishedAttributes:
         """The attributes of every device of ``inventory``."""
         with self._lock:
             if inventory is not self._inventory:
-                self._inventory, self._attributes = inventory, inventory_attributes(inventory)
+                attributes = inventory_attributes(inventory, numa_node_list=self._numa_node_list)
+                self._inventory, self._attributes = inventory, attributes
             return self._attributes

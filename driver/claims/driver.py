@@ -35,9 +35,9 @@ from driver.claims.attributes import PublishedAttributes
 from driver.claims.metadata import METADATA_DIR, metadata_dir, metadata_file_glob, metadata_files
 from driver.claims.names import check_claim_uid, describe_claim, dir_prefix
 from driver.claims.render import CpuHook, claim_spec, claim_spec_file_name
-from driver.claims.selection import ClaimView, cpu_requests, select_devices
+from driver.claims.selection import SHAREABLE_KINDS, ClaimView, cpu_requests, memory_nodes, select_devices
 from driver.errors import ClaimError, PinningError, is_recoverable
-from driver.inventory.model import DeviceKind, Inventory
+from driver.inventory.model import Inventory
 from driver.kube.types import JsonObject
 from driver.log import get_logger
 from driver.pinning.types import ClaimPinning, CpuRequest, format_cpulist
@@ -60,8 +60,17 @@ class PinPlanner(Protocol):
     cannot; either becomes that claim's error.
     """
 
-    def plan(self, claim_uid: str, requests: Sequence[CpuRequest], taken: frozenset[int], /) -> ClaimPinning:
-        """Pin every request; never hand out a CPU in ``taken_cpus``."""
+    def plan(
+        self,
+        claim_uid: str,
+        requests: Sequence[CpuRequest],
+        taken: frozenset[int],
+        /,
+        *,
+        memory_nodes: frozenset[int] = ...,
+    ) -> ClaimPinning:
+        """Pin every request; never hand out a CPU in ``taken_cpus``; ``memory_nodes``: the
+        nodes of the claim's memory devices, which its assignments may allocate on."""
         ...
 
 
@@ -141,6 +150,7 @@ class ClaimsDriver:
         status: StatusWriter | None = None,
         on_fatal: Callable[[BaseException, str], None] | None = None,
         cpu_hook: CpuHook | None = None,
+        numa_node_list: bool = False,
     ) -> None:
         self.driver_name = driver_name
         self.node_name = node_name
@@ -159,7 +169,7 @@ class ClaimsDriver:
                 cdi_dir=cdi_dir, plugin_dir=plugin_dir, driver_name=driver_name, pool=node_name
             ),
         )
-        self._attributes = PublishedAttributes()
+        self._attributes = PublishedAttributes(numa_node_list=numa_node_list)  # as the slices have it
         self._lock = threading.Lock()
         #: what the last :meth:`reconcile` did per journaled claim: "ok" or "recreated" -> count
         self.recovery: Counter[str] = Counter()
@@ -305,7 +315,7 @@ class ClaimsDriver:
         labelled for it) a device beside its other claims, so it neither waits nor blocks.
         """
         for dev in view.devices:
-            if dev.share_id is not None or dev.kind is DeviceKind.CPU or dev.admin_access:
+            if dev.share_id is not None or dev.kind in SHAREABLE_KINDS or dev.admin_access:
                 continue
             other = self._journal.holder(dev.pool, dev.device_name, except_uid=view.uid)
             if other is not None:
@@ -370,7 +380,7 @@ class ClaimsDriver:
         pinning = None
         if requests and self._planner is not None:
             taken = self._journal.taken_cpus(except_uid=ref.uid)
-            pinning = self._planner.plan(ref.uid, requests, taken)
+            pinning = self._planner.plan(ref.uid, requests, taken, memory_nodes=memory_nodes(view))
         # the "prepared" line names the pods; none (not from a kubelet) means NRI pins nothing
         entry = self._render(view, pinning, attrs, None, reserved_pods(claim))
         self._journal.put(entry)

@@ -35,6 +35,7 @@ __all__ = [
     "ClaimView",
     "cpu_requests",
     "device_kind",
+    "memory_nodes",
     "parse_cpu_quantity",
     "select_devices",
 ]
@@ -47,7 +48,7 @@ POD_CLAIM_NAME_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
 _CPU_QUANTITY = re.compile(r"([0-9]+)(m?)")
 #: the kinds whose devices our slices publish with ``allowMultipleAllocations`` (a NUMA node's
 #: CPUs and memory are consumable capacity); a GPU or NIC is handed to one claim whole
-SHAREABLE_KINDS = frozenset({DeviceKind.CPU})
+SHAREABLE_KINDS = frozenset({DeviceKind.CPU, DeviceKind.MEMORY})
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +90,7 @@ def device_kind(device: InventoryDevice) -> DeviceKind:
         return DeviceKind.GPU
     if isinstance(device, Nic):
         return DeviceKind.NIC
-    return DeviceKind.CPU
+    return device.kind  # cpu, or memory for a NUMA node without CPUs
 
 
 def _is_map(value: Any) -> TypeGuard[Mapping[str, Any]]:
@@ -281,3 +282,12 @@ def cpu_requests(view: ClaimView) -> list[CpuRequest]:
         mode = devs[0].config.mode if devs else CpuMode.EXCLUSIVE
         out.append(CpuRequest(request=base, numa_nodes=tuple(nodes), count=count, mode=mode))
     return out
+
+
+def memory_nodes(view: ClaimView) -> frozenset[int]:
+    """The NUMA nodes of the claim's ``memory`` devices (CPU-less nodes it asked for)."""
+    return frozenset(
+        dev.device.id
+        for dev in view.devices
+        if dev.kind is DeviceKind.MEMORY and isinstance(dev.device, NumaNode) and not dev.admin_access
+    )

@@ -72,6 +72,12 @@ def register(sub: Any) -> None:
         help="add the alpha nodeAllocatableResources mapping (KEP-5517) to cpu devices",
     )
     p.add_argument(
+        "--numa-node-list",
+        action="store_true",
+        help="numaNode as the KEP-6072 list: the node, then same-socket nodes at the minimum SLIT "
+        "distance (needs the DRAListTypeAttributes gate)",
+    )
+    p.add_argument(
         "-o",
         "--output",
         choices=("json", "yaml", "table", "svg", "html"),
@@ -110,6 +116,7 @@ def _run(args: argparse.Namespace) -> int:
         driver_name=args.driver_name,
         reserved_cpus=reserved,
         node_allocatable=args.node_allocatable,
+        numa_node_list=args.numa_node_list,
     )
     doc = {"apiVersion": "v1", "kind": "List", "items": slices}
     if args.output == "json":

@@ -92,6 +92,13 @@ FLAGS: tuple[Flag, ...] = (
         "publish nodeAllocatableResources on cpu devices (KEP-5517, alpha)",
         boolean=True,
     ),
+    Flag(
+        "--numa-node-list",
+        _env("--numa-node-list"),
+        "false",
+        "publish resource.kubernetes.io/numaNode as the KEP-6072 list (needs DRAListTypeAttributes)",
+        boolean=True,
+    ),
     _flag(
         "--taint-unhealthy",
         "NoSchedule",
@@ -266,6 +273,7 @@ def config_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = N
         reserved_cpus=reserved,
         isolated_cpus=cast("IsolatedCpus", raw["isolated_cpus"]),
         node_allocatable=raw["node_allocatable"].lower() in _TRUE,
+        numa_node_list=raw["numa_node_list"].lower() in _TRUE,
         taint_unhealthy=cast("TaintEffect", raw["taint_unhealthy"]),
         nri_socket=Path(raw["nri_socket"]),
         nri_shared_pool=raw["nri_shared_pool"].lower() in _TRUE,

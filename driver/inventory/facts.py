@@ -10,7 +10,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["CpuFacts", "HostFacts", "NetFacts", "NodeFacts", "NvidiaFacts", "PciFacts", "RdmaFacts"]
+__all__ = [
+    "CpuFacts",
+    "DaxFacts",
+    "HostFacts",
+    "NetFacts",
+    "NodeFacts",
+    "NodeMasks",
+    "NvidiaFacts",
+    "PciFacts",
+    "RdmaFacts",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +72,10 @@ class NvidiaFacts:
     minor: int | None  # "Device Minor:" (the N of /dev/nvidiaN); None when absent or not a number
     model: str | None
     uuid: str | None = None  # "GPU UUID:" when it has the GPU-xxxxxxxx-... shape, else None
+    #: "Node:" of ``numa_status``: the NUMA node that is this GPU's own memory (Grace Hopper and
+    #: Grace Blackwell, where GPU memory is onlined as a CPU-less node); None when absent
+    memory_node: int | None = None
+    memory_status: str | None = None  # "Status:" of ``numa_status`` ("online")
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,10 +95,33 @@ class NodeFacts:
     """One ``devices/system/node/nodeN`` directory."""
 
     id: int
-    cpus: frozenset[int]
+    cpus: frozenset[int] | None  # cpulist; None when the file is missing or malformed
     mem_total_kib: int | None
     hugepages: tuple[tuple[int, int], ...] = ()  # (page size KiB, nr_hugepages)
-    distances: tuple[int, ...] = ()
+    #: the ``distance`` file as read: one SLIT row, a column per *online* node in id order
+    distance: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeMasks:
+    """The node lists of ``devices/system/node`` (each None when the file is missing or malformed)."""
+
+    online: frozenset[int] | None = None
+    possible: frozenset[int] | None = None
+    has_cpu: frozenset[int] | None = None
+    has_memory: frozenset[int] | None = None
+    #: nodes whose memory the kernel may use for its own allocations; GPU and CXL memory is
+    #: usually onlined movable-only and is then missing here
+    has_normal_memory: frozenset[int] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DaxFacts:
+    """One ``bus/dax/devices/daxX.Y``: a device-DAX range, onlined as system RAM by ``kmem``."""
+
+    name: str
+    target_node: int | None  # the NUMA node its memory goes to
+    path: str  # the resolved sysfs path, e.g. ".../ACPI0017:00/root0/decoder0.0/region0/dax_region0/dax0.0"
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +136,10 @@ class HostFacts:
     isolated_cpus: frozenset[int] = frozenset()
     cpus: tuple[CpuFacts, ...] = ()
     nodes: tuple[NodeFacts, ...] = ()
+    node_masks: NodeMasks = NodeMasks()
+    #: online CPU -> node from its ``cpuN/nodeM`` link, read only for CPUs no node's cpulist names
+    cpu_nodes: tuple[tuple[int, int], ...] = ()
+    dax: tuple[DaxFacts, ...] = ()
     #: MemTotal of /proc/meminfo in KiB (the synthesized node 0 uses it)
     mem_total_kib: int | None = None
     #: host-wide hugepages (sys/kernel/mm/hugepages), for the synthesized node 0

@@ -20,12 +20,14 @@ __all__ = [
     "Inventory",
     "InventoryDevice",
     "IsolatedCpus",
+    "MemoryKind",
     "Nic",
     "NumaNode",
     "PciTopology",
     "SkippedDevice",
     "cpu_device_name",
     "kept_out_cpus",
+    "memory_device_name",
     "pci_device_name",
 ]
 
@@ -38,6 +40,20 @@ class DeviceKind(StrEnum):
     GPU = "gpu"
     NIC = "nic"
     CPU = "cpu"
+    #: a NUMA node without CPUs: GPU memory (Grace Hopper/Blackwell), a CXL memory expander
+    MEMORY = "memory"
+
+
+class MemoryKind(StrEnum):
+    """What the memory of a CPU-less NUMA node is, as far as the host proves it.
+
+    ``gpu``: a GPU's own memory (the NVIDIA driver's ``numa_status`` names the node); ``cxl``: a
+    device-DAX range of a CXL region onlined into the node; ``unknown``: nothing says which.
+    """
+
+    GPU = "gpu"
+    CXL = "cxl"
+    UNKNOWN = "unknown"
 
 
 def pci_device_name(kind: DeviceKind, bus_id: str) -> str:
@@ -53,16 +69,29 @@ def cpu_device_name(numa_node: int) -> str:
     return f"cpu-numa{numa_node}"
 
 
+def memory_device_name(numa_node: int) -> str:
+    """Stable device name of the memory device of a NUMA node without CPUs: ``memory-numa1``."""
+    return f"memory-numa{numa_node}"
+
+
 @dataclass(frozen=True, slots=True)
 class PciTopology:
     """Where a PCI function sits: the facts behind the standard ``resource.kubernetes.io`` attributes.
 
     ``numa_node`` is None when the kernel reports -1 (then the attribute is omitted, never faked).
+    ``near_nodes`` is the KEP-6072 list of that node (:mod:`driver.inventory.numa`), ``socket``
+    the node's socket when proven. ``local_memory`` says whether a claim of the device may have
+    its memory pinned to ``numa_node``: False when that node has no CPUs or no memory of its own
+    (a generic-initiator or memory-only node) or is not known here, because confining a
+    container to such a node is never what its claim asked for.
     """
 
     bus_id: str  # "0000:3b:00.0", lower case
     pcie_root: str  # "pci0000:3a", the root complex from the sysfs path
     numa_node: int | None
+    socket: int | None = None
+    near_nodes: tuple[int, ...] = ()
+    local_memory: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +118,8 @@ class Gpu:
     #: host paths of the device nodes a container needs (e.g. /dev/nvidia0, /dev/dri/renderD128)
     device_nodes: tuple[str, ...] = ()
     uuid: str | None = None  # NVIDIA "GPU-..." UUID (proc information file or NVML)
+    #: the CPU-less NUMA node that is this GPU's own memory (NVIDIA ``numa_status``), else None
+    memory_node: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,19 +174,46 @@ class Cpu:
 
 @dataclass(frozen=True, slots=True)
 class NumaNode:
-    """One NUMA node (or a synthesized node 0 when the kernel exposes none)."""
+    """One NUMA node (or a synthesized node 0 when the kernel exposes none).
+
+    A node with CPUs is published as a ``cpu`` device (its CPUs and memory); a node without
+    CPUs but with memory as a ``memory`` device, whose ``memory_kind`` says what that memory is
+    and ``gpu_bus_id`` whose GPU it belongs to when the host proves it. ``socket`` and
+    ``near_nodes`` come from :mod:`driver.inventory.numa` (None / () when unproven).
+    """
 
     id: int
     cpus: tuple[int, ...]  # online CPUs, sorted
     memory_bytes: int  # MemTotal of the node
     #: total hugepages per page size in KiB: ((2048, 16), (1048576, 2))
     hugepages: tuple[tuple[int, int], ...] = ()
+    #: the SLIT row as the kernel printed it (a column per online node, in id order)
     distances: tuple[int, ...] = ()
+    socket: int | None = None
+    #: the KEP-6072 list: this node, then its same-socket nodes at the smallest distance
+    near_nodes: tuple[int, ...] = ()
+    memory_kind: MemoryKind | None = None  # memory devices only
+    gpu_bus_id: str | None = None  # memory devices of a GPU's memory only
+
+    @property
+    def memory_only(self) -> bool:
+        """True for a node without (online) CPUs: published as a ``memory`` device."""
+        return not self.cpus
+
+    @property
+    def kind(self) -> DeviceKind:
+        """``cpu`` for a node with CPUs, ``memory`` for one without."""
+        return DeviceKind.MEMORY if self.memory_only else DeviceKind.CPU
 
     @property
     def name(self) -> str:
-        """The device name of this node's grouped cpu device."""
-        return cpu_device_name(self.id)
+        """The device name: ``cpu-numa<N>``, or ``memory-numa<N>`` for a node without CPUs."""
+        return memory_device_name(self.id) if self.memory_only else cpu_device_name(self.id)
+
+    @property
+    def numa_list(self) -> tuple[int, ...]:
+        """The list form of this node's ``numaNode`` attribute (at least the node itself)."""
+        return self.near_nodes or (self.id,)
 
     def hugepages_bytes(self, page_kib: int) -> int:
         """Total bytes of hugepages of one page size on this node (0 when none)."""
@@ -190,17 +248,24 @@ class Inventory:
         object.__setattr__(self, "_by_name", index)
 
     def devices(self) -> Iterator[tuple[DeviceKind, InventoryDevice]]:
-        """All publishable devices in publishing order: GPUs, NICs, then cpu (NUMA) devices."""
+        """All publishable devices in publishing order: GPUs, NICs, then cpu and memory (NUMA) devices."""
         for gpu in self.gpus:
             yield DeviceKind.GPU, gpu
         for nic in self.nics:
             yield DeviceKind.NIC, nic
         for node in self.numa_nodes:
-            yield DeviceKind.CPU, node
+            yield node.kind, node
 
     def find(self, device_name: str) -> InventoryDevice | None:
         """The device with this published name, or None."""
         return self._by_name.get(device_name)
+
+    def numa_node(self, node_id: int) -> NumaNode | None:
+        """The NUMA node with this id, or None."""
+        for node in self.numa_nodes:
+            if node.id == node_id:
+                return node
+        return None
 
     def cpu(self, cpu_id: int) -> Cpu | None:
         """The online CPU with this id, or None."""

@@ -15,9 +15,11 @@ from dataclasses import replace
 from driver.errors import InventoryError
 from driver.inventory.facts import (
     CpuFacts,
+    DaxFacts,
     HostFacts,
     NetFacts,
     NodeFacts,
+    NodeMasks,
     NvidiaFacts,
     PciFacts,
     RdmaFacts,
@@ -62,6 +64,8 @@ def probe_host(host_root: str | os.PathLike[str] = "/") -> HostFacts:
     rdma = _probe_rdma(sys_dir)
     rdma_functions = frozenset(r.bus_id for r in rdma)
     referenced = frozenset(n.bus_id for n in net) | rdma_functions
+    node_dir = f"{sys_dir}/devices/system/node"
+    nodes = _probe_nodes(node_dir)
     return HostFacts(
         pci=_probe_pci(sys_dir, referenced, rdma_functions),
         net=net,
@@ -70,7 +74,10 @@ def probe_host(host_root: str | os.PathLike[str] = "/") -> HostFacts:
         online_cpus=online,
         isolated_cpus=read_cpulist(f"{cpu_dir}/isolated") or frozenset(),
         cpus=_probe_cpus(cpu_dir, online),
-        nodes=_probe_nodes(f"{sys_dir}/devices/system/node"),
+        nodes=nodes,
+        node_masks=_node_masks(node_dir),
+        cpu_nodes=_cpu_node_links(cpu_dir, online, nodes),
+        dax=_probe_dax(sys_dir),
         mem_total_kib=_meminfo_total(f"{proc_dir}/meminfo"),
         hugepages=_hugepages(f"{sys_dir}/kernel/mm/hugepages"),
         dev_nodes=_probe_dev(os.path.join(root, "dev")),
@@ -217,22 +224,32 @@ def _probe_nvidia(proc_dir: str) -> tuple[NvidiaFacts, ...]:
         text = read_text(f"{gpus}/{name}/information")
         if text is None or not _BDF.match(name.lower()):
             continue
-        fields: dict[str, str] = {}
-        for line in text.splitlines():
-            key, sep, value = line.partition(":")
-            if sep:
-                fields[key.strip().lower()] = value.strip()
+        fields = _fields(text)
         minor_text = fields.get("device minor", "")
         uuid = fields.get("gpu uuid", "")
+        numa = _fields(read_text(f"{gpus}/{name}/numa_status") or "")
+        node_text = numa.get("node", "")
         out.append(
             NvidiaFacts(
                 bus_id=name.lower(),
                 minor=int(minor_text) if minor_text.isascii() and minor_text.isdigit() else None,
                 model=fields.get("model") or None,
                 uuid=uuid if _NVIDIA_UUID.match(uuid) else None,
+                memory_node=int(node_text) if node_text.isascii() and node_text.isdigit() else None,
+                memory_status=numa.get("status") or None,
             )
         )
     return tuple(out)
+
+
+def _fields(text: str) -> dict[str, str]:
+    """``Key: value`` lines (the NVIDIA proc files) -> lower-case key -> stripped value."""
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            fields[key.strip().lower()] = value.strip()
+    return fields
 
 
 def _probe_cpus(cpu_dir: str, online: frozenset[int]) -> tuple[CpuFacts, ...]:
@@ -286,16 +303,56 @@ def _probe_nodes(node_dir: str) -> tuple[NodeFacts, ...]:
     out: list[NodeFacts] = []
     for node in _numbered(node_dir, "node"):
         d = f"{node_dir}/node{node}"
-        distance = read_text(f"{d}/distance") or ""
         out.append(
             NodeFacts(
                 id=node,
-                cpus=read_cpulist(f"{d}/cpulist") or frozenset(),
+                cpus=read_cpulist(f"{d}/cpulist"),
                 mem_total_kib=_meminfo_total(f"{d}/meminfo"),
                 hugepages=_hugepages(f"{d}/hugepages"),
-                distances=tuple(int(x) for x in distance.split() if x.isdigit()),
+                distance=read_text(f"{d}/distance"),
             )
         )
+    return tuple(out)
+
+
+def _node_masks(node_dir: str) -> NodeMasks:
+    return NodeMasks(
+        online=read_cpulist(f"{node_dir}/online"),
+        possible=read_cpulist(f"{node_dir}/possible"),
+        has_cpu=read_cpulist(f"{node_dir}/has_cpu"),
+        has_memory=read_cpulist(f"{node_dir}/has_memory"),
+        has_normal_memory=read_cpulist(f"{node_dir}/has_normal_memory"),
+    )
+
+
+def _cpu_node_links(
+    cpu_dir: str, online: frozenset[int], nodes: tuple[NodeFacts, ...]
+) -> tuple[tuple[int, int], ...]:
+    """(cpu, node) from the ``cpuN/nodeM`` links of the online CPUs no node's cpulist names.
+
+    The kernel's own per-CPU answer, read only where the node files leave a CPU without a node
+    (a node directory without ``cpulist``): on a sane host this reads nothing.
+    """
+    if not nodes:
+        return ()
+    covered: set[int] = set()
+    for n in nodes:
+        covered |= n.cpus or frozenset()
+    out: list[tuple[int, int]] = []
+    for cpu in sorted(online - covered):
+        linked = _numbered(f"{cpu_dir}/cpu{cpu}", "node")
+        if len(linked) == 1:
+            out.append((cpu, linked[0]))
+    return tuple(out)
+
+
+def _probe_dax(sys_dir: str) -> tuple[DaxFacts, ...]:
+    """Every device-DAX instance with the node it onlines into (CXL expanders, soft-reserved memory)."""
+    bus = f"{sys_dir}/bus/dax/devices"
+    out: list[DaxFacts] = []
+    for name in list_dir(bus):
+        d = f"{bus}/{name}"
+        out.append(DaxFacts(name=name, target_node=read_int(f"{d}/target_node"), path=link_target(d) or ""))
     return tuple(out)
 
 

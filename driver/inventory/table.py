@@ -58,11 +58,18 @@ def _node_line(node: NumaNode, cpus: Sequence[Cpu], reserved: frozenset[int]) ->
             lines.append("            " + ", ".join(e for e in extra if e))
     else:
         lines.append("  cpus      none (memory-only node)")
+        owner = f" of GPU {node.gpu_bus_id}" if node.gpu_bus_id else ""
+        socket = "?" if node.socket is None else str(node.socket)
+        lines.append(f"  kind      {(node.memory_kind or 'unknown')} memory{owner}, socket {socket}")
     lines.append(f"  memory    {_size(node.memory_bytes)}")
     pages = ", ".join(f"{_page(size)} x {count}" for size, count in node.hugepages) or "none"
     lines.append(f"  hugepages {pages}")
     if len(node.distances) > 1:
         lines.append(f"  distance  {' '.join(map(str, node.distances))}")
+    if len(node.numa_list) > 1:
+        lines.append(
+            f"  near      {','.join(map(str, node.numa_list))} (numaNode list: same socket, nearest)"
+        )
     return lines
 
 

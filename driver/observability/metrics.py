@@ -47,7 +47,7 @@ __all__ = [
 #: outcome of one claim operation
 Result = Literal["success", "error"]
 
-DEVICE_TYPES = ("gpu", "nic", "cpu")
+DEVICE_TYPES = ("gpu", "nic", "cpu", "memory")
 DEVICE_HEALTH_STATES = ("Healthy", "Unhealthy", "Unknown")
 PUBLISH_OPERATIONS = ("create", "update", "delete")
 #: ok: entry matched the disk; recreated: CDI/metadata rewritten; dropped: stale entry removed;

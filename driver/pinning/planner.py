@@ -10,7 +10,11 @@ The model (seed: Kubernetes pod-level resource managers, KEP-5526, expressed wit
 * a claim that has a shared request but whose pool would hold zero CPUs is rejected ("empty
   shared pool restriction"): an empty cpuset means "no change" to runtimes, so those containers
   would silently run on every CPU of the host;
-* memory nodes (``cpuset.mems``) of an assignment are the NUMA nodes of the request's cpu devices;
+* memory nodes (``cpuset.mems``) of an assignment are the NUMA nodes of the request's cpu devices
+  that have memory, plus the CPU-less nodes whose ``memory`` devices the claim was allocated. A
+  node without memory is never written (the kernel refuses it), and a CPU-less node (GPU memory,
+  a CXL expander) enters only when the claim asked for its memory device: confining a container
+  to such memory is never a side effect of where a GPU or a CPU sits;
 * the **node shared pool** (containers without a claim, with ``--nri-shared-pool``) is the online
   CPUs minus every claimed CPU. ``--reserved-cpus`` are never handed to a claim and always stay
   in it, as the kubelet's CPU manager keeps its reserved CPUs shared, so with reserved CPUs the
@@ -40,17 +44,23 @@ PoolUsers = Callable[[], int | None]
 
 
 def device_numa_node(device: InventoryDevice) -> int | None:
-    """The NUMA node of a device: a cpu device's own node, else the PCI function's (None: unknown)."""
+    """The NUMA node whose memory a claim of ``device`` may be confined to (None: none).
+
+    A cpu or memory device: its own node, when that node has memory. A GPU or NIC: its PCI
+    function's node when that node has CPUs and memory of its own (``PciTopology.local_memory``);
+    not when firmware reports no node, nor a node without CPUs (a generic initiator, another
+    device's memory), which the claim never asked for.
+    """
     if isinstance(device, NumaNode):
-        return device.id
-    return device.pci.numa_node
+        return device.id if device.memory_bytes > 0 else None
+    return device.pci.numa_node if device.pci.local_memory else None
 
 
 def mems_for_devices(inventory: Inventory, device_names: Iterable[str]) -> frozenset[int]:
-    """NUMA nodes of the named devices: for claims whose memory follows their GPUs/NICs.
+    """Memory nodes of the named devices (:func:`device_numa_node`): for claims without CPUs.
 
-    GPUs and NICs whose firmware reports no node (``numa_node`` None) and names this inventory
-    does not know contribute nothing; an empty result means "leave mems alone".
+    Names this inventory does not know contribute nothing; an empty result means "leave mems
+    alone".
     """
     devices = (inventory.find(name) for name in device_names)
     nodes = (device_numa_node(dev) for dev in devices if dev is not None)
@@ -95,15 +105,25 @@ class CpuPlanner:
         online = {c.id for c in self._inventory().cpus}
         return frozenset(online - set(claimed))
 
-    def plan(self, claim_uid: str, requests: Sequence[CpuRequest], taken: Collection[int]) -> ClaimPinning:
+    def plan(
+        self,
+        claim_uid: str,
+        requests: Sequence[CpuRequest],
+        taken: Collection[int],
+        *,
+        memory_nodes: Collection[int] = (),
+    ) -> ClaimPinning:
         """Choose CPUs for every request of one claim; ``taken`` = CPUs held by other claims.
 
-        Raises :class:`ClaimError` for an invalid request set (empty shared pool, no node,
-        duplicate names), :class:`CpuExhaustedError` when a node has too few free CPUs.
+        ``memory_nodes`` are the nodes of the claim's ``memory`` devices: every assignment may
+        allocate there too (see the module docstring). Raises :class:`ClaimError` for an invalid
+        request set (empty shared pool, no node, duplicate names), :class:`CpuExhaustedError`
+        when a node has too few free CPUs.
         """
         self._validate(claim_uid, requests)
         with self._lock:
             inventory = self._inventory()
+            asked = self._mems(inventory, memory_nodes)
             known_nodes = self._nodes_of(inventory)
             for req in requests:
                 missing = sorted(set(req.numa_nodes) - known_nodes)
@@ -125,7 +145,10 @@ class CpuPlanner:
                         held=held,
                     )
                     by_request[req.request] = CpuAssignment(
-                        request=req.request, mode=req.mode, cpus=cpus, mems=frozenset(req.numa_nodes)
+                        request=req.request,
+                        mode=req.mode,
+                        cpus=cpus,
+                        mems=self._mems(inventory, req.numa_nodes) | asked,
                     )
             shared = [r for r in requests if r.mode is CpuMode.SHARED]
             if shared:
@@ -139,9 +162,10 @@ class CpuPlanner:
                     count=sum(r.count for r in shared),
                     held=held,
                 )
+                mems = self._mems(inventory, nodes) | asked
                 for req in shared:
                     by_request[req.request] = CpuAssignment(
-                        request=req.request, mode=req.mode, cpus=pool, mems=frozenset(nodes)
+                        request=req.request, mode=req.mode, cpus=pool, mems=mems
                     )
             if self._shared_pool:
                 self._keep_pool(claim_uid, inventory, held, taken)
@@ -166,6 +190,16 @@ class CpuPlanner:
             "exclusive. Keep CPUs for the pool with --reserved-cpus (reserved CPUs are never "
             "claimed and always shared), or free CPUs by deleting another claim",
         )
+
+    @staticmethod
+    def _mems(inventory: Inventory, nodes: Iterable[int]) -> frozenset[int]:
+        """The nodes among ``nodes`` that have memory to confine a container to."""
+        out: set[int] = set()
+        for node_id in nodes:
+            node = inventory.numa_node(node_id)
+            if node is not None and device_numa_node(node) is not None:
+                out.add(node_id)
+        return frozenset(out)
 
     def _nodes_of(self, inventory: Inventory) -> frozenset[int]:
         """Every NUMA node id of ``inventory`` (nodes and the nodes its CPUs name); call under the lock."""

@@ -19,6 +19,12 @@ A policy is left out when the capacity is too small for it (the API wants min + 
 ``cpus`` is left out of a node whose CPUs are all reserved, so such a node cannot satisfy CPU
 requests. Hugepage capacities are always present (value "0" when none) so that CEL selectors on
 them never fail with "no such key".
+
+A NUMA node without CPUs (GPU memory, a CXL expander) is a ``memory`` device, named
+``memory-numa<N>``, shareable like a cpu device, with the same ``memory`` and hugepage capacities
+and no ``cpus``: a separate type, so that no ``cpu`` request (``allocationMode: All`` included)
+can be handed it, and so its memory reaches a claim's ``cpuset.mems`` only when the claim asks
+for that device.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from typing import Any
 
 from driver import DEFAULT_DRIVER_NAME
 from driver.errors import SliceError
-from driver.inventory.model import Gpu, Inventory, Nic, NumaNode
+from driver.inventory.model import DeviceKind, Gpu, Inventory, Nic, NumaNode
 from driver.kube.quantity import format_quantity
 from driver.names import is_dns_subdomain
 from driver.slices.attributes import ATTR_NUMA_NODE, ATTR_PCI_BUS_ID, ATTR_PCIE_ROOT, device_attributes
@@ -69,13 +75,16 @@ def build_slices(
     reserved_cpus: frozenset[int] = frozenset(),
     taints: Mapping[str, Sequence[Taint]] | None = None,
     node_allocatable: bool = False,
+    numa_node_list: bool = False,
 ) -> list[dict[str, Any]]:
     """All ResourceSlices of this node's pool, split to respect the per-slice device limit.
 
     ``reserved_cpus`` are kept out of the ``cpus`` capacity (system and kubelet CPUs). ``taints``
     maps device names to taint dicts (``key``, ``value``, ``effect``); taints on unknown devices are
     ignored, since the device may have just vanished. ``node_allocatable`` adds the 1.37 alpha
-    ``nodeAllocatableResources`` mapping on cpu devices (KEP-5517).
+    ``nodeAllocatableResources`` mapping on cpu and memory devices (KEP-5517). ``numa_node_list``
+    publishes ``resource.kubernetes.io/numaNode`` as the KEP-6072 list (alpha
+    ``DRAListTypeAttributes``); a slice with list attributes holds at most 64 devices.
 
     Raises :class:`SliceError` for a node or driver name the API can never accept, a generation
     below 1 or more than 16 taints on one device: those come from configuration, not the host.
@@ -83,12 +92,12 @@ def build_slices(
     _check_arguments(node_name, driver_name, generation)
     devices: list[Device] = []
     for gpu in inventory.gpus:
-        devices.append(_gpu_device(gpu, inventory))
+        devices.append(_gpu_device(gpu, inventory, numa_node_list))
     for nic in inventory.nics:
-        devices.append(_nic_device(nic, inventory))
+        devices.append(_nic_device(nic, inventory, numa_node_list))
     for node in inventory.numa_nodes:
-        devices.append(_cpu_device(node, inventory, reserved_cpus, node_allocatable))
-    advanced = _apply_taints(devices, taints or {})
+        devices.append(_numa_device(node, inventory, reserved_cpus, node_allocatable, numa_node_list))
+    advanced = _apply_taints(devices, taints or {}) or numa_node_list
     limit = MAX_DEVICES_PER_SLICE_ADVANCED if advanced else MAX_DEVICES_PER_SLICE
     chunks = [devices[i : i + limit] for i in range(0, len(devices), limit)] or [[]]
     return [
@@ -123,24 +132,30 @@ def _check_arguments(node_name: str, driver_name: str, generation: int) -> None:
         raise SliceError(f"pool generation must be >= 1, got {generation}")
 
 
-def _gpu_device(gpu: Gpu, inventory: Inventory) -> Device:
-    device: Device = {"name": gpu.name, "attributes": device_attributes(gpu, inventory)}
+def _gpu_device(gpu: Gpu, inventory: Inventory, numa_node_list: bool) -> Device:
+    attrs = device_attributes(gpu, inventory, numa_node_list=numa_node_list)
+    device: Device = {"name": gpu.name, "attributes": attrs}
     if gpu.memory_bytes:
         device["capacity"] = {"memory": {"value": format_quantity(gpu.memory_bytes)}}
     return device
 
 
-def _nic_device(nic: Nic, inventory: Inventory) -> Device:
-    return {"name": nic.name, "attributes": device_attributes(nic, inventory)}
+def _nic_device(nic: Nic, inventory: Inventory, numa_node_list: bool) -> Device:
+    return {"name": nic.name, "attributes": device_attributes(nic, inventory, numa_node_list=numa_node_list)}
 
 
-def _cpu_device(
-    node: NumaNode, inventory: Inventory, reserved: frozenset[int], node_allocatable: bool
+def _numa_device(
+    node: NumaNode,
+    inventory: Inventory,
+    reserved: frozenset[int],
+    node_allocatable: bool,
+    numa_node_list: bool,
 ) -> Device:
-    attrs = device_attributes(node, inventory)
+    """The ``cpu`` device of a node with CPUs, the ``memory`` device of one without."""
+    attrs = device_attributes(node, inventory, numa_node_list=numa_node_list)
     capacity: dict[str, Any] = {}
     available = len([c for c in node.cpus if c not in reserved])
-    if available > 0:
+    if node.kind is DeviceKind.CPU and available > 0:
         capacity["cpus"] = _capacity(str(available), "1", "1", "1", available >= 2)
     capacity["memory"] = _capacity(
         format_quantity(node.memory_bytes),

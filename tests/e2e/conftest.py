@@ -12,6 +12,7 @@ Skipped as a whole, with the reason, when the binaries of tests/e2e/build-bins.s
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -20,7 +21,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,7 +44,7 @@ from tests.e2e.controlplane import (
     wait_for,
     write_kubeconfig,
 )
-from tests.support.hosttree import TOPOLOGIES, write_host_tree
+from tests.support.hosttree import TOPOLOGIES, Topology, write_host_tree
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY_BASE = REPO / "deploy" / "kustomize" / "base"
@@ -147,6 +148,8 @@ class Cluster:
     driver: Process | None = None
     driver_runs: int = 0
     timings: dict[str, float] = field(default_factory=dict)
+    #: more ``numadra run`` flags, after the standard ones (e.g. ``--numa-node-list``)
+    driver_args: tuple[str, ...] = ()
 
     # paths ----------------------------------------------------------------------------------------
     @property
@@ -196,6 +199,7 @@ class Cluster:
             "--hotplug", "off",
             "--rescan-interval", "0",
             "--log-format", "json",
+            *self.driver_args,
         ]  # fmt: skip
         proc = Process(
             f"numadra-run-{self.driver_runs}",
@@ -426,9 +430,7 @@ def _driver_token(admin: ApiClient) -> tuple[str, str]:
     return str(answer["status"]["token"]), str(pod["metadata"]["uid"])
 
 
-@pytest.fixture(scope="session")
-def e2e_cluster() -> Iterator[Cluster]:
-    """The session's cluster; everything is stopped and removed afterwards."""
+def _binaries_or_skip() -> Path:
     bin_dir = binary_dir()
     missing = missing_binaries(bin_dir)
     if missing:
@@ -439,9 +441,31 @@ def e2e_cluster() -> Iterator[Cluster]:
     for tool in ("openssl",):
         if shutil.which(tool) is None:
             pytest.skip(f"{tool} not found: the e2e tier makes its certificates with it")
+    return bin_dir
+
+
+@contextlib.contextmanager
+def start_cluster(
+    *,
+    topology: Topology | None = None,
+    feature_gates: Mapping[str, bool] | None = None,
+    extra_args: Mapping[str, Sequence[str]] | None = None,
+    driver_args: Sequence[str] = (),
+) -> Iterator[Cluster]:
+    """A whole cluster (control plane, deploy/, Ready Node, drakubelet, ``numadra run``) until exit.
+
+    The session's cluster is the one with no arguments. A scenario that needs the control plane
+    configured otherwise (``feature_gates`` for the apiserver, scheduler and controller-manager,
+    ``extra_args`` per component, see :class:`ControlPlane`) or the driver run with other flags
+    (``driver_args``) starts its own with this, module-scoped so its start is paid once; it costs
+    a control plane's start (see the tier summary's timings). Skips when the binaries are missing.
+    """
+    bin_dir = _binaries_or_skip()
     # short path: AF_UNIX socket paths are limited to 107 bytes
     root = Path(tempfile.mkdtemp(prefix="ne2e", dir="/tmp"))
-    plane = ControlPlane(bin_dir, root / "cp", NODE)
+    plane = ControlPlane(
+        bin_dir, root / "cp", NODE, feature_gates=dict(feature_gates or {}), extra_args=dict(extra_args or {})
+    )
     (root / "cp").mkdir()
     cluster: Cluster | None = None
     keep = os.environ.get("NUMADRA_E2E_KEEP") == "1"
@@ -453,8 +477,8 @@ def e2e_cluster() -> Iterator[Cluster]:
         _apply_deploy(admin)
         _ready_node(admin)
         token, pod_uid = _driver_token(admin)
-        cluster = Cluster(plane, admin, root, token, pod_uid)
-        write_host_tree(cluster.host, TOPOLOGIES[TOPOLOGY])
+        cluster = Cluster(plane, admin, root, token, pod_uid, driver_args=tuple(driver_args))
+        write_host_tree(cluster.host, topology or TOPOLOGIES[TOPOLOGY])
         for directory in (cluster.registrar_dir, cluster.cdi_dir):
             directory.mkdir()
         cluster.start_drakubelet()
@@ -463,8 +487,6 @@ def e2e_cluster() -> Iterator[Cluster]:
         cluster.wait_event(30, "the driver's registration with drakubelet", event="registered", driver=DRIVER)
         wait_for(lambda: cluster is not None and cluster.slices(), 30, "our ResourceSlices")
         cluster.timings = {**plane.timings, "cluster_ready_s": time.monotonic() - t0}
-        _SUMMARY["versions"] = {**plane.versions(), **_api_version(admin)}
-        _SUMMARY["timings"] = cluster.timings
         print(f"\ne2e cluster up in {cluster.timings['cluster_ready_s']:.1f}s: {plane.timings} root={root}")
     except BaseException:
         print(log_tails(root))
@@ -474,6 +496,15 @@ def e2e_cluster() -> Iterator[Cluster]:
         yield cluster
     finally:
         _shutdown(plane, cluster, root, keep)
+
+
+@pytest.fixture(scope="session")
+def e2e_cluster() -> Iterator[Cluster]:
+    """The session's cluster; everything is stopped and removed afterwards."""
+    with start_cluster() as cluster:
+        _SUMMARY["versions"] = {**cluster.plane.versions(), **_api_version(cluster.admin)}
+        _SUMMARY["timings"] = cluster.timings
+        yield cluster
 
 
 def _shutdown(plane: ControlPlane, cluster: Cluster | None, root: Path, keep: bool) -> None:
@@ -522,4 +553,5 @@ __all__ = [
     "Cluster",
     "condition",
     "kustomize_base_objects",
+    "start_cluster",
 ]

@@ -20,7 +20,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -34,6 +34,7 @@ __all__ = [
     "ControlPlane",
     "Process",
     "binary_dir",
+    "feature_gates_flag",
     "first",
     "free_port",
     "jsonl",
@@ -43,6 +44,8 @@ __all__ = [
 ]
 
 COMPONENTS = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "drakubelet")
+#: the components that take ``--feature-gates`` from :attr:`ControlPlane.feature_gates`
+GATED_COMPONENTS = ("kube-apiserver", "kube-scheduler", "kube-controller-manager")
 
 T = TypeVar("T")
 
@@ -226,6 +229,13 @@ def _kubernetes_module_version() -> str:
     return "k8s.io/kubernetes (unknown)"
 
 
+def feature_gates_flag(gates: Mapping[str, bool]) -> list[str]:
+    """``--feature-gates=A=true,B=false`` (sorted, so a log shows the same line every run), or []."""
+    if not gates:
+        return []
+    return ["--feature-gates=" + ",".join(f"{name}={str(on).lower()}" for name, on in sorted(gates.items()))]
+
+
 def _signal_group(pgid: int, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
@@ -266,6 +276,13 @@ class ControlPlane:
     which needs what a cluster gives a pod: ``service_account_admission`` (the projected token),
     more ``controllers`` (serviceaccount, root-ca-cert-publisher, daemonset) and the
     ``kubernetes`` Service's IP in the serving certificate (``extra_ips``).
+
+    ``feature_gates`` go to the apiserver, the scheduler and the controller-manager alike (a gate
+    the apiserver and the scheduler disagree on tests nothing real), e.g.
+    ``{"DRAListTypeAttributes": True}``; ``extra_args`` adds flags per component name, after the
+    standard ones (a repeated flag wins there). The session cluster runs with neither: a scenario
+    that needs them starts a control plane of its own (``tests/e2e/conftest.py``
+    ``start_cluster``).
     """
 
     bin_dir: Path
@@ -274,6 +291,8 @@ class ControlPlane:
     service_account_admission: bool = False
     controllers: tuple[str, ...] = ("resourceclaim-controller",)
     extra_ips: tuple[str, ...] = ()
+    feature_gates: Mapping[str, bool] = field(default_factory=dict)
+    extra_args: Mapping[str, Sequence[str]] = field(default_factory=dict)
     processes: list[Process] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     server: str = ""
@@ -288,6 +307,9 @@ class ControlPlane:
         return self.pki / "ca.crt"
 
     def process(self, name: str, argv: list[str]) -> Process:
+        if name in GATED_COMPONENTS:
+            argv = [*argv, *feature_gates_flag(self.feature_gates)]
+        argv = [*argv, *self.extra_args.get(name, ())]
         proc = Process(name, argv, self.root / f"{name}.out", self.root / f"{name}.log")
         self.processes.append(proc)
         return proc
@@ -312,6 +334,11 @@ class ControlPlane:
     def start(self) -> None:
         """Start everything; wait for the apiserver's /readyz (the scheduler and controller-manager
         serve no port here: a process exit fails the next check, their work shows in the scenarios)."""
+        unknown = sorted(set(self.extra_args) - set(COMPONENTS))
+        if unknown:
+            raise ValueError(
+                f"extra_args for unknown components {unknown}; components: {', '.join(COMPONENTS)}"
+            )
         t0 = time.monotonic()
         make_pki(self.pki, self.extra_ips)
         admin_token = os.urandom(16).hex()

@@ -34,6 +34,8 @@ class GpuSpec:
     nvidia_uuid: str | None = None  # with a value, a "GPU UUID:" line in the proc information file
     #: AER fatal counter (``aer_dev_fatal``'s TOTAL_ERR_FATAL); None: the file is absent
     aer_fatal: int | None = None
+    #: the CPU-less NUMA node that is this GPU's memory: the NVIDIA ``numa_status`` names it
+    memory_node: int | None = None
 
 
 @dataclass(frozen=True)
@@ -75,11 +77,13 @@ class NicSpec:
 
 @dataclass(frozen=True)
 class NodeSpec:
-    """A NUMA node with no CPUs (memory only, e.g. CXL or HBM)."""
+    """A NUMA node with no CPUs (memory only, e.g. CXL or HBM; ``memory_kib`` 0: an empty node)."""
 
     id: int
     memory_kib: int
     hugepages: tuple[tuple[int, int], ...] = ()
+    #: a CXL expander: a device-DAX instance of a CXL region onlines its memory into the node
+    cxl: bool = False
 
 
 @dataclass(frozen=True)
@@ -105,6 +109,9 @@ class Topology:
     gpus: tuple[GpuSpec, ...] = ()
     nics: tuple[NicSpec, ...] = ()
     memory_only_nodes: tuple[NodeSpec, ...] = ()
+    #: the SLIT, one row per node in id order (CPU nodes and memory-only nodes together); None:
+    #: 10 to itself, 12 to a node of the same socket (sub-NUMA clusters), 21 to any other
+    distances: tuple[tuple[int, ...], ...] | None = None
     virtual_interfaces: tuple[str, ...] = ("lo",)
     #: (path under the root, content) written last, to plant odd values
     extra_files: tuple[tuple[str, str], ...] = ()

@@ -77,6 +77,7 @@ def write_host_tree(root: Path, topo: Topology) -> Path:
     _write_memory(w, topo)
     for gpu in topo.gpus:
         _write_gpu(w, gpu)
+        _write_gpu_numa_status(w, gpu)
     if any(g.vendor_id == 0x10DE and g.nvidia_minor is not None for g in topo.gpus):
         for name in ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"):
             w.file(f"dev/{name}")
@@ -154,6 +155,42 @@ def _write_cpus(w: _Writer, topo: Topology) -> None:
             w.link(f"{d}/node{node}", f"sys/devices/system/node/node{node}")
 
 
+def _distance_row(topo: Topology, node: int, ids: list[int]) -> str:
+    """One SLIT row: ``topo.distances``, or 10 to itself, 12 within a socket, 21 elsewhere."""
+    if topo.distances is not None:
+        return " ".join(str(d) for d in topo.distances[ids.index(node)])
+    per_socket = topo.nodes_per_socket
+
+    def socket(n: int) -> int | None:
+        return n // per_socket if n < topo.node_count else None
+
+    row = []
+    for other in ids:
+        same = socket(other) is not None and socket(other) == socket(node)
+        row.append("10" if other == node else "12" if same else "21")
+    return " ".join(row)
+
+
+def _write_cxl(w: _Writer, node: NodeSpec, index: int) -> None:
+    """A CXL RAM region's device-DAX instance onlined into ``node`` (the kernel's layout)."""
+    region = f"sys/devices/platform/ACPI0017:00/root0/decoder0.{index}/region{index}"
+    dax = f"{region}/dax_region{index}/dax{index}.0"
+    w.file(f"{dax}/target_node", str(node.id))
+    w.file(f"{dax}/numa_node", str(node.id))
+    w.link(f"sys/bus/dax/devices/dax{index}.0", dax)
+    w.link(f"sys/bus/cxl/devices/region{index}", region)
+
+
+def _write_gpu_numa_status(w: _Writer, gpu: GpuSpec) -> None:
+    """The NVIDIA driver's ``numa_status`` of a GPU whose memory is a NUMA node (Grace Hopper)."""
+    if gpu.memory_node is None:
+        return
+    w.file(
+        f"proc/driver/nvidia/gpus/{gpu.bus_id}/numa_status",
+        f"Node:      {gpu.memory_node}\nStatus:    online\nAddress:   40000000000\nSize:      3f0000000",
+    )
+
+
 def _write_memory(w: _Writer, topo: Topology) -> None:
     nodes = [(n, topo.memory_per_node_kib, topo.hugepages_per_node) for n in range(topo.node_count)]
     nodes += [(m.id, m.memory_kib, m.hugepages) for m in topo.memory_only_nodes]
@@ -172,6 +209,14 @@ def _write_memory(w: _Writer, topo: Topology) -> None:
     w.file(f"{base}/online", format_cpulist(ids))
     w.file(f"{base}/possible", format_cpulist(ids))
     w.file(f"{base}/has_cpu", format_cpulist(list(range(topo.node_count))))
+    w.file(f"{base}/has_memory", format_cpulist([n for n, mem, _ in nodes if mem > 0]))
+    # memory-only nodes are onlined movable-only, as GPU memory and CXL expanders are
+    w.file(
+        f"{base}/has_normal_memory",
+        format_cpulist([n for n, mem, _ in nodes if mem > 0 and n < topo.node_count]),
+    )
+    for k, spec in enumerate(m for m in topo.memory_only_nodes if m.cxl):
+        _write_cxl(w, spec, k)
     for node, mem, pages in nodes:
         d = f"{base}/node{node}"
         w.file(f"{d}/cpulist", format_cpulist(list(topo.node_cpus(node))))
@@ -179,7 +224,7 @@ def _write_memory(w: _Writer, topo: Topology) -> None:
             f"{d}/meminfo",
             f"Node {node} MemTotal:       {mem} kB\nNode {node} MemFree:        {mem // 2} kB\n",
         )
-        w.file(f"{d}/distance", " ".join("10" if other == node else "21" for other in ids))
+        w.file(f"{d}/distance", _distance_row(topo, node, ids))
         for size, count in pages:
             w.file(f"{d}/hugepages/hugepages-{size}kB/nr_hugepages", str(count))
             w.file(f"{d}/hugepages/hugepages-{size}kB/free_hugepages", str(count))

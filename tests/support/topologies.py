@@ -1,5 +1,6 @@
 """Ready-made host topologies for tests: DGX-class server, workstation, cloud VM, huge node, hostile
-host, mixed-vendor GPU node.
+host, mixed-vendor GPU node, and the NUMA shapes of issue 21: a Grace Hopper node (GPU memory as a
+CPU-less node), a two-socket node with sub-NUMA clustering, a node with a CXL memory expander.
 
 Each is a :class:`~tests.support.hosttree.Topology`; generate it with
 :func:`~tests.support.hosttree.write_host_tree`. The figures are part of the contract that tests
@@ -14,10 +15,13 @@ __all__ = [
     "HOSTILE_PRODUCT_NAME",
     "TOPOLOGIES",
     "cloud_vm",
+    "cxl",
     "dgx",
+    "grace_hopper",
     "hostile",
     "huge",
     "mixed",
+    "snc2",
     "vf_bus_id",
     "workstation",
 ]
@@ -410,12 +414,127 @@ def _mixed() -> Topology:
     )
 
 
+def _grace_hopper() -> Topology:
+    """A GH200 node: one Grace CPU node, the Hopper GPU's HBM as CPU-less node 1, empty nodes 2-8.
+
+    Node 0: 72 Neoverse cores (no SMT) and 480 GiB LPDDR5X. The GPU (0009:01:00.0, PCI numa_node
+    0) has its 96 GiB of HBM onlined as node 1, which its ``numa_status`` names. Nodes 2-8 exist
+    with neither CPUs nor memory (what the driver reserves for MIG partitions' memory). The SLIT
+    puts every other node at 80. A ConnectX-7 sits on node 0.
+    """
+    nodes = 9
+    slit = tuple(tuple(10 if i == j else 80 for j in range(nodes)) for i in range(nodes))
+    return Topology(
+        name="grace_hopper",
+        sockets=1,
+        cores_per_socket=72,
+        threads_per_core=1,
+        memory_per_node_kib=480 * GiB_KIB,
+        memory_only_nodes=(
+            NodeSpec(id=1, memory_kib=96 * GiB_KIB, hugepages=((2048, 0), (1048576, 0))),
+            *(NodeSpec(id=n, memory_kib=0) for n in range(2, nodes)),
+        ),
+        distances=slit,
+        gpus=(
+            GpuSpec(
+                bus_id="0009:01:00.0",
+                device_id=0x2342,
+                numa_node=0,
+                product_name="NVIDIA GH200 480GB",
+                nvidia_minor=0,
+                memory_node=1,
+            ),
+        ),
+        nics=(
+            NicSpec(
+                bus_id="0000:01:00.0",
+                interface="enP1p1s0f0np0",
+                mac="b8:3f:d2:00:00:01",
+                numa_node=0,
+                speed=400000,
+                rdma="mlx5_0",
+                uverbs=0,
+            ),
+        ),
+        product="GH200 Grace Hopper Superchip",
+    )
+
+
+def _snc2() -> Topology:
+    """Two sockets with sub-NUMA clustering (SNC-2): 4 NUMA nodes, SLIT 10 / 12 / 21.
+
+    Nodes 0-1 are socket 0, 2-3 socket 1, 16 cores x 2 threads per socket. On each socket the GPU
+    sits on the first node and the NIC on the second, so a GPU and its close NIC never share a
+    ``numaNode`` value, only a socket.
+    """
+    gpus = tuple(
+        GpuSpec(bus_id=bus, numa_node=node, product_name="NVIDIA H100 80GB HBM3", nvidia_minor=k)
+        for k, (bus, node) in enumerate((("0000:18:00.0", 0), ("0000:98:00.0", 2)))
+    )
+    nics = tuple(
+        NicSpec(
+            bus_id=bus,
+            interface=f"ens{k}np0",
+            mac=f"0c:42:a1:10:00:{k:02x}",
+            numa_node=node,
+            speed=200000,
+            rdma=f"mlx5_{k}",
+            uverbs=k,
+        )
+        for k, (bus, node) in enumerate((("0000:38:00.0", 1), ("0000:b8:00.0", 3)))
+    )
+    return Topology(
+        name="snc2",
+        sockets=2,
+        cores_per_socket=16,
+        threads_per_core=2,
+        nodes_per_socket=2,
+        memory_per_node_kib=128 * GiB_KIB,
+        hugepages_per_node=((2048, 256), (1048576, 4)),
+        gpus=gpus,
+        nics=nics,
+        product="SNC-2 server",
+    )
+
+
+def _cxl() -> Topology:
+    """Two sockets and a 256 GiB CXL memory expander behind socket 0, onlined as CPU-less node 2.
+
+    The SLIT puts the expander at 14 from node 0 and 24 from node 1; its memory comes from the
+    device-DAX instance of a CXL region (``bus/dax/devices/dax0.0``, target_node 2). A NIC sits on
+    node 0.
+    """
+    return Topology(
+        name="cxl",
+        sockets=2,
+        cores_per_socket=8,
+        threads_per_core=2,
+        memory_per_node_kib=64 * GiB_KIB,
+        memory_only_nodes=(NodeSpec(id=2, memory_kib=256 * GiB_KIB, cxl=True),),
+        distances=((10, 21, 14), (21, 10, 24), (14, 24, 10)),
+        nics=(
+            NicSpec(
+                bus_id="0000:17:00.0",
+                interface="ens1f0",
+                mac="0c:42:a1:20:00:00",
+                numa_node=0,
+            ),
+        ),
+        product="CXL memory expansion server",
+    )
+
+
 dgx = _dgx()
 workstation = _workstation()
 cloud_vm = _cloud_vm()
 huge = _huge()
 hostile = _hostile()
 mixed = _mixed()
+grace_hopper = _grace_hopper()
+snc2 = _snc2()
+cxl = _cxl()
 
 #: the ready topologies by name (stable keys: other tests and the e2e suite use them)
-TOPOLOGIES: dict[str, Topology] = {t.name: t for t in (dgx, workstation, cloud_vm, huge, hostile, mixed)}
+TOPOLOGIES: dict[str, Topology] = {
+    t.name: t for t in (dgx, workstation, cloud_vm, huge, hostile, mixed, grace_hopper, snc2, cxl)
+}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -286,15 +287,19 @@ def test_share_ids_do_not_split_a_whole_gpu(world: World) -> None:
     assert world.cdi_files() == []
 
 
-def test_shareable_kinds_are_the_published_ones() -> None:
+def test_shareable_kinds_are_the_published_ones(tmp_path: Path) -> None:
     """selection.SHAREABLE_KINDS is exactly the kinds the slice builder marks allowMultipleAllocations."""
     from driver.claims.selection import SHAREABLE_KINDS
+    from driver.inventory.discovery import discover
     from driver.slices.builder import build_slices
     from tests.integration.claims._world import NODE, make_inventory
+    from tests.support.hosttree import TOPOLOGIES, write_host_tree
 
     shareable: set[str] = set()
     whole: set[str] = set()
-    for obj in build_slices(make_inventory(), node_name=NODE, driver_name=DRIVER):
+    grace_hopper = discover(write_host_tree(tmp_path, TOPOLOGIES["grace_hopper"]), use_nvml=False)
+    slices = [obj for inv in (make_inventory(), grace_hopper) for obj in build_slices(inv, node_name=NODE)]
+    for obj in slices:
         for device in obj["spec"].get("devices", []):
             kind = device["attributes"]["type"]["string"]
             (shareable if device.get("allowMultipleAllocations") else whole).add(kind)

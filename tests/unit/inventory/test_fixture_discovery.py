@@ -74,7 +74,13 @@ def test_dgx_cpus_and_numa() -> None:
     assert len(inv.cpus) == 224
     assert inv.numa_nodes == (
         NumaNode(
-            0, tuple(range(56)) + tuple(range(112, 168)), 1024 * GiB, ((2048, 1024), (1048576, 16)), (10, 21)
+            0,
+            tuple(range(56)) + tuple(range(112, 168)),
+            1024 * GiB,
+            ((2048, 1024), (1048576, 16)),
+            (10, 21),
+            socket=0,
+            near_nodes=(0,),  # node 1 is the nearest, but on the other socket
         ),
         NumaNode(
             1,
@@ -82,6 +88,8 @@ def test_dgx_cpus_and_numa() -> None:
             1024 * GiB,
             ((2048, 1024), (1048576, 16)),
             (21, 10),
+            socket=1,
+            near_nodes=(1,),
         ),
     )
     cpu = inv.cpu(170)
@@ -133,7 +141,9 @@ def test_cloud_vm_unknown_numa_and_synthesized_node() -> None:
     assert gpu.device_nodes[0] == "/dev/nvidia0"
     assert (nic.name, nic.interface_name, nic.driver) == ("nic-0000-00-03-0", "eth0", "virtio_net")
     assert nic.speed_mbps is None  # the virtio NIC reports -1
-    assert inv.numa_nodes == (NumaNode(0, (0, 1, 2, 3), 16 * GiB, ((2048, 512), (1048576, 0)), (10,)),)
+    assert inv.numa_nodes == (
+        NumaNode(0, (0, 1, 2, 3), 16 * GiB, ((2048, 512), (1048576, 0)), (10,), socket=0, near_nodes=(0,)),
+    )
     assert {c.numa_node for c in inv.cpus} == {0}
     assert all(c.thread_siblings == (c.id,) for c in inv.cpus)
 

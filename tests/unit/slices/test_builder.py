@@ -81,6 +81,7 @@ def test_dgx_gpu_device_exact() -> None:
             "driver": {"string": "nvidia"},
             "index": {"int": 1},
             "resource.kubernetes.io/numaNode": {"int": 0},
+            "socket": {"int": 0},
             "resource.kubernetes.io/pcieRoot": {"string": "pci0000:26"},
             "resource.kubernetes.io/pciBusID": {"string": "0000:29:00.0"},
         },
@@ -102,6 +103,7 @@ def test_dgx_nic_vf_and_pf_attributes() -> None:
         "rdma": True,
         "rdmaDevice": "mlx5_55",
         "resource.kubernetes.io/numaNode": 1,
+        "socket": 1,
         "resource.kubernetes.io/pcieRoot": "pci0000:a6",
         "resource.kubernetes.io/pciBusID": "0000:a8:01.0",
     }
@@ -191,8 +193,12 @@ def test_hostile_values_are_sanitized() -> None:
     eth = _attrs(devices["nic-0000-1a-00-0"])
     assert (eth["interfaceName"], eth["macAddress"]) == ("Eth.Uplink.0", "aa:bb:cc:dd:ee:ff")
     assert "speedMbps" not in eth
-    memory_only = devices["cpu-numa2"]
-    assert "cpus" not in memory_only["capacity"] and "socket" not in memory_only["attributes"]
+    assert "cpu-numa2" not in devices
+    memory_only = devices["memory-numa2"]
+    assert memory_only["allowMultipleAllocations"] is True
+    # equally far from both sockets' nodes: no socket is proven
+    assert _attrs(memory_only) == {"type": "memory", "memoryKind": "unknown", ATTR_NUMA_NODE: 2}
+    assert "cpus" not in memory_only["capacity"]
     assert memory_only["capacity"]["hugepages1Gi"]["value"] == "2Gi"
 
 
