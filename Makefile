@@ -5,7 +5,7 @@
 #   make test          the README's test command, `python -m pytest`: every tier in one run
 #   make coverage      line and branch coverage of driver/ and cdi/ over unit + integration
 #                      (subprocesses included): a table here, HTML in build/coverage/html
-#   make deploy        deploy/ rendered by kustomize and helm (built from Go modules) must agree
+#   make deploy        deploy/ rendered by kustomize and helm must agree; promtool checks the alerts
 #   make unit          tests/unit: pure logic, generated host trees, no root needed
 #   make integration   tests/integration: real sockets, gRPC, files, cgroups (root for cgroups)
 #   make e2e           tests/e2e: real etcd + kube-apiserver + scheduler + controller-manager 1.37.2
@@ -64,14 +64,14 @@ integration:
 	$(PYTEST) tests/integration
 
 # A tool that cannot be built (no Go, no module proxy) is a warning and its tests skip, naming why;
-# a difference between the kustomize and helm renderings fails.
+# a difference between the kustomize and helm renderings, or an alert rule promtool refuses, fails.
 deploy:
 	@if [ "$${NUMADRA_SKIP_DEPLOY_TOOLS:-0}" = 1 ]; then \
 	  echo "deploy: skipped by NUMADRA_SKIP_DEPLOY_TOOLS=1"; \
 	elif bash scripts/build-deploy-tools.sh >/dev/null; then \
 	  $(BIN)/python scripts/render_deploy.py; \
 	else \
-	  echo "::: WARNING: kustomize/helm could not be built (Go or module proxy missing); render tests skip"; \
+	  echo "::: WARNING: kustomize/helm/promtool could not be built (Go or module proxy missing); render tests skip"; \
 	fi
 
 # The Go binaries of the e2e and node tiers (cached outside the repo by a source stamp: cold

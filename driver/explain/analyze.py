@@ -68,8 +68,8 @@ class DeviceClass:
 
 
 def default_device_classes(driver_name: str) -> dict[str, DeviceClass]:
-    """The DeviceClasses deploy/ installs: ``gpu.<driver>``, ``nic.<driver>``, ``cpu.<driver>`` and
-    one per GPU vendor (``nvidia-gpu.<driver>``, ...; see ``VENDOR_GPU_CLASSES``)."""
+    """The DeviceClasses deploy/ installs: ``gpu.<driver>``, ``nic.<driver>``, ``cpu.<driver>``,
+    ``memory.<driver>`` and one per GPU vendor (``nvidia-gpu.<driver>``, ...; see ``VENDOR_GPU_CLASSES``)."""
     from driver.inventory.gpus import VENDOR_GPU_CLASSES
 
     attrs = f'device.attributes["{driver_name}"]'
@@ -77,7 +77,7 @@ def default_device_classes(driver_name: str) -> dict[str, DeviceClass]:
         f"{t}.{driver_name}": DeviceClass(
             f"{t}.{driver_name}", (f'device.driver == "{driver_name}" && {attrs}.type == "{t}"',)
         )
-        for t in ("gpu", "nic", "cpu")
+        for t in ("gpu", "nic", "cpu", "memory")
     }
     for vc in VENDOR_GPU_CLASSES:
         expr = f'device.driver == "{driver_name}" && {attrs}.type == "gpu" && {attrs}.vendor == "{vc.vendor}"'

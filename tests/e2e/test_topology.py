@@ -283,15 +283,12 @@ def test_list_numa_node_still_refuses_the_other_socket(list_cluster: Cluster) ->
 
 @pytest.fixture
 def grace_hopper_node(session_node: SessionNode) -> Iterator[Cluster]:
-    """The session node on the GH200 tree, with a DeviceClass for memory devices."""
+    """The session node on the GH200 tree; deploy/ installs the DeviceClass of memory devices."""
     cluster = session_node.on("grace_hopper", GH_HBM)
     selector = f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].type == "memory"'
-    cluster.admin.create(
-        f"{RESOURCE}/deviceclasses",
-        {"metadata": {"name": MEMORY_CLASS}, "spec": {"selectors": [{"cel": {"expression": selector}}]}},
-    )
+    installed = cluster.admin.get(f"{RESOURCE}/deviceclasses/{MEMORY_CLASS}")
+    assert [s["cel"]["expression"] for s in installed["spec"]["selectors"]] == [selector]
     yield cluster
-    cluster.admin.delete(f"{RESOURCE}/deviceclasses/{MEMORY_CLASS}")
 
 
 def test_gpu_and_its_own_memory_are_paired_and_pinned_together(grace_hopper_node: Cluster) -> None:

@@ -233,6 +233,7 @@ def test_every_base_object_is_accepted(installed: Api) -> None:
         "gpu.numadra.dev",
         "intel-i915-gpu.numadra.dev",
         "intel-xe-gpu.numadra.dev",
+        "memory.numadra.dev",
         "nic.numadra.dev",
         "nvidia-gpu.numadra.dev",
     ]

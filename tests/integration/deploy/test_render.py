@@ -108,6 +108,7 @@ def test_custom_driver_name_and_kubelet_dir_reach_every_object() -> None:
         "gpu.numa.example.com",
         "intel-i915-gpu.numa.example.com",
         "intel-xe-gpu.numa.example.com",
+        "memory.numa.example.com",
         "nic.numa.example.com",
         "nvidia-gpu.numa.example.com",
     ]

@@ -250,7 +250,7 @@ def test_daemonset_selector_matches_pod_labels() -> None:
 
 
 def test_device_classes_are_the_ones_explain_assumes() -> None:
-    """gpu/nic/cpu classes in resource.k8s.io/v1 with the selectors numadra explain evaluates by default."""
+    """The classes of deploy/ in resource.k8s.io/v1, with the selectors numadra explain assumes."""
     classes = [o for o in _objects() if o["kind"] == "DeviceClass"]
     assert {c["apiVersion"] for c in classes} == {"resource.k8s.io/v1"}
     defaults = default_device_classes(DEFAULT_DRIVER_NAME)
@@ -262,6 +262,7 @@ def test_device_classes_are_the_ones_explain_assumes() -> None:
         "gpu.numadra.dev": None,
         "nic.numadra.dev": None,
         "cpu.numadra.dev": None,
+        "memory.numadra.dev": None,
         "nvidia-gpu.numadra.dev": "nvidia.com/gpu",
         "amd-gpu.numadra.dev": "amd.com/gpu",
         "intel-i915-gpu.numadra.dev": "gpu.intel.com/i915",
