@@ -55,6 +55,7 @@ MAX_USER_FILE_BYTES = 64 << 20
 #: how much one ``read()`` asks for when the size is unknown (procfs says 0)
 _CHUNK = 1 << 16
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
+_READ_NOFOLLOW = _READ_FLAGS | os.O_NOFOLLOW
 _LOCK_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 Path = str | os.PathLike[str]
@@ -110,7 +111,7 @@ def open_regular(
     others call :func:`read_file`. Refusals: see the module docstring.
     """
     name = os.fspath(path)
-    flags = _READ_FLAGS if follow_symlinks else _READ_FLAGS | os.O_NOFOLLOW
+    flags = _READ_FLAGS if follow_symlinks else _READ_NOFOLLOW
     try:
         fd = os.open(name, flags, dir_fd=dir_fd)
     except OSError as exc:
@@ -124,21 +125,23 @@ def read_from(fd: int, st: os.stat_result, path: Path, max_bytes: int) -> bytes:
         raise UntrustedFileError(
             os.fspath(path), f"is {st.st_size} bytes, more than the {max_bytes} allowed", errno.EFBIG
         )
+    size = st.st_size
     chunks: list[bytes] = []
     total = 0
     while True:
         # ask for what the size promises (+1 to see the end), or a chunk when it promises nothing
-        want = st.st_size - total + 1 if st.st_size > total else _CHUNK
-        chunk = os.read(fd, min(want, max_bytes + 1 - total))
-        if not chunk:
-            break
+        want = min(size - total + 1 if size > total else _CHUNK, max_bytes + 1 - total)
+        chunk = os.read(fd, want)
         chunks.append(chunk)
         total += len(chunk)
         if total > max_bytes:
             raise UntrustedFileError(
                 os.fspath(path), f"holds more than the {max_bytes} bytes allowed", errno.EFBIG
             )
-        if total == st.st_size:  # a regular file on a disk: done (sysfs and procfs never match)
+        # the end: nothing more, or less than asked of a file with a size (a disk file reads to
+        # its size; a sysfs attribute, which says 4096, comes whole in one read). procfs says 0
+        # and may come a page at a time: read on until nothing comes.
+        if not chunk or (size and (len(chunk) < want or total == size)):
             break
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
@@ -156,9 +159,19 @@ def read_file(
     a device or a directory, or more than ``max_bytes``; ``FileNotFoundError`` when nothing is
     there; any other ``OSError`` as the kernel gave it (the path in ``filename``).
     """
-    fd, st = open_regular(path, dir_fd=dir_fd, follow_symlinks=follow_symlinks)
+    name = path if isinstance(path, str) else os.fspath(path)
+    flags = _READ_FLAGS if follow_symlinks else _READ_NOFOLLOW
+    try:  # open_regular and read_from, inline: discovery calls this for every sysfs attribute
+        fd = os.open(name, flags, dir_fd=dir_fd)
+    except FileNotFoundError:
+        raise  # the common miss (an optional attribute), as cheap as it can be
+    except OSError as exc:
+        raise _open_failed(name, exc, follow_symlinks=follow_symlinks) from None
     try:
-        return read_from(fd, st, path, max_bytes)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UntrustedFileError(name, f"is {_kind(st.st_mode)}, not a regular file")
+        return read_from(fd, st, name, max_bytes)
     finally:
         os.close(fd)
 
