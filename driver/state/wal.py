@@ -24,7 +24,9 @@ it was deleted, replaced or cut shorter since the last read. The caller cross-ch
 against the files numadra wrote when it does (:mod:`driver.state.evidence`): a journal that
 vanished or was emptied while the driver runs is never silently taken as "nothing prepared". The
 log and its directory are opened without following symbolic links (``O_NOFOLLOW``): a link planted
-as ``journal.log`` is an error, nothing is read or written through it.
+as ``journal.log`` is an error, nothing is read or written through it. The log is opened for
+reading by :func:`driver.untrusted.files.open_regular`, so a FIFO, socket or directory in its
+place is an error too (never waited on), and so is a file over :data:`MAX_LOG_BYTES`.
 
 When the log outgrows ``max(compact_min, 4 x live state)`` the writer replaces it (temp file, fsync,
 rename, fsync dir) by the header plus one record of the live entries. Readers notice by the changed
