@@ -10,14 +10,20 @@ Kept in its own module so that every layer can raise and catch these without imp
     ├── PinningError                 CPU/memory pinning cannot be done (allocator or backend)
     │   └── CpuExhaustedError        not enough free CPUs on the requested NUMA node
     ├── KubeError                    the apiserver could not be reached or refused a call
-    └── ClaimError(claim_uid)        one claim cannot be prepared/unprepared; carries the UID
-        └── ConfigDecodeError        the claim's opaque configuration is invalid
+    ├── ClaimError(claim_uid)        one claim cannot be prepared/unprepared; carries the UID
+    │   └── ConfigDecodeError        the claim's opaque configuration is invalid
+    ├── UntrustedFileError(path)     a file read is refused: a link, not a regular file, too large,
+    │                                not text (also an OSError, so every "cannot read" path takes it)
+    └── UntrustedValueError(what)    a value from outside (env var, annotation, file field) is
+                                     malformed or out of bounds (also a ValueError)
 
 Errors marked :class:`RecoverableError` (via :func:`recoverable`) are logged and retried by the
 caller instead of stopping the driver, as the Go helper does with ``ErrRecoverable``.
 """
 
 from __future__ import annotations
+
+import errno
 
 __all__ = [
     "ClaimError",
@@ -31,6 +37,8 @@ __all__ = [
     "PinningError",
     "RecoverableError",
     "SliceError",
+    "UntrustedFileError",
+    "UntrustedValueError",
     "is_recoverable",
     "recoverable",
 ]
@@ -101,6 +109,31 @@ class ClaimError(DriverError):
 
 class ConfigDecodeError(ClaimError):
     """The opaque device configuration of a claim is not valid for this driver."""
+
+
+class UntrustedFileError(DriverError, OSError):
+    """A file numadra reads was refused (:mod:`driver.untrusted.files`): ``path`` and ``reason`` say
+    which and why. An ``OSError`` too (``filename`` is the path), so a caller that treats "cannot
+    read" as "absent" or as its own error keeps doing so without a second except clause."""
+
+    def __init__(self, path: str, reason: str, err: int = errno.EINVAL) -> None:
+        super().__init__(err, reason, path)
+        self.path = path
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.reason}"
+
+
+class UntrustedValueError(DriverError, ValueError):
+    """A value from outside the process (an env var, an annotation, a field of a file) is malformed
+    or out of bounds (:mod:`driver.untrusted.values`); ``what`` names where it came from. A
+    ``ValueError`` too, so parsers' callers that already refuse a ValueError refuse this one."""
+
+    def __init__(self, what: str, reason: str) -> None:
+        super().__init__(f"{what}: {reason}")
+        self.what = what
+        self.reason = reason
 
 
 class RecoverableError(DriverError):

@@ -44,6 +44,7 @@ from driver.pinning.types import ClaimPinning, CpuRequest, format_cpulist
 from driver.plugin import Claim, ClaimRef, PreparedDevice, PrepareResult
 from driver.state.evidence import Evidence, holds_only
 from driver.state.journal import Journal, JournalEntry, StoredFile, journal_path
+from driver.untrusted.files import read_file
 
 __all__ = ["ClaimsDriver", "InventoryProvider", "PinPlanner", "StatusWriter"]
 
@@ -487,10 +488,10 @@ class ClaimsDriver:
 
     def _restore(self, stored: StoredFile) -> bool:
         """Write ``stored`` if the file is missing or differs; True when it was written."""
+        data = stored.content.encode()
         try:
-            with open(stored.path, "rb") as fh:  # noqa: PTH123 -- a str path, read per journaled file
-                if fh.read() == stored.content.encode():
-                    return False
+            if read_file(stored.path, max_bytes=len(data)) == data:  # a link, FIFO, bigger file: rewrite
+                return False
         except OSError:
             pass
         self._write(stored)

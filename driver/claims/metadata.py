@@ -54,6 +54,7 @@ from driver.claims.selection import AllocatedDevice, ClaimView
 from driver.inventory.model import InventoryDevice, Nic
 from driver.log import get_logger
 from driver.names import is_dns_label
+from driver.untrusted.values import bounded_int, loads_json
 
 __all__ = [
     "API_VERSIONS",
@@ -206,8 +207,8 @@ def _stream(view: ClaimView, full_request: str, devices: list[str], generation: 
 def parse_generation(content: str) -> int:
     """The generation of a written stream (0 when it cannot be read)."""
     try:
-        first = json.loads(content.split("\n", 1)[0])
-        return int(first["metadata"]["generation"])
+        first = loads_json(content.split("\n", 1)[0], what="metadata stream")
+        return bounded_int(first["metadata"]["generation"], what="generation", lo=0, hi=(1 << 63) - 1)
     except (ValueError, KeyError, TypeError):
         return 0
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from driver import DEFAULT_DRIVER_NAME
 from driver.errors import ConfigError, JournalError
+from driver.untrusted.files import MAX_USER_FILE_BYTES, read_file_text
 
 __all__ = ["load_claim_file", "load_device_classes", "register"]
 
@@ -74,7 +75,7 @@ def _documents(path: Path) -> list[Any]:
     import yaml  # here, not at the top: every numadra command (the OCI hook too) imports this module
 
     try:
-        text = path.read_text()
+        text = read_file_text(path, max_bytes=MAX_USER_FILE_BYTES, follow_symlinks=True)  # the user's path
     except OSError as exc:
         raise ConfigError(f"{path}: {exc.strerror}") from exc
     try:

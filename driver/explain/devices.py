@@ -20,6 +20,7 @@ import yaml
 from driver.errors import ConfigError
 from driver.explain.cel import CelDevice
 from driver.kube.quantity import parse_quantity
+from driver.untrusted.files import MAX_USER_FILE_BYTES, read_file_text
 
 if TYPE_CHECKING:
     from driver.inventory.model import Inventory
@@ -160,7 +161,7 @@ def load_slices_file(
 ) -> list[DeviceView]:
     """Read ``numadra discover -o json`` output (or YAML, e.g. ``kubectl get resourceslices -o yaml``)."""
     try:
-        text = path.read_text()
+        text = read_file_text(path, max_bytes=MAX_USER_FILE_BYTES, follow_symlinks=True)  # the user's path
     except OSError as exc:
         raise ConfigError(f"slices file {path}: {exc.strerror}") from exc
     try:

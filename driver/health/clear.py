@@ -24,14 +24,15 @@ turns Healthy at its next healthy reading (no hysteresis: the operator vouched f
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from driver.errors import ConfigError
+from driver.errors import ConfigError, UntrustedFileError
+from driver.untrusted.files import open_regular, read_from
+from driver.untrusted.values import MAX_WALL_CLOCK_S, bounded_number, loads_json
 
 __all__ = [
     "CLEAR_DIR_NAME",
@@ -108,34 +109,30 @@ def _read_one(directory: str, name: str, uid: int) -> ClearRequest:
     """Open, check and parse one request file; ValueError says what is wrong."""
     path = os.path.join(directory, name)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd, st = open_regular(path)
+    except UntrustedFileError as exc:
+        raise ValueError(exc.reason) from None
     except OSError as exc:
-        raise ValueError(f"cannot open ({exc.strerror}; a symlink is refused)") from None
+        raise ValueError(f"cannot open ({exc.strerror})") from None
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise ValueError("not a regular file")
         if st.st_uid != uid or st.st_mode & 0o022:
             raise ValueError(f"owned by uid {st.st_uid} with mode {stat.S_IMODE(st.st_mode):o}")
-        if st.st_size > MAX_REQUEST_BYTES:
-            raise ValueError(f"{st.st_size} bytes, at most {MAX_REQUEST_BYTES}")
-        raw = os.read(fd, MAX_REQUEST_BYTES + 1)
+        try:
+            raw = read_from(fd, st, path, MAX_REQUEST_BYTES)
+        except UntrustedFileError as exc:
+            raise ValueError(exc.reason) from None
     finally:
         os.close(fd)
-    try:
-        doc = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        raise ValueError("not JSON") from None
+    doc = loads_json(raw, what="the request")
     if not isinstance(doc, dict) or set(doc) != _FIELDS:
         raise ValueError(f"must be an object with exactly {sorted(_FIELDS)}")
     device, at, note = doc["device"], doc["requestedAt"], doc["note"]
     if not isinstance(device, str) or f"{device}.json" != name:
         raise ValueError("the device it names is not the one in its file name")
-    if isinstance(at, bool) or not isinstance(at, int | float) or not math.isfinite(at):
-        raise ValueError("requestedAt is not a number of seconds")
+    requested_at = bounded_number(at, what="requestedAt", lo=0, hi=MAX_WALL_CLOCK_S)
     if not isinstance(note, str) or len(note) > MAX_NOTE_CHARS:
         raise ValueError(f"note is not a string of at most {MAX_NOTE_CHARS} characters")
-    return ClearRequest(device, float(at), note)
+    return ClearRequest(device, requested_at, note)
 
 
 def take_requests(directory: str, uid: int | None = None) -> tuple[list[ClearRequest], list[tuple[str, str]]]:

@@ -25,6 +25,7 @@ import subprocess
 from collections.abc import Callable, Iterator, Sequence
 
 from driver.inventory.sysfs import is_live_host, list_dir
+from driver.untrusted.files import read_file_text
 
 __all__ = ["IpSource", "host_ip_source", "ips_from_ip_json", "netdev_dir", "netlink_ips"]
 
@@ -33,6 +34,8 @@ __all__ = ["IpSource", "host_ip_source", "ips_from_ip_json", "netdev_dir", "netl
 IpSource = Callable[[str], Sequence[str]]  # interface name -> ["192.0.2.5/24", "2001:db8::5/64"]
 
 _SIOCGIFADDR = 0x8915
+#: /proc/net/if_inet6 holds a line of about 55 bytes per address
+_MAX_PROC_TABLE = 4 << 20
 _SIOCGIFNETMASK = 0x891B
 # rtnetlink (linux/netlink.h, linux/rtnetlink.h, linux/if_addr.h)
 _NETLINK_ROUTE = 0
@@ -174,14 +177,17 @@ def _proc_and_ioctl(interface: str) -> list[str]:
         except OSError:
             pass
     try:
-        with open("/proc/net/if_inet6", encoding="ascii") as fh:  # noqa: PTH123
-            for line in fh:
-                fields = line.split()
-                if len(fields) == 6 and fields[5] == interface and fields[3] == "00":  # global scope
-                    address = ipaddress.IPv6Address(bytes.fromhex(fields[0]))
-                    out.append(f"{address}/{int(fields[2], 16)}")
+        table = read_file_text("/proc/net/if_inet6", max_bytes=_MAX_PROC_TABLE)
     except OSError:
-        pass
+        return out
+    for line in table.splitlines():
+        fields = line.split()
+        if len(fields) == 6 and fields[5] == interface and fields[3] == "00":  # global scope
+            try:
+                address = ipaddress.IPv6Address(bytes.fromhex(fields[0]))
+                out.append(f"{address}/{int(fields[2], 16)}")
+            except ValueError:
+                continue
     return out
 
 

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import math
 import os
 import re
 import time
@@ -49,12 +48,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from cdi.io import atomic_write_bytes
+from driver.errors import UntrustedValueError
 from driver.health.netinfo import netdev_dir
 from driver.health.xid import NvmlXidSource, XidSource
 from driver.inventory.model import Gpu, InventoryDevice, Nic, NumaNode
 from driver.inventory.sysfs import is_live_host, list_dir, read_text
 from driver.log import get_logger
 from driver.plugin import HealthState
+from driver.untrusted.files import read_file
+from driver.untrusted.values import MAX_WALL_CLOCK_S, bounded_int, bounded_number, loads_json
 
 __all__ = ["HEALTH_FAULTS_FILE", "FatalFault", "Reading", "SignalReader"]
 
@@ -71,6 +73,8 @@ _BUS_ID = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
 _REASON = re.compile(r"[A-Za-z0-9]{1,64}")
 _FAULTS_VERSION = 1
 _FAULTS_MAX_BYTES = 1 << 20
+#: the AER counters are u64 in the kernel
+_MAX_COUNTER = (1 << 64) - 1
 _LINK_DOWN_STATES = frozenset({"down", "lowerlayerdown", "notpresent"})
 
 
@@ -297,28 +301,21 @@ def _aer_total(pci_dir: str) -> int | None:
     total = None
     for line in text.splitlines():
         name, _, value = line.strip().rpartition(" ")
-        if name.strip() == "TOTAL_ERR_FATAL" and value.isascii() and value.isdigit():
+        if name.strip() == "TOTAL_ERR_FATAL" and value.isascii() and value.isdigit() and len(value) <= 20:
             total = int(value)
     return total
 
 
 def _read_faults_file(path: str) -> bytes | None:
-    """The file's bytes, None when absent or unreadable (logged). Opened without following a
-    link: a planted link must not make us read another file."""
+    """The file's bytes, None when absent or refused (logged): see :mod:`driver.untrusted.files`;
+    a planted link, FIFO or oversized file must neither redirect, block nor swell the start."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        return read_file(path, max_bytes=_FAULTS_MAX_BYTES)
     except FileNotFoundError:
         return None
     except OSError as exc:
         _log.error("cannot read recorded fatal device faults", path=path, error=str(exc))
         return None
-    try:
-        return os.read(fd, _FAULTS_MAX_BYTES + 1)
-    except OSError as exc:
-        _log.error("cannot read recorded fatal device faults", path=path, error=str(exc))
-        return None
-    finally:
-        os.close(fd)
 
 
 def _load_faults(path: str, boot_id: str | None) -> dict[str, FatalFault]:
@@ -330,9 +327,7 @@ def _load_faults(path: str, boot_id: str | None) -> dict[str, FatalFault]:
     if data is None:
         return {}
     try:
-        if len(data) > _FAULTS_MAX_BYTES:
-            raise ValueError(f"larger than {_FAULTS_MAX_BYTES} bytes")
-        doc = json.loads(data)
+        doc = loads_json(data, what=path)
         if not isinstance(doc, dict) or doc.get("version") != _FAULTS_VERSION:
             raise ValueError(f"not a version {_FAULTS_VERSION} faults document")
         faults = doc.get("faults")
@@ -352,22 +347,26 @@ def _load_faults(path: str, boot_id: str | None) -> dict[str, FatalFault]:
         return {}
     kept: dict[str, FatalFault] = {}
     for bus_id, item in faults.items():
-        fault = _fault_from(bus_id, item)
-        if fault is None:
+        try:
+            kept[bus_id] = _fault_from(bus_id, item)
+        except ValueError as exc:
             _log.error(
-                "recorded fatal device fault is malformed; skipped", path=path, device=str(bus_id)[:64]
+                "recorded fatal device fault is malformed; skipped",
+                path=path,
+                device=str(bus_id)[:64],
+                error=str(exc)[:200],
             )
-            continue
-        kept[bus_id] = fault
     if kept:
         _log.warning("fatal device faults restored: kept unhealthy until a reset", devices=sorted(kept))
     return kept
 
 
-def _fault_from(bus_id: object, item: object) -> FatalFault | None:
-    """One recorded fault, or None when any field is off."""
-    if not isinstance(bus_id, str) or not _BUS_ID.fullmatch(bus_id) or not isinstance(item, dict):
-        return None
+def _fault_from(bus_id: object, item: object) -> FatalFault:
+    """One recorded fault; UntrustedValueError (a ValueError) names the first field that is off."""
+    if not isinstance(bus_id, str) or not _BUS_ID.fullmatch(bus_id):
+        raise UntrustedValueError("fault key", "is not a PCI address")
+    if not isinstance(item, dict):
+        raise UntrustedValueError(bus_id, "is not an object")
     reason, total, since, gone = (
         item.get("reason"),
         item.get("tripTotal"),
@@ -375,14 +374,13 @@ def _fault_from(bus_id: object, item: object) -> FatalFault | None:
         item.get("gone"),
     )
     if not isinstance(reason, str) or not _REASON.fullmatch(reason):
-        return None
-    if total is not None and (type(total) is not int or total < 0):
-        return None
-    if not isinstance(since, int | float) or isinstance(since, bool) or not math.isfinite(since):
-        return None
+        raise UntrustedValueError(f"{bus_id}.reason", "is not a CamelCase reason")
+    if total is not None:
+        total = bounded_int(total, what=f"{bus_id}.tripTotal", lo=0, hi=_MAX_COUNTER)
+    when = bounded_number(since, what=f"{bus_id}.since", lo=0, hi=MAX_WALL_CLOCK_S)
     if not isinstance(gone, bool):
-        return None
-    return FatalFault(reason, total, float(since), gone)
+        raise UntrustedValueError(f"{bus_id}.gone", "is not a boolean")
+    return FatalFault(reason, total, when, gone)
 
 
 def _load_nvml() -> Any:

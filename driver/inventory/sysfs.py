@@ -6,9 +6,12 @@ all with the same rules.
 
 Kernel files vanish under our feet (hot-unplug), differ between kernel versions and may hold
 surprises on virtual machines, so every reader here turns "cannot read" into None and leaves the
-choice of a default to the pure builder. Paths are plain strings and the ``os`` functions are
-used on purpose: discovery reads hundreds of files and ``pathlib`` objects cost several times more
-than the reads themselves (see bench/discover.py).
+choice of a default to the pure builder. A host tree is a directory too: ``--host-root`` may be a
+mounted host or a fixture, so files are read through :func:`driver.untrusted.files.read_file`
+(no link followed, no blocking open, regular files only, at most 64 KiB), and something else
+planted at an attribute's path reads as None like a missing attribute. Paths are plain strings
+and the ``os`` functions are used on purpose: discovery reads hundreds of files and ``pathlib``
+objects cost several times more than the reads themselves (see bench/discover.py).
 """
 
 from __future__ import annotations
@@ -16,31 +19,31 @@ from __future__ import annotations
 import os
 
 from driver.inventory.cpulist import parse_cpulist
+from driver.untrusted.files import read_file
 
 __all__ = ["is_live_host", "link_name", "link_target", "list_dir", "read_cpulist", "read_int", "read_text"]
 
 # ruff: noqa: PTH115, PTH118, PTH119, PTH120, PTH208 - os functions on purpose, see above
 
+#: sysfs attributes are at most a page (64 KiB pages on some arm64 kernels)
+_MAX_ATTRIBUTE = 1 << 16
+#: an integer attribute longer than this is no count or id (int64 is 19 digits, "0x" + 16 in hex)
+_MAX_INT_TEXT = 24
+
 
 def read_text(path: str) -> str | None:
     """The stripped content of a small text file, or None when it cannot be read."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
+        data = read_file(path, max_bytes=_MAX_ATTRIBUTE)
+    except OSError:  # absent, unreadable, or refused (UntrustedFileError is an OSError)
         return None
-    try:
-        data = os.read(fd, 65536)  # sysfs attributes are at most a page; raw fds halve the cost
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
     return data.decode("utf-8", errors="replace").strip()
 
 
 def read_int(path: str, base: int = 10) -> int | None:
     """An integer file (``numa_node``, ``core_id``; ``base=16`` for ``0x10de``), or None."""
     text = read_text(path)
-    if text is None:
+    if text is None or len(text) > _MAX_INT_TEXT or not text.isascii():
         return None
     try:
         return int(text, base)

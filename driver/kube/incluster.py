@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping
 
 from driver.errors import ConfigError
 from driver.kube.transport import TransportSettings
+from driver.untrusted.files import read_file
 
 __all__ = ["CA_FILE", "REFRESH_S", "TOKEN_FILE", "InCluster"]
 
@@ -45,6 +46,8 @@ REFRESH_S = 60.0
 _BAD_TOKEN = re.compile(r"[\x00-\x20\x7f]")
 #: a service account token is a JWT of a few KiB; more is not a token
 _MAX_TOKEN = 64 * 1024
+#: a CA bundle of many certificates is still far below this
+_MAX_CA = 4 << 20
 
 
 class InCluster:
@@ -71,9 +74,9 @@ class InCluster:
         if _BAD_TOKEN.search(host) or "/" in host:
             raise ConfigError(f"KUBERNETES_SERVICE_HOST {host!r} is not a host name or address")
         try:
-            with open(ca_file, "rb") as fh:  # noqa: PTH123 -- a plain path, read once
-                if not fh.read(1):
-                    raise ConfigError(f"the service account CA file {ca_file} is empty")
+            # the projected volume links the file to ..data/<name>: links there are the kubelet's
+            if not read_file(ca_file, max_bytes=_MAX_CA, follow_symlinks=True):
+                raise ConfigError(f"the service account CA file {ca_file} is empty")
         except OSError as exc:
             raise ConfigError(f"cannot read the service account CA file {ca_file}: {exc.strerror}") from exc
         self.settings = TransportSettings(
@@ -105,8 +108,7 @@ class InCluster:
 
     def _read_token(self) -> str:
         try:
-            with open(self.token_file, "rb") as fh:  # noqa: PTH123 -- a plain path, read once a minute
-                raw = fh.read(_MAX_TOKEN + 1)
+            raw = read_file(self.token_file, max_bytes=_MAX_TOKEN + 1, follow_symlinks=True)
         except OSError as exc:
             raise ConfigError(
                 f"cannot read the service account token {self.token_file}: {exc.strerror}"

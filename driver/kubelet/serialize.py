@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from driver.errors import DriverError
+from driver.untrusted.files import open_lock_file
 
 __all__ = ["SerializeLock"]
 
@@ -32,7 +33,7 @@ class SerializeLock:
         """Create or open the lock file (kept open for the process lifetime)."""
         if self._fd is None:
             try:
-                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+                self._fd = open_lock_file(self.path)  # a link, FIFO or directory there is refused
             except OSError as exc:
                 raise DriverError(f"cannot open lock file {self.path}: {exc.strerror}") from exc
 

@@ -22,6 +22,7 @@ from driver.errors import PinningError
 from driver.log import get_logger
 from driver.pinning.backend import PinningKind, PinTarget
 from driver.pinning.types import CpuAssignment, format_cpulist
+from driver.untrusted.files import read_file_text
 
 __all__ = [
     "CgroupLayout",
@@ -34,6 +35,9 @@ __all__ = [
 ]
 
 _log = get_logger("pinning.cgroupfs")
+#: a procfs or cgroup file read here (``mountinfo`` is a line per mount: hosts with many
+#: containers have thousands)
+_MAX_PROC = 16 << 20
 
 
 class CgroupLayout(StrEnum):
@@ -107,7 +111,7 @@ def detect_cpuset_hierarchy(mountinfo_path: Path = Path("/proc/self/mountinfo"))
         if m.fstype != "cgroup2":
             continue
         try:
-            controllers = (m.mount_point / "cgroup.controllers").read_text().split()
+            controllers = read_file_text(m.mount_point / "cgroup.controllers", max_bytes=_MAX_PROC).split()
         except OSError:
             continue
         if "cpuset" in controllers:
@@ -147,7 +151,7 @@ def _write(path: Path, value: str) -> None:
 def _read(path: Path) -> str:
     """Read a /proc or cgroup file; a failure names the path."""
     try:
-        return path.read_text()
+        return read_file_text(path, max_bytes=_MAX_PROC)
     except OSError as exc:
         raise PinningError(f"read {path}: {exc.strerror}") from exc
 

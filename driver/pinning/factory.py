@@ -49,6 +49,8 @@ def build_backend(
         raw_fd = environ.get(ENV_PLUGIN_SOCKET)
         try:
             fd = int(raw_fd) if raw_fd else None
+            if fd is not None and not 0 <= fd < 1 << 31:  # socket(fileno=) would raise OverflowError
+                raise ValueError(raw_fd)
         except ValueError as exc:
             raise ConfigError(
                 f"{ENV_PLUGIN_SOCKET} must be a file descriptor number, got {raw_fd!r}"

@@ -28,7 +28,6 @@ refuses.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -53,6 +52,8 @@ from driver.pinning.types import (
     format_cpulist,
     parse_cpulist,
 )
+from driver.untrusted.files import read_file
+from driver.untrusted.values import loads_json
 
 __all__ = [
     "DEFAULT_HOOK_PATH",
@@ -69,6 +70,8 @@ __all__ = [
 
 #: where the DaemonSet installs the numadra executable on the host (the runtime execs host paths)
 DEFAULT_HOOK_PATH = "/opt/numadra/bin/numadra"
+#: the largest bundle ``config.json`` the hook reads (an OCI spec with many mounts and env vars)
+_MAX_BUNDLE_CONFIG = 16 << 20
 #: seconds the runtime waits for the hook before failing the container
 HOOK_TIMEOUT_S = 5
 #: OCI annotations naming the container's pod: containerd's CRI ones, then the kubelet's labels
@@ -103,9 +106,9 @@ class HookOutcome:
 def parse_oci_state(text: str) -> OciState:
     """Parse the OCI state JSON a runtime writes to a hook's stdin."""
     try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise PinningError(f"OCI state on stdin is not JSON: {exc.msg} at {exc.pos}") from exc
+        doc = loads_json(text, what="OCI state on stdin")
+    except ValueError as exc:
+        raise PinningError(str(exc)) from exc
     if not isinstance(doc, dict):
         raise PinningError("OCI state on stdin is not a JSON object")
     pid = doc.get("pid")
@@ -133,11 +136,11 @@ def bundle_config(bundle: Path) -> BundleConfig:
     """The marker env (``process.env``) and ``annotations`` of ``<bundle>/config.json``."""
     path = bundle / "config.json"
     try:
-        doc: Any = json.loads(path.read_text())
+        doc: Any = loads_json(read_file(path, max_bytes=_MAX_BUNDLE_CONFIG), what=str(path))
     except OSError as exc:
         raise PinningError(f"read {path}: {exc.strerror}") from exc
-    except json.JSONDecodeError as exc:
-        raise PinningError(f"{path} is not JSON: {exc.msg}") from exc
+    except ValueError as exc:
+        raise PinningError(str(exc)) from exc
     if not isinstance(doc, dict):
         doc = {}
     process = doc.get("process")

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from driver.inventory.cpulist import format_cpulist, parse_cpulist
+from driver.inventory.cpulist import MAX_CPUS, MAX_NODES, format_cpulist, parse_cpulist
 
 __all__ = [
     "ENV_CLAIM_UID",
@@ -19,6 +19,8 @@ __all__ = [
     "ENV_MEMS",
     "ENV_PREFIX",
     "ENV_REQUEST",
+    "MAX_CPUS",
+    "MAX_NODES",
     "ClaimBinding",
     "ClaimPinning",
     "CpuAssignment",

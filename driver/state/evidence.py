@@ -27,10 +27,8 @@ the UID, so the files of journaled claims are never opened).
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
-import stat
 from collections.abc import Container, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +36,8 @@ from typing import Any
 
 from cdi.naming import split_kind
 from driver.errors import JournalError
+from driver.inventory.cpulist import MAX_NODES
+from driver.log import get_logger
 from driver.names import is_claim_uid, is_dns_label, is_dns_subdomain
 from driver.pinning.types import (
     ENV_CPU_MODE,
@@ -51,6 +51,8 @@ from driver.pinning.types import (
 )
 from driver.plugin import PreparedDevice
 from driver.state.journal import JournalEntry, StoredFile
+from driver.untrusted.files import read_file_text
+from driver.untrusted.values import loads_json
 
 __all__ = ["Evidence", "Found", "holds_only"]
 
@@ -63,6 +65,7 @@ _METADATA_DIR = "dra-device-metadata"
 _SHARE_SUFFIX = re.compile(r"-([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})")
 #: a metadata stream larger than this is not ours (one claim's stream is a few KB)
 _MAX_READ = 4 << 20
+_log = get_logger("state.evidence")
 
 
 def _names_ok(namespace: str, name: str) -> bool:
@@ -105,19 +108,13 @@ class _Streams:
 
 
 def _read(path: str) -> str:
-    """A file's text, never through a symbolic link; OSError/UnicodeDecodeError as raised."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_READ:
-            raise ValueError("not a regular file of a plausible size")
-        return os.read(fd, _MAX_READ + 1).decode()
-    finally:
-        os.close(fd)
+    """A file's text through :func:`driver.untrusted.files.read_file_text`: no link followed, no
+    blocking open (a FIFO planted under a claim's name), a regular file of a plausible size."""
+    return read_file_text(path, max_bytes=_MAX_READ)
 
 
 def _first_object(text: str) -> dict[str, Any]:
-    obj = json.loads(text.split("\n", 1)[0])
+    obj = loads_json(text.split("\n", 1)[0], what="metadata stream")
     if not isinstance(obj, dict):
         raise ValueError("not a JSON object")
     return obj
@@ -146,8 +143,12 @@ class Evidence:
                 name = item.name
                 if name.startswith(self._spec_prefix) and name.endswith(".json"):
                     uid = name[len(self._spec_prefix) : -5]
-                    if uid not in known and is_claim_uid(uid):
-                        claims.setdefault(uid, _Claim()).spec = self._cdi_base + name
+                    if uid in known or not is_claim_uid(uid):
+                        continue
+                    if not item.is_file(follow_symlinks=False):  # numadra writes regular files only
+                        _log.warning("not a claim's CDI spec: not a regular file", path=item.path)
+                        continue
+                    claims.setdefault(uid, _Claim()).spec = self._cdi_base + name
         with contextlib.suppress(FileNotFoundError, NotADirectoryError), os.scandir(self._meta_base) as it:
             for item in it:
                 uid, sep, request = item.name.removesuffix(".json").partition("_")
@@ -222,7 +223,7 @@ class Evidence:
         """The devices and pinning a claim's CDI spec shows; JournalError when it is not ours."""
         try:
             text = _read(path)
-            spec = json.loads(text)
+            spec = loads_json(text, what="CDI spec")
             if spec.get("kind") != f"{self.driver_name}/{_CLAIM_CLASS}":
                 raise ValueError(f"kind {spec.get('kind')!r}")
             raw_devices = spec["devices"]
@@ -244,8 +245,8 @@ class Evidence:
                     assignments[request] = CpuAssignment(
                         request=request,
                         mode=CpuMode(env.get(ENV_CPU_MODE, "")),
-                        cpus=parse_cpulist(env[ENV_CPUS]),
-                        mems=parse_cpulist(env.get(ENV_MEMS, "")),
+                        cpus=parse_cpulist(env[ENV_CPUS], what=ENV_CPUS),
+                        mems=parse_cpulist(env.get(ENV_MEMS, ""), limit=MAX_NODES, what=ENV_MEMS),
                     )
                 devices.append(
                     PreparedDevice(

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from driver.errors import JournalError
+from driver.inventory.cpulist import MAX_CPUS, MAX_NODES
 from driver.log import get_logger
 from driver.pinning.types import ClaimPinning, CpuAssignment, CpuMode, format_cpulist
 from driver.plugin import PreparedDevice
@@ -54,6 +55,8 @@ from driver.state.wal import (
     Put,
     journal_recovery_error,
 )
+from driver.untrusted.files import read_file
+from driver.untrusted.values import bounded_int, loads_json
 
 if TYPE_CHECKING:
     from driver.state.evidence import Evidence, Found
@@ -80,6 +83,8 @@ JOURNAL_FILE = "journal.log"
 V1_JOURNAL_FILE = "journal.json"
 #: one JSON line per claim rebuilt from evidence (``numadra state`` shows them)
 RECOVERIES_FILE = "recoveries.log"
+#: ``numadra state`` reads at most this much of it (a line per claim ever rebuilt)
+_RECOVERIES_MAX_BYTES = 16 << 20
 #: the ``reason`` label of ``numadra_state_recoveries_total``: why the journal lacked the claim
 STATE_RECOVERY_REASONS = (
     "journal_missing",  # no journal at start, but files of prepared claims
@@ -100,15 +105,13 @@ def recovery_reason(reset: str) -> str:
 def read_recoveries(state_dir: Path) -> list[dict[str, Any]]:
     """The records of ``state/recoveries.log`` (oldest first; unreadable lines skipped)."""
     try:
-        fd = os.open(state_dir / RECOVERIES_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        lines = read_file(state_dir / RECOVERIES_FILE, max_bytes=_RECOVERIES_MAX_BYTES).splitlines()
     except FileNotFoundError:
         return []
-    with os.fdopen(fd, "rb") as fh:
-        lines = fh.read().splitlines()
     out: list[dict[str, Any]] = []
     for line in lines:
         try:
-            record = json.loads(line)
+            record = loads_json(line, what=RECOVERIES_FILE)
         except ValueError:
             continue
         if isinstance(record, dict):
@@ -200,8 +203,10 @@ class JournalEntry:
                     CpuAssignment(
                         request=_str(a["request"]),
                         mode=CpuMode(a["mode"]),
-                        cpus=frozenset(int(c) for c in a["cpus"]),
-                        mems=frozenset(int(m) for m in a["mems"]),
+                        cpus=frozenset(bounded_int(c, what="cpu", lo=0, hi=MAX_CPUS - 1) for c in a["cpus"]),
+                        mems=frozenset(
+                            bounded_int(m, what="memory node", lo=0, hi=MAX_NODES - 1) for m in a["mems"]
+                        ),
                     )
                     for a in pinning_raw
                 ),
@@ -241,7 +246,8 @@ def _file_json(f: StoredFile) -> dict[str, Any]:
 
 
 def _file_from_json(obj: Mapping[str, Any]) -> StoredFile:
-    return StoredFile(path=_str(obj["path"]), content=_str(obj["content"]), mode=int(obj["mode"]))
+    mode = bounded_int(obj["mode"], what="file mode", lo=0, hi=0o7777)
+    return StoredFile(path=_str(obj["path"]), content=_str(obj["content"]), mode=mode)
 
 
 def _canonical(body: Mapping[str, Any]) -> str:

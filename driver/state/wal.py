@@ -24,7 +24,9 @@ it was deleted, replaced or cut shorter since the last read. The caller cross-ch
 against the files numadra wrote when it does (:mod:`driver.state.evidence`): a journal that
 vanished or was emptied while the driver runs is never silently taken as "nothing prepared". The
 log and its directory are opened without following symbolic links (``O_NOFOLLOW``): a link planted
-as ``journal.log`` is an error, nothing is read or written through it.
+as ``journal.log`` is an error, nothing is read or written through it. The log is opened for
+reading by :func:`driver.untrusted.files.open_regular`, so a FIFO, socket or directory in its
+place is an error too (never waited on), and so is a file over :data:`MAX_LOG_BYTES`.
 
 When the log outgrows ``max(compact_min, 4 x live state)`` the writer replaces it (temp file, fsync,
 rename, fsync dir) by the header plus one record of the live entries. Readers notice by the changed
@@ -47,12 +49,14 @@ from pathlib import Path
 from typing import Any
 
 from cdi.io import atomic_write_bytes, ensure_dir, fsync_dir, write_all
-from driver.errors import JournalError
+from driver.errors import JournalError, UntrustedFileError
 from driver.log import get_logger
+from driver.untrusted.files import open_regular
 
 __all__ = [
     "LOG_FILE",
     "LOG_VERSION",
+    "MAX_LOG_BYTES",
     "RESET_DELETED",
     "RESET_EMPTY",
     "RESET_MISSING",
@@ -69,6 +73,9 @@ __all__ = [
 
 LOG_FILE = "journal.log"
 LOG_VERSION = 2
+#: a larger log is refused as damage: it is read into memory, and compaction keeps a real one at
+#: most four times its live entries (or 1 MiB)
+MAX_LOG_BYTES = 64 << 20
 _KIND = "NumadraJournal"
 _HEADER = f'{{"kind":"{_KIND}","version":{LOG_VERSION}}}\n'.encode()
 _OPS_OPEN = '{"ops":['
@@ -242,14 +249,16 @@ class JournalLog:
         reason = (RESET_TRUNCATED if same else RESET_REPLACED) if had else RESET_START
         self.close()
         try:
-            self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-            st = os.fstat(self._fd)  # the file we opened, whatever the path points to by now
+            # the file we opened, whatever the path points to by now (no link, FIFO or directory)
+            self._fd, st = open_regular(self.path)
         except FileNotFoundError:
             self.close()
             return Replay(reset=True, ops=[], reason=RESET_DELETED if had else RESET_MISSING)
-        except OSError as exc:
+        except UntrustedFileError as exc:
             if exc.errno == errno.ELOOP:
                 self._lstat()  # raises the symbolic link error
+            raise self._recovery(exc.reason) from exc
+        except OSError as exc:
             raise self._recovery(f"cannot be read ({exc.strerror})") from exc
         self._ident = (st.st_dev, st.st_ino)
         if st.st_size == 0:
@@ -263,6 +272,9 @@ class JournalLog:
     def _scan(self, size: int) -> list[Op]:
         """Parse bytes ``[_valid, size)``; advance ``_valid`` over good lines, ``_seen`` to the end."""
         assert self._fd is not None
+        if size > MAX_LOG_BYTES:  # read whole into memory: a sparse file must not swell the process
+            self.close()
+            raise self._recovery(f"is {size} bytes, more than the {MAX_LOG_BYTES} a journal may hold")
         try:
             data = os.pread(self._fd, size - self._valid, self._valid)
         except OSError as exc:
@@ -397,8 +409,7 @@ class JournalLog:
         else:
             atomic_write_bytes(self.path, data, mode=0o600)
         self.close()
-        self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-        st = os.fstat(self._fd)
+        self._fd, st = open_regular(self.path)
         self._ident = (st.st_dev, st.st_ino)
         self._valid = self._seen = len(data)
         self._lines = data.count(b"\n")

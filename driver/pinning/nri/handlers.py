@@ -49,6 +49,7 @@ from driver.pinning.types import (
     ENV_CPUS,
     ENV_MEMS,
     ENV_REQUEST,
+    MAX_NODES,
     ClaimBinding,
     CpuAssignment,
     CpuMode,
@@ -110,8 +111,8 @@ def marker_from_env(env: Iterable[str]) -> Marker | None:
     if ENV_CPUS not in values and ENV_MEMS not in values:
         return None
     try:
-        cpus = parse_cpulist(values.get(ENV_CPUS, ""))
-        mems = parse_cpulist(values.get(ENV_MEMS, ""))
+        cpus = parse_cpulist(values.get(ENV_CPUS, ""), what=ENV_CPUS)  # bounded before any range grows
+        mems = parse_cpulist(values.get(ENV_MEMS, ""), limit=MAX_NODES, what=ENV_MEMS)
     except ValueError as exc:
         raise PinningError(f"malformed pinning marker {ENV_CPUS}/{ENV_MEMS}: {exc}") from exc
     try:

@@ -56,6 +56,7 @@ from driver.pinning.nri.wire import (
     encode_frame,
 )
 from driver.pinning.types import CpuAssignment
+from driver.untrusted.files import open_lock_file
 
 __all__ = [
     "DEFAULT_NRI_SOCKET",
@@ -257,7 +258,12 @@ class NriPlugin:
         return self._leader_lock is None or self._leader_fd is not None
 
     def _take_pinning(self, wait_s: float) -> bool:
-        """Hold the pinner lock, trying for up to ``wait_s``; True when held."""
+        """Hold the pinner lock, trying for up to ``wait_s``; True when held.
+
+        Raises PinningError when the lock file is unusable (a link, FIFO or directory planted at
+        its path): then nobody can tell whether another process pins, and the caller refuses
+        rather than let a claim container run unpinned. Every call tries the file again.
+        """
         if self.is_pinner:
             return True
         assert self._leader_lock is not None
@@ -265,10 +271,10 @@ class NriPlugin:
             if self._leader_fd is not None:
                 return True
             try:
-                fd = os.open(self._leader_lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+                fd = open_lock_file(self._leader_lock)
             except OSError as exc:
                 _log.error("cannot open the NRI pinner lock", path=str(self._leader_lock), error=exc.strerror)
-                return False
+                raise PinningError(f"NRI pinner lock {self._leader_lock}: {exc.strerror}") from exc
             deadline = time.monotonic() + wait_s
             while True:
                 try:
@@ -405,10 +411,21 @@ class NriPlugin:
             _log.exception("NRI handler failed", method=method)
             return _status(_INTERNAL, f"{method} failed: {exc}")
         _log.debug("NRI request served", method=method, took_ms=(time.monotonic() - started) * 1e3)
-        if method in _ADJUSTING and not self._take_pinning(self._takeover_wait_s):
-            # another numadra process pins; ours is bookkeeping only (see the module docstring)
-            return ttrpc.Response(payload=b"")
+        if method in _ADJUSTING:
+            return self._as_pinner(method, result)
         return ttrpc.Response(payload=result.SerializeToString())
+
+    def _as_pinner(self, method: str, result: Message) -> ttrpc.Response:
+        """An adjusting answer: the adjustment when this process pins, none when another one does
+        (ours is bookkeeping only, see the module docstring), and a refusal when the lock file is
+        unusable, so that a claim container never runs unpinned because of it."""
+        try:
+            pinner = self._take_pinning(self._takeover_wait_s)
+        except PinningError as exc:
+            if method == "Synchronize" or not result.ByteSize():  # creates and adjusts nothing
+                return ttrpc.Response(payload=b"")
+            return _status(_FAILED_PRECONDITION, f"{exc}: refusing to leave the container unpinned")
+        return ttrpc.Response(payload=result.SerializeToString() if pinner else b"")
 
     def _decode(self, payload: bytes) -> ttrpc.Response | tuple[str, _Handler, Message, float]:
         """The method, handler, request and time box of a ttrpc request, or an error response."""

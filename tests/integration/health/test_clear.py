@@ -130,12 +130,14 @@ def test_request_for_a_healthy_or_unknown_device_is_refused(node: Node) -> None:
 @pytest.mark.parametrize(
     ("plant", "why"),
     [
-        pytest.param("symlink", "symlink is refused", id="symlink"),
+        pytest.param("symlink", "symbolic link, which numadra does not follow", id="symlink"),
         pytest.param("world-writable", "mode 666", id="world-writable"),
         pytest.param("other-device", "not the one in its file name", id="name-mismatch"),
         pytest.param("extra-field", "exactly", id="extra-field"),
         pytest.param("not-json", "not JSON", id="not-json"),
-        pytest.param("huge", "at most 4096", id="too-big"),
+        pytest.param("huge", "more than the 4096 allowed", id="too-big"),
+        pytest.param("huge-time", "requestedAt: must be between 0 and 1e+11", id="400-digit-time"),
+        pytest.param("fifo", "is a FIFO, not a regular file", id="fifo"),
     ],
 )
 def test_planted_or_malformed_files_are_refused_and_removed(node: Node, plant: str, why: str) -> None:
@@ -155,6 +157,10 @@ def test_planted_or_malformed_files_are_refused_and_removed(node: Node, plant: s
         target.write_text(json.dumps({"device": NIC, "requestedAt": T0 + 5, "note": ""}))
     elif plant == "extra-field":
         target.write_text(json.dumps({"device": GPU, "requestedAt": T0 + 5, "note": "", "force": True}))
+    elif plant == "huge-time":  # math.isfinite(10**400) raised OverflowError: every poll failed
+        target.write_text(json.dumps({"device": GPU, "requestedAt": 10**400, "note": ""}))
+    elif plant == "fifo":
+        os.mkfifo(target, 0o600)
     elif plant == "not-json":
         target.write_bytes(b"\xff\xfe{")
     else:

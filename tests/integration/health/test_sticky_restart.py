@@ -13,6 +13,7 @@ import stat
 from pathlib import Path
 
 import pytest
+from structlog.testing import capture_logs
 
 from driver.health.monitor import HealthMonitor
 from driver.health.signals import HEALTH_FAULTS_FILE, SignalReader
@@ -21,11 +22,12 @@ from driver.inventory.model import DeviceKind, pci_device_name
 from driver.plugin import HealthState
 from tests.support.hosttree import write_host_tree
 
-from .hosts import GPU_BDF, bump_aer, health_topology, replug, unplug, write
+from .hosts import GPU_BDF, NIC_BDF, bump_aer, health_topology, replug, unplug, write
 
 pytestmark = pytest.mark.fault
 
 GPU = pci_device_name(DeviceKind.GPU, GPU_BDF)
+NIC = pci_device_name(DeviceKind.NIC, NIC_BDF)
 BOOT = "proc/sys/kernel/random/boot_id"
 
 
@@ -186,3 +188,42 @@ def test_a_planted_link_is_neither_read_nor_written_through(root: Path, faults: 
     assert not faults.is_symlink()
     assert "Planted" in victim.read_text()
     assert victim.stat().st_nlink == 1
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        pytest.param(b"[" * 100_000, id="nested-too-deep"),  # RecursionError, not a ValueError
+        pytest.param(b'{"version": 1, "faults": {"x": ' + b"9" * 5000 + b"}}", id="5000-digits"),
+    ],
+)
+def test_a_file_python_cannot_decode_is_logged_not_a_crash(root: Path, faults: Path, damage: bytes) -> None:
+    faults.write_bytes(damage)
+    with capture_logs() as logs:
+        monitor = driver_process(root, faults)
+    assert state(monitor) == (HealthState.HEALTHY, "")
+    assert [e["event"] for e in logs if e["log_level"] == "error"] == [
+        "recorded fatal device faults are damaged; none restored"
+    ]
+
+
+@pytest.mark.parametrize("field", ["since", "tripTotal"])
+def test_a_400_digit_number_skips_that_fault_only(root: Path, faults: Path, field: str) -> None:
+    """Case 3 of the issue: a recorded fault whose time was a 400-digit integer raised
+    OverflowError (``math.isfinite``) at every start, a crash loop while the file stayed. Now
+    that entry is skipped and named, and the other device's fault is kept."""
+    good = {"reason": "PciAerFatal", "tripTotal": 0, "since": 1_700_000_000.0, "gone": False}
+    doc = {
+        "version": 1,
+        "bootID": (root / BOOT).read_text().strip(),
+        "faults": {GPU_BDF: {**good, field: 10**400}, NIC_BDF: good},
+    }
+    faults.write_text(json.dumps(doc))
+    with capture_logs() as logs:
+        monitor = driver_process(root, faults)
+    nic = {h.device_name: h for h in monitor.health_snapshot()}[NIC]
+    assert (nic.state, nic.reason) == (HealthState.UNHEALTHY, "PciAerFatal")  # the good entry kept
+    assert state(monitor) == (HealthState.HEALTHY, "")  # the bad one skipped
+    (skipped,) = [e for e in logs if e["event"] == "recorded fatal device fault is malformed; skipped"]
+    assert skipped["device"] == GPU_BDF and f"{GPU_BDF}.{field}" in skipped["error"]
+    assert "about 401 digits" in skipped["error"]

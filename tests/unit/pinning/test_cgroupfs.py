@@ -180,7 +180,9 @@ def test_build_backend_rejects_unknown_flag() -> None:
         build_backend("magic")
 
 
-def test_build_backend_rejects_bad_plugin_socket_env() -> None:
-    """A non-numeric NRI_PLUGIN_SOCKET is a ConfigError naming the variable."""
+@pytest.mark.parametrize("raw", ["abc", "-1", "9" * 40])
+def test_build_backend_rejects_bad_plugin_socket_env(raw: str) -> None:
+    """A NRI_PLUGIN_SOCKET that is no descriptor number is a ConfigError naming the variable (one
+    of 40 digits reached socket(fileno=) and raised OverflowError in the connect thread)."""
     with pytest.raises(ConfigError, match="NRI_PLUGIN_SOCKET"):
-        build_backend("nri", environ={"NRI_PLUGIN_SOCKET": "abc"})
+        build_backend("nri", environ={"NRI_PLUGIN_SOCKET": raw})
