@@ -28,6 +28,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from driver.inventory.sysfs import parse_count
+
 __all__ = ["UNREACHABLE", "NodeShape", "Placement", "Problem", "place_nodes"]
 
 #: the SLIT value of "no path" (ACPI); never a neighbour
@@ -94,7 +96,8 @@ def _row(node: NodeShape, columns: Sequence[int], problems: list[Problem]) -> di
             problems.append(Problem("NUMA node has no readable distance row", {"numa_node": node.id}))
         return None
     text = node.distance.split()
-    if not all(t.isascii() and t.isdigit() for t in text):
+    distances = [parse_count(t) for t in text]
+    if None in distances:
         problems.append(
             Problem(
                 "NUMA distance row is not a list of numbers",
@@ -113,7 +116,7 @@ def _row(node: NodeShape, columns: Sequence[int], problems: list[Problem]) -> di
     if node.id not in columns:
         problems.append(Problem("NUMA node is not in the online node list", {"numa_node": node.id}))
         return None
-    row = dict(zip(columns, (int(t) for t in text), strict=True))
+    row = dict(zip(columns, (d for d in distances if d is not None), strict=True))
     own = row[node.id]
     closer = sorted(c for c, d in row.items() if c != node.id and d <= own)
     if closer:

@@ -24,7 +24,15 @@ from driver.inventory.facts import (
     PciFacts,
     RdmaFacts,
 )
-from driver.inventory.sysfs import link_name, link_target, list_dir, read_cpulist, read_int, read_text
+from driver.inventory.sysfs import (
+    link_name,
+    link_target,
+    list_dir,
+    parse_count,
+    read_cpulist,
+    read_int,
+    read_text,
+)
 
 __all__ = ["probe_host"]
 
@@ -32,8 +40,8 @@ __all__ = ["probe_host"]
 
 _BDF = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 _PCIE_ROOT = re.compile(r"^pci[0-9a-f]{4}:[0-9a-f]{2}$")
-_NUMBERED = re.compile(r"^(?:node|cpu)(\d+)$")
-_HUGEPAGES_DIR = re.compile(r"^hugepages-(\d+)kB$")
+_NUMBERED = re.compile(r"^(?:node|cpu)([0-9]{1,9})$")
+_HUGEPAGES_DIR = re.compile(r"^hugepages-([0-9]{1,12})kB$")
 _VIRTIO = re.compile(r"^virtio\d+$")
 _NVIDIA_UUID = re.compile(
     r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.IGNORECASE
@@ -232,10 +240,10 @@ def _probe_nvidia(proc_dir: str) -> tuple[NvidiaFacts, ...]:
         out.append(
             NvidiaFacts(
                 bus_id=name.lower(),
-                minor=int(minor_text) if minor_text.isascii() and minor_text.isdigit() else None,
+                minor=parse_count(minor_text),
                 model=fields.get("model") or None,
                 uuid=uuid if _NVIDIA_UUID.match(uuid) else None,
-                memory_node=int(node_text) if node_text.isascii() and node_text.isdigit() else None,
+                memory_node=parse_count(node_text),
                 memory_status=numa.get("status") or None,
             )
         )
@@ -365,8 +373,7 @@ def _meminfo_total(path: str) -> int | None:
         key, sep, rest = line.partition(":")
         if sep and key.split()[-1:] == ["MemTotal"]:
             value = rest.split()
-            if value and value[0].isdigit():
-                return int(value[0])
+            return parse_count(value[0]) if value else None
     return None
 
 

@@ -21,7 +21,16 @@ import os
 from driver.inventory.cpulist import parse_cpulist
 from driver.untrusted.files import read_file
 
-__all__ = ["is_live_host", "link_name", "link_target", "list_dir", "read_cpulist", "read_int", "read_text"]
+__all__ = [
+    "is_live_host",
+    "link_name",
+    "link_target",
+    "list_dir",
+    "parse_count",
+    "read_cpulist",
+    "read_int",
+    "read_text",
+]
 
 # ruff: noqa: PTH115, PTH118, PTH119, PTH120, PTH208 - os functions on purpose, see above
 
@@ -29,6 +38,19 @@ __all__ = ["is_live_host", "link_name", "link_target", "list_dir", "read_cpulist
 _MAX_ATTRIBUTE = 1 << 16
 #: an integer attribute longer than this is no count or id (int64 is 19 digits, "0x" + 16 in hex)
 _MAX_INT_TEXT = 24
+
+
+def parse_count(text: str) -> int | None:
+    """A decimal count or id taken from a kernel file's text (a distance, a MemTotal, a minor), or None.
+
+    ``str.isdigit`` and ``int`` accept far more than the kernel writes: non-ASCII digits (``"²"``
+    is a digit to ``isdigit`` but no number to ``int``) and thousands of digits (``int`` refuses
+    those with ValueError, after a quadratic conversion). Every such token of a host file goes
+    through here, so none of them can raise out of discovery.
+    """
+    if not text or len(text) > _MAX_INT_TEXT or not text.isascii() or not text.isdigit():
+        return None
+    return int(text)
 
 
 def read_text(path: str) -> str | None:

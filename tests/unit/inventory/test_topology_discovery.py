@@ -162,6 +162,29 @@ def test_a_missing_distance_row_unpairs_its_node() -> None:
     assert [(w["event"], w["numa_node"]) for w in warnings] == [("NUMA node has no readable distance row", 2)]
 
 
+@pytest.mark.parametrize(
+    "token",
+    [pytest.param("1" + "0" * 5000, id="5001-digit"), pytest.param("1²", id="superscript-two")],
+)
+def test_a_number_python_cannot_convert_in_a_node_file_is_a_warning(token: str) -> None:
+    """A distance or MemTotal token that ``isdigit`` accepts but ``int`` refuses: kept out, never raised.
+
+    Both pass ``str.isdigit``; ``int`` raises ValueError on each (more than 4300 digits; a
+    superscript digit), which escaped discovery and stopped ``numadra run`` at every start.
+    """
+    snc = TOPOLOGIES["snc2"]
+    planted = (
+        (f"{NODE}/node1/distance", f"12 {token} 21 21"),
+        (f"{NODE}/node2/meminfo", f"Node 2 MemTotal:       {token} kB\n"),
+    )
+    inv, warnings = _discover(dataclasses.replace(snc, extra_files=planted))
+    assert _node(inv, 1).near_nodes == (1,)
+    assert _node(inv, 2).memory_bytes == 0
+    assert ("NUMA distance row is not a list of numbers", 1) in [
+        (w["event"], w.get("numa_node")) for w in warnings
+    ]
+
+
 # -- CXL ------------------------------------------------------------------------------------------
 
 
