@@ -493,7 +493,7 @@ class App:
         backend = build_backend(
             PinningKind.NRI,
             nri_socket=cfg.nri_socket,
-            claim_lookup=binding_lookup(index.entry, lambda: self.inventory),
+            claim_lookup=binding_lookup(index.view, lambda: self.inventory),
             node_shared_pool=shared,
             nri_pinner_lock=self.plugin_dir / PINNER_LOCK_NAME,  # one pinner in a rolling update
         )
