@@ -7,8 +7,10 @@ frames; requests run on a small pool so that a slow request never stalls the soc
 
 Container creation waits for this plugin, so every request is **time-boxed** (1 s by default, or
 less when the runtime's ttrpc timeout is shorter): a handler that has not answered by then is
-abandoned and the runtime gets an empty response (no adjustment), with a warning in the log.
-Creating a container unpinned is better than stalling every pod on the node.
+abandoned and the runtime gets an empty response (no adjustment), with a warning in the log, as
+stalling every pod on the node would be worse. A container that carries a pinning marker is
+refused instead (reported like every refusal): it must not start on CPUs it was not given, and
+the kubelet retries it.
 
 **One pinner at a time.** During a rolling update two numadra processes are connected to the same
 runtime, and containerd refuses a container when two plugins both set its cpuset ("plugins
@@ -36,7 +38,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from google.protobuf.message import DecodeError, Message
 
@@ -45,7 +47,15 @@ from driver._proto.nri import ttrpc_pb2 as ttrpc
 from driver.errors import PinningError
 from driver.log import get_logger
 from driver.pinning.backend import PinningKind, PinTarget
-from driver.pinning.nri.handlers import ClaimLookup, PinningHandlers, SharedPool
+from driver.pinning.consumers import ConsumerCheck
+from driver.pinning.failures import (
+    ACTION_REFUSED,
+    ACTION_UNPINNED,
+    REASON_NOT_PINNER,
+    REASON_TIMEOUT,
+    PinFailureSink,
+)
+from driver.pinning.nri.handlers import ClaimLookup, PinningHandlers, SharedPool, marker_from_env
 from driver.pinning.nri.wire import (
     MSG_REQUEST,
     MSG_RESPONSE,
@@ -105,10 +115,14 @@ class NriPlugin:
         socket_fd: int | None = None,
         leader_lock: Path | None = None,
         takeover_wait_s: float = 0.3,
+        consumers: ConsumerCheck | None = None,
+        on_failure: PinFailureSink | None = None,
     ) -> None:
         if len(index) != 2 or not index.isdigit():
             raise PinningError(f"NRI plugin index must be two digits, got {index!r}")
-        self.handlers = handlers or PinningHandlers(claim_lookup, node_shared_pool)
+        self.handlers = handlers or PinningHandlers(
+            claim_lookup, node_shared_pool, consumers=consumers, on_failure=on_failure
+        )
         self._socket_path = socket_path
         self._socket_fd = socket_fd
         self._name = name
@@ -139,6 +153,8 @@ class NriPlugin:
         self._takeover_wait_s = takeover_wait_s
         self._leader_fd: int | None = None
         self._leader_mutex = threading.Lock()
+        #: why the pinner lock could not be opened ("" when it could): then nobody may be pinning
+        self._pinner_error = ""
 
     # -- PinningBackend -------------------------------------------------------------------------
 
@@ -268,7 +284,9 @@ class NriPlugin:
                 fd = os.open(self._leader_lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
             except OSError as exc:
                 _log.error("cannot open the NRI pinner lock", path=str(self._leader_lock), error=exc.strerror)
+                self._pinner_error = f"cannot open the NRI pinner lock {self._leader_lock}: {exc.strerror}"
                 return False
+            self._pinner_error = ""
             deadline = time.monotonic() + wait_s
             while True:
                 try:
@@ -392,12 +410,7 @@ class NriPlugin:
             # time spent queued for a dispatcher counts: the runtime's clock started at arrival
             result = job.result(timeout=max(0.0, budget - (started - received)))
         except concurrent.futures.TimeoutError:
-            _log.warning(
-                "NRI handler exceeded its time box; answering with no adjustment",
-                method=method,
-                budget_s=budget,
-            )
-            return ttrpc.Response(payload=b"")  # an empty message of any response type
+            return self._timed_out(method, request, budget)
         except PinningError as exc:
             _log.error("NRI request refused", method=method, error=str(exc))
             return _status(_FAILED_PRECONDITION, str(exc))
@@ -407,8 +420,43 @@ class NriPlugin:
         _log.debug("NRI request served", method=method, took_ms=(time.monotonic() - started) * 1e3)
         if method in _ADJUSTING and not self._take_pinning(self._takeover_wait_s):
             # another numadra process pins; ours is bookkeeping only (see the module docstring)
+            if self._pinner_error and self._is_claim_container(request):  # nobody may pin: say so
+                self.handlers.report(
+                    request.pod,
+                    request.container,
+                    REASON_NOT_PINNER,
+                    ACTION_UNPINNED,
+                    f"{_describe_request(request)} was created without its claim's pinning: "
+                    f"{self._pinner_error}",
+                )
             return ttrpc.Response(payload=b"")
         return ttrpc.Response(payload=result.SerializeToString())
+
+    def _timed_out(self, method: str, request: Message, budget: float) -> ttrpc.Response:
+        """The answer when a handler exceeded its time box: no adjustment, or, for a container
+        that carries a pinning marker, a refusal (it is never created on CPUs it was not given;
+        the kubelet retries it)."""
+        if self._is_claim_container(request):
+            message = (
+                f"{_describe_request(request)}: its pinning was not decided within the NRI time "
+                f"box of {budget:g} s: refusing it (the kubelet retries the container)"
+            )
+            self.handlers.report(request.pod, request.container, REASON_TIMEOUT, ACTION_REFUSED, message)
+            return _status(_FAILED_PRECONDITION, message)
+        _log.warning(
+            "NRI handler exceeded its time box; answering with no adjustment", method=method, budget_s=budget
+        )
+        return ttrpc.Response(payload=b"")  # an empty message of any response type
+
+    @staticmethod
+    def _is_claim_container(request: Message) -> TypeGuard[nri.CreateContainerRequest]:
+        """A CreateContainer of a container that carries a pinning marker (a malformed one too)."""
+        if not isinstance(request, nri.CreateContainerRequest):
+            return False
+        try:
+            return marker_from_env(request.container.env) is not None
+        except PinningError:
+            return True
 
     def _decode(self, payload: bytes) -> ttrpc.Response | tuple[str, _Handler, Message, float]:
         """The method, handler, request and time box of a ttrpc request, or an error response."""
@@ -441,6 +489,12 @@ class NriPlugin:
     def _shutdown(self, _request: nri.Empty) -> nri.Empty:
         _log.info("runtime is shutting down")
         return nri.Empty()
+
+
+def _describe_request(request: nri.CreateContainerRequest) -> str:
+    pod, ctr = request.pod, request.container
+    where = f"{pod.namespace or '?'}/{pod.name or '?'} (uid {pod.uid or 'unknown'})"
+    return f"container {ctr.name or ctr.id} of pod {where}"
 
 
 def _status(code: int, message: str) -> ttrpc.Response:
