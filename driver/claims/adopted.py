@@ -36,13 +36,13 @@ from contextlib import AbstractContextManager
 from driver.claims.driver import ClaimsDriver
 from driver.errors import ConsumersUnknownError, DriverError
 from driver.log import get_logger
-from driver.pinning.consumers import GONE_NOT_FOUND, GONE_REPLACED, ConsumerReader
+from driver.pinning.consumers import GONE_REASONS, ConsumerReader
 from driver.plugin import ClaimRef
 
 __all__ = ["ADOPTED_RELEASE_REASONS", "AdoptedClaims"]
 
 #: the ``reason`` label of ``numadra_adopted_claim_releases_total``
-ADOPTED_RELEASE_REASONS = (GONE_NOT_FOUND, GONE_REPLACED)
+ADOPTED_RELEASE_REASONS = GONE_REASONS
 #: seconds between two rounds
 CHECK_INTERVAL_S = 30.0
 #: seconds an adopted claim must have been confirmed gone before it is released

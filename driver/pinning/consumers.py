@@ -40,13 +40,18 @@ from driver.pinning.types import ClaimBinding
 
 __all__ = [
     "GONE_NOT_FOUND",
+    "GONE_REASONS",
     "GONE_REPLACED",
+    "READ_DEADLINE_S",
     "ClaimConsumers",
     "ConsumerCheck",
     "ConsumerReader",
     "ConsumerRecorder",
 ]
 
+#: seconds a read made on the runtime's path may take: half of the NRI plugin's time box, so the
+#: decision (and a refusal naming the outage) still reaches the runtime inside it
+READ_DEADLINE_S = 0.5
 #: seconds a "this pod is not a consumer" answer is reused for that pod and claim
 NEGATIVE_TTL_S = 5.0
 #: seconds a failed read is reused for the claim (an outage costs one read per claim per period)
@@ -63,6 +68,8 @@ _log = get_logger("pinning.consumers")
 GONE_NOT_FOUND = "not_found"
 #: :attr:`ClaimConsumers.gone`: the claim's name holds a claim with another UID
 GONE_REPLACED = "replaced"
+#: every way a claim can be confirmed gone (the ``reason`` of an adopted claim's release)
+GONE_REASONS = (GONE_NOT_FOUND, GONE_REPLACED)
 
 
 @dataclass(frozen=True, slots=True)

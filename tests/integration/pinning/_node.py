@@ -105,11 +105,11 @@ class PinningNode:
         assert self.index is not None and self.records is not None
         self.check = ConsumerCheck(ApiConsumerReader(self.kube()), self.records.record) if consumers else None
         inventory = self.world.inventory
+        kwargs.setdefault("on_failure", self.failures.append)
         plugin = NriPlugin(
             socket_path=self.runtime.socket_path,
             claim_lookup=binding_lookup(self.index.view, lambda: inventory),
             consumers=self.check,
-            on_failure=self.failures.append,
             **kwargs,
         )
         self.plugins.append(plugin)
