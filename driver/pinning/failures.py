@@ -21,6 +21,7 @@ __all__ = [
     "PIN_FAILURE_REASONS",
     "REASON_BAD_MARKER",
     "REASON_CONSUMERS_UNKNOWN",
+    "REASON_LOOKUP_FAILED",
     "REASON_NOT_PINNER",
     "REASON_NOT_RESERVED",
     "REASON_POOL_EMPTY",
@@ -36,6 +37,8 @@ REASON_NOT_RESERVED = "not_reserved"
 REASON_CONSUMERS_UNKNOWN = "consumers_unknown"
 #: the marker names no claim, or one this driver has not prepared (or there are no records)
 REASON_UNKNOWN_CLAIM = "unknown_claim"
+#: the driver's record of the claim could not be read (the journal unreadable, say)
+REASON_LOOKUP_FAILED = "lookup_failed"
 #: a malformed marker, or a request the claim has no CPUs for
 REASON_BAD_MARKER = "bad_marker"
 #: the node shared pool is empty: a container on it would run on every CPU
@@ -48,6 +51,7 @@ PIN_FAILURE_REASONS = (
     REASON_NOT_RESERVED,
     REASON_CONSUMERS_UNKNOWN,
     REASON_UNKNOWN_CLAIM,
+    REASON_LOOKUP_FAILED,
     REASON_BAD_MARKER,
     REASON_POOL_EMPTY,
     REASON_NOT_PINNER,

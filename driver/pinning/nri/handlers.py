@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 from driver._proto.nri import api_pb2 as nri
-from driver.errors import ConsumersUnknownError, PinningError, PinRefusedError
+from driver.errors import ConsumersUnknownError, DriverError, PinningError, PinRefusedError
 from driver.log import get_logger
 from driver.pinning.binding import bind, describe_binding
 from driver.pinning.consumers import ConsumerCheck
@@ -55,6 +55,7 @@ from driver.pinning.failures import (
     ACTION_UNPINNED,
     REASON_BAD_MARKER,
     REASON_CONSUMERS_UNKNOWN,
+    REASON_LOOKUP_FAILED,
     REASON_POOL_EMPTY,
     REASON_UNKNOWN_CLAIM,
     PinFailure,
@@ -478,7 +479,14 @@ class PinningHandlers:
                 f"{who} carries a pinning marker that names no claim ({ENV_CLAIM_UID})",
                 reason=REASON_UNKNOWN_CLAIM,
             )
-        binding = self._lookup(claimed.claim_uid)
+        try:
+            binding = self._lookup(claimed.claim_uid)
+        except (DriverError, OSError) as exc:  # the record is unreadable: nothing to check against
+            raise PinRefusedError(
+                f"{who} carries a pinning marker for claim {claimed.claim_uid}, whose record cannot "
+                f"be read ({exc}): refusing it",
+                reason=REASON_LOOKUP_FAILED,
+            ) from exc
         if binding is None:
             raise PinRefusedError(
                 f"{who} carries a pinning marker for claim {claimed.claim_uid} that this driver has "

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from driver._proto.nri import api_pb2 as nri
-from driver.errors import ClaimError
+from driver.errors import ClaimError, JournalError
+from driver.pinning.failures import PinFailure
 from driver.pinning.nri import NriPlugin
 from driver.pinning.planner import CpuPlanner
 from driver.pinning.types import ClaimBinding, ClaimPinning, CpuAssignment, CpuMode, CpuRequest, marker_env
@@ -389,3 +390,18 @@ def test_without_the_lock_both_processes_adjust(
     b.synchronize([], pods=[POD])
     both = container("c-1", "app", env_of(PIN_A))
     assert [cpuset(c.create_container(both)) for c in (a, b)] == [("2-3", "0"), ("2-3", "0")]
+
+
+def test_an_unreadable_record_refuses_the_marker_and_says_so(
+    start: Callable[..., tuple[NriPlugin, FakePluginConnection]],
+) -> None:
+    """The claim lookup fails (the journal cannot be read): refused as lookup_failed, reported."""
+    failures: list[PinFailure] = []
+
+    def broken(uid: str) -> ClaimBinding | None:
+        raise JournalError(f"journal /x/journal.log is corrupt (entry {uid!r})")
+
+    _plugin, conn = start(claim_lookup=broken, on_failure=failures.append)
+    resp = conn.create_container_raw(container("c-app", "app", env_of(PIN_A)))
+    assert resp.status.code == 9 and "whose record cannot be read" in resp.status.message
+    assert [(f.reason, f.action) for f in failures] == [("lookup_failed", "refused")]
