@@ -13,6 +13,7 @@ with another UID. An outage, a timeout, a 403 or any other answer is "not known"
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 from collections.abc import Callable, Mapping
@@ -90,8 +91,10 @@ class ConsumerRecords:
         self._claims = claims
         self._hold = hold
         self._on_change = on_change
-        #: (claim UID, pods) to write, or an Event a flush waits on
-        self._queue: queue.Queue[tuple[str, frozenset[str]] | threading.Event] = queue.Queue(max_queued)
+        #: (claim UID, pods) to write, an Event a flush waits on, or None: the end
+        self._queue: queue.Queue[tuple[str, frozenset[str]] | threading.Event | None] = queue.Queue(
+            max_queued
+        )
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
         self._closed = False
@@ -118,17 +121,21 @@ class ConsumerRecords:
         self._queue.put(done, timeout=timeout)
         return done.wait(timeout)
 
-    def close(self) -> None:
-        """Write what is queued, then stop the worker."""
+    def close(self, timeout: float = 5.0) -> None:
+        """Write what is queued (up to ``timeout``), then end the worker."""
         with self._start_lock:
             self._closed = True
             thread = self._thread
         if thread is not None:
-            self.flush()
+            with contextlib.suppress(queue.Full):  # still full after the timeout: let it go
+                self._queue.put(None, timeout=timeout)
+            thread.join(timeout)
 
     def _run(self) -> None:
         while True:
             item = self._queue.get()
+            if item is None:
+                return
             if isinstance(item, threading.Event):
                 item.set()
                 continue
