@@ -3,7 +3,8 @@
 The kubelet prepares a claim once, for its first pod, and never calls the driver for the next
 pod that names it (``resourceClaimName``). Before numadra read a shared claim's ``reservedFor``
 on the container's creation, the second pod never started: containerd refused its container
-(CreateContainerError "... reserved for pod uid <first>, not for this pod"). A claim made from a
+(CreateContainerError "... reserved for pod uid <first>, not for this pod"). A third pod that
+copies the claim's markers is refused, with numadra's Warning Event on it. A claim made from a
 ResourceClaimTemplate belongs to one pod and is not concerned (test_exclusive.py covers it).
 """
 
@@ -13,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from driver.pinning.types import ENV_CLAIM_UID, ENV_CPU_MODE, ENV_CPUS, ENV_MEMS, ENV_REQUEST
 from tests.e2e.controlplane import wait_for
 from tests.node.conftest import RESOURCE, NodeCluster, busybox_pod, cpu_template
 
@@ -57,6 +59,22 @@ def test_two_pods_of_one_claim_run_pinned_and_the_last_one_unprepares_it(node: N
         assert reserved == {first["metadata"]["uid"], second["metadata"]["uid"]}
         warnings = [e for e in node.events(ns, "second") if e.get("reason", "").startswith("Numadra")]
         assert warnings == []
+
+        # a third pod of the namespace, not a consumer, copying the markers: refused, and the
+        # refusal is on its pod as numadra's own Warning Event (RBAC: create events)
+        env = node.claim_env(uid)
+        forged = {
+            k: env[k] for k in (ENV_CLAIM_UID, ENV_CPUS, ENV_MEMS, ENV_CPU_MODE, ENV_REQUEST) if k in env
+        }
+        node.create_pod(ns, busybox_pod("copycat", None, env=forged))
+
+        def refused_event() -> dict[str, Any] | None:
+            events = [e for e in node.events(ns, "copycat") if e.get("reason") == "NumadraPinningRefused"]
+            return events[0] if events else None
+
+        event = wait_for(refused_event, 60, "numadra's Warning Event on the copycat pod", interval=0.2)
+        assert event["type"] == "Warning" and "not for this pod" in event["message"], event
+        node.delete_pod(ns, "copycat")
 
         node.delete_pod(ns, "first")  # one consumer left: the claim stays prepared and pinned
         assert uid in node.journal_uids()
