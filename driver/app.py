@@ -57,15 +57,19 @@ from driver.pinning.backend import PinningKind
 
 if TYPE_CHECKING:
     from driver.claims import ClaimsDriver
+    from driver.claims.adopted import AdoptedClaims
     from driver.claims.housekeeping import Housekeeping
     from driver.claims.status import ClaimStatusWriter
     from driver.claims.statusqueue import AsyncStatusWriter
     from driver.health.monitor import HealthMonitor
     from driver.health.taints import HealthTaints, TaintEffect
     from driver.kube.client import KubeClient
+    from driver.kubelet.serialize import SerializeLock
     from driver.kubelet.server import KubeletPluginServer
     from driver.observability import Metrics, MetricsServer, MetricsUpdater
     from driver.observability.metered import MeteredPlugin
+    from driver.observability.pinreports import PinningReports
+    from driver.pinning.consumers import ConsumerCheck
     from driver.pinning.nri import NriPlugin
     from driver.pinning.planner import CpuPlanner
     from driver.slices.publisher import SlicePublisher
@@ -162,6 +166,10 @@ class App:
         self.metrics: Metrics | None = None
         self.metrics_server: MetricsServer | None = None
         self._kube: KubeClient | None = None
+        self._state_lock: SerializeLock | None = None
+        self._consumers: ConsumerCheck | None = None
+        self._pin_reports: PinningReports | None = None
+        self._adopted: AdoptedClaims | None = None
         self._log = _log.bind(node=config.node_name, driver=config.driver_name)
         self._metrics_updater: MetricsUpdater | None = None
         # built now, so a rescan asked for before the thread starts (SIGHUP) is not lost
@@ -329,7 +337,7 @@ class App:
             self.plugin_dir.mkdir(mode=0o750, parents=True, exist_ok=True)
         except OSError as exc:
             raise ConfigError(f"cannot create plugin directory {self.plugin_dir}: {exc.strerror}") from exc
-        state_lock = SerializeLock(self.plugin_dir / SERIALIZE_LOCK_NAME)
+        self._state_lock = state_lock = SerializeLock(self.plugin_dir / SERIALIZE_LOCK_NAME)
         state_lock.open()
         self._on_stop("serialize lock", state_lock.close)
         self.claims = ClaimsDriver(
@@ -448,6 +456,7 @@ class App:
         self._housekeeping.start(index=self.index, rescan=self.rescan, after=self._update_metrics)
         self._on_stop("housekeeping", lambda: self._housekeeping.join(5.0))
         self._start_hotplug()
+        self._start_consumers()
         self._start_pinning()
         self._start_metrics()
 
@@ -477,6 +486,34 @@ class App:
         watcher = start_watcher(self.request_rescan, source=self.config.hotplug)
         self._on_stop("udev watcher", watcher.stop)
 
+    def _start_consumers(self) -> None:
+        """Claims' consumers: the adopted-claims check, and for NRI the consumer reads (on a
+        client whose deadline fits the runtime's time box) and the pinning failure reports."""
+        from driver.claims.adopted import AdoptedClaims
+        from driver.claims.consumers import ApiConsumerReader, ConsumerRecords
+        from driver.kube.client import KubeClient
+        from driver.observability.pinreports import PinningReports
+        from driver.pinning.consumers import READ_DEADLINE_S, ConsumerCheck
+
+        cfg = self.config
+        assert self.claims is not None and self._kube is not None and self._state_lock is not None
+        hold = self._state_lock.hold
+        self._adopted = AdoptedClaims(
+            self.claims, ApiConsumerReader(self._kube), hold=hold, on_change=self._journal_changed
+        )
+        self._adopted.start()
+        self._on_stop("adopted claims check", self._adopted.stop)
+        if cfg.pinning is not PinningKind.NRI:
+            return
+        fast = KubeClient(cfg.kubeconfig, read_deadline=READ_DEADLINE_S)
+        fast.configure()
+        self._on_stop("consumer reads client", fast.close)
+        records = ConsumerRecords(self.claims, hold=hold, on_change=self._journal_changed)
+        self._on_stop("consumer records", records.close)
+        self._consumers = ConsumerCheck(ApiConsumerReader(fast), records.record)
+        self._pin_reports = PinningReports(self._kube.create_event, node_name=cfg.node_name)
+        self._on_stop("pinning reports", self._pin_reports.close)
+
     def _start_pinning(self) -> None:
         cfg = self.config
         if cfg.pinning is not PinningKind.NRI:
@@ -496,9 +533,11 @@ class App:
         backend = build_backend(
             PinningKind.NRI,
             nri_socket=cfg.nri_socket,
-            claim_lookup=binding_lookup(index.entry, lambda: self.inventory),
+            claim_lookup=binding_lookup(index.view, lambda: self.inventory),
             node_shared_pool=shared,
             nri_pinner_lock=self.plugin_dir / PINNER_LOCK_NAME,  # one pinner in a rolling update
+            consumers=self._consumers,
+            on_failure=self._pin_reports,
         )
         assert isinstance(backend, NriPlugin)
         planner.watch_pool(backend.handlers.pool_users)
@@ -528,6 +567,9 @@ class App:
         for action, entries in self._recovery.items():
             self.metrics.count_journal_recovery(action, entries)
         self.plugin.attach_metrics(self.metrics)
+        if self._pin_reports is not None:
+            self._pin_reports.attach_metrics(self.metrics)
+        adopted = self._adopted
         claims = self.claims
         self._metrics_updater = MetricsUpdater(
             self.metrics,
@@ -536,6 +578,7 @@ class App:
             planner=self.planner,
             registered=self.kubelet.registered,
             state_recoveries=lambda: claims.state_recoveries,
+            adopted_releases=lambda: adopted.releases if adopted is not None else {},
             monitor=self.monitor,
             taints=self.taints,
             publisher=self.publisher,

@@ -8,7 +8,9 @@ Kept in its own module so that every layer can raise and catch these without imp
     ├── SliceError                   inventory cannot be expressed within the ResourceSlice API limits
     ├── JournalError                 the crash-safe journal is corrupt or of an unknown version
     ├── PinningError                 CPU/memory pinning cannot be done (allocator or backend)
-    │   └── CpuExhaustedError        not enough free CPUs on the requested NUMA node
+    │   ├── CpuExhaustedError        not enough free CPUs on the requested NUMA node
+    │   ├── PinRefusedError(reason)  a container's pinning marker is refused; reason: a short label
+    │   └── ConsumersUnknownError    a claim's consumers could not be read from the apiserver
     ├── KubeError                    the apiserver could not be reached or refused a call
     ├── ClaimError(claim_uid)        one claim cannot be prepared/unprepared; carries the UID
     │   └── ConfigDecodeError        the claim's opaque configuration is invalid
@@ -29,11 +31,13 @@ __all__ = [
     "ClaimError",
     "ConfigDecodeError",
     "ConfigError",
+    "ConsumersUnknownError",
     "CpuExhaustedError",
     "DriverError",
     "InventoryError",
     "JournalError",
     "KubeError",
+    "PinRefusedError",
     "PinningError",
     "RecoverableError",
     "SliceError",
@@ -70,6 +74,23 @@ class PinningError(DriverError):
 
 class CpuExhaustedError(PinningError):
     """Not enough free CPUs on the requested NUMA node(s)."""
+
+
+class PinRefusedError(PinningError):
+    """A container's pinning marker is refused: the runtime must not create the container.
+
+    ``reason`` is one label of a small fixed set (``driver.pinning.failures``), for the metric and
+    the pod's event; the message says which claim, pod and container, and why.
+    """
+
+    def __init__(self, message: str, *, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class ConsumersUnknownError(PinningError):
+    """The pods a claim is reserved for could not be learned (apiserver unreachable, too slow,
+    refused the read, or the claim's name is not known); never proof that a pod is not one."""
 
 
 class KubeError(DriverError):

@@ -212,6 +212,25 @@ class ClaimsDriver:
 
     def unprepare_claims(self, claims: Sequence[ClaimRef]) -> Mapping[str, str]:
         """Undo prepares; unknown or already unprepared claims succeed."""
+        results, cleared = self._unprepare(claims)
+        if self._status is not None:
+            for ref in cleared:
+                clear = partial(self._status.clear, ref.namespace, ref.name, ref.uid)
+                self._best_effort(ref.uid, "clear", clear)
+        return results
+
+    def release_adopted(self, ref: ClaimRef) -> str:
+        """Unprepare an adopted claim the apiserver confirms gone: "" or the error.
+
+        As :meth:`unprepare_claims`, without clearing ``status.devices``: the claim is gone, and
+        its name may hold another claim now, whose status is not this entry's to touch. The
+        caller holds the cross-process lock.
+        """
+        results, _ = self._unprepare([ref])
+        return results.get(ref.uid, "")
+
+    def _unprepare(self, claims: Sequence[ClaimRef]) -> tuple[dict[str, str], list[ClaimRef]]:
+        """Remove the claims' files and entries: (error per UID, the refs of removed entries)."""
         results: dict[str, str] = {}
         cleared: list[ClaimRef] = []
         log = _log.bind()  # one logger for the batch: the lazy proxy re-binds on every call
@@ -237,11 +256,7 @@ class ClaimsDriver:
                 results[ref.uid] = ""
             if dirty:
                 self._journal.save()
-        if self._status is not None:
-            for ref in cleared:
-                clear = partial(self._status.clear, ref.namespace, ref.name, ref.uid)
-                self._best_effort(ref.uid, "clear", clear)
-        return results
+        return results, cleared
 
     def handle_error(self, err: BaseException, msg: str) -> None:
         """Log background failures; a non-recoverable one goes to ``on_fatal`` (stop the driver)."""
@@ -290,6 +305,27 @@ class ClaimsDriver:
                 for path in directory.glob(pattern):
                     remove_file(path)
                     _log.info("removed stale temp file", path=str(path))
+
+    def record_consumers(self, claim_uid: str, pods: frozenset[str]) -> bool:
+        """Add pods learned to be the claim's consumers to its entry; True when the entry changed.
+
+        Pinning learns them from the claim's ``status.reservedFor`` when a container of a pod the
+        entry does not list names the claim (a shared claim's later pods, a rebuilt entry's). An
+        unknown claim (unprepared meanwhile) is left alone. The caller holds the cross-process
+        lock, as around prepare and unprepare.
+        """
+        with self._lock:
+            self._journal.load()
+            entry = self._journal.get(claim_uid)
+            if entry is None:
+                return False
+            known = entry.reserved_pods or ()
+            merged = tuple(dict.fromkeys((*known, *sorted(pods))))
+            if entry.reserved_pods is not None and len(merged) == len(known):
+                return False
+            self._journal.put(replace(entry, reserved_pods=merged))
+            self._journal.save()
+            return True
 
     def prepared_claims(self) -> list[JournalEntry]:
         """The journal's entries (for inspection and health: CDI IDs of prepared devices)."""
@@ -412,8 +448,10 @@ class ClaimsDriver:
             _log.warning("repeat prepare could not re-read the claim", claim_uid=ref.uid, error=str(exc))
         known = entry.reserved_pods or ()
         pods = tuple(dict.fromkeys((*known, *reserved_pods(claim))))
-        if len(pods) > len(known):  # a pod added to a shared claim, or an entry from before
-            entry = replace(entry, reserved_pods=pods)
+        # a pod added to a shared claim, an entry from before pods were recorded, or a rebuilt
+        # one: the kubelet read this very claim (its UID checked), so it exists and is not adopted
+        if len(pods) > len(known) or entry.reserved_pods is None or entry.adopted:
+            entry = replace(entry, reserved_pods=pods, adopted=False)
             self._journal.put(entry)
             changed = True
         for stored in entry.files():

@@ -55,6 +55,7 @@ def _create_runtime(args: argparse.Namespace) -> int:
     lookup = None
     if args.journal is not None and args.cpus is None and args.mems is None:
         from driver.pinning.binding import claim_binding
+        from driver.state.index import prepared_view
         from driver.state.journal import Journal
 
         journal = Journal(args.journal, read_only=True)
@@ -62,7 +63,7 @@ def _create_runtime(args: argparse.Namespace) -> int:
 
         def lookup(claim_uid: str) -> ClaimBinding | None:
             entry = journal.get(claim_uid)
-            return None if entry is None else claim_binding(entry)
+            return None if entry is None else claim_binding(prepared_view(entry))
 
     outcome = run_create_runtime(sys.stdin.read(), args.cpus, args.mems, backend, lookup)
     if outcome.method == "none":

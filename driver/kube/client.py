@@ -633,6 +633,15 @@ class KubeClient:
         data = self._call("get", "nodes", name, "GET", f"/api/v1/nodes/{quote(name)}", idempotent=True)
         return _decode("get", "nodes", name, data)
 
+    # -- events ----------------------------------------------------------------------------------
+    def create_event(self, namespace: str, event: Mapping[str, Any]) -> None:
+        """POST a core/v1 Event into ``namespace`` (never sent twice; the answer is not decoded)."""
+        name = str((event.get("metadata") or {}).get("name") or "")
+        path = f"/api/v1/namespaces/{quote(namespace)}/events"
+        self._call(
+            "create", "events", f"{namespace}/{name}", "POST", path, body=dict(event), idempotent=False
+        )
+
     # -- resource slices -------------------------------------------------------------------------
     # Writes are never sent twice: a create or update the server may have carried out before the
     # connection broke is the publisher's to find out (its next LIST), not a resend's.

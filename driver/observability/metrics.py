@@ -19,6 +19,12 @@ Series (all prefixed ``numadra_``):
   files numadra wrote for them (reason: ``journal_missing``, ``journal_empty``,
   ``journal_deleted``, ``journal_replaced``, ``journal_truncated``, ``entry_missing``). Anything
   but 0 means the node's state was damaged: alert on it (docs/troubleshooting.md);
+* ``pinning_failures_total`` {reason, action}: claim containers refused or not pinned as their
+  claim says (``driver.pinning.failures``: a copied marker, consumers that could not be read, the
+  time box, no pinner...). Each also gets a Warning Event on its pod. A copied marker is an
+  attack worth knowing of; the other reasons mean pods do not start or run unpinned: alert on it;
+* ``adopted_claim_releases_total`` {reason}: claims rebuilt from files after a journal loss that
+  the apiserver confirmed gone (``not_found``, ``replaced``), released after the grace period;
 * ``cpus_free`` {numa_node}: online CPUs of each NUMA node neither reserved nor pinned to a claim;
 * ``registered``: 1 while the kubelet has registered the plugin, 0 before or after a failure;
 * ``build_info`` {version, driver, node}: constant 1, to join other series on.
@@ -32,12 +38,17 @@ from typing import Literal
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from driver import __version__
+from driver.pinning.consumers import GONE_REASONS as ADOPTED_RELEASE_REASONS
+from driver.pinning.failures import PIN_FAILURE_ACTIONS, PIN_FAILURE_REASONS
 from driver.state.journal import STATE_RECOVERY_REASONS
 
 __all__ = [
+    "ADOPTED_RELEASE_REASONS",
     "DEVICE_HEALTH_STATES",
     "DEVICE_TYPES",
     "JOURNAL_ACTIONS",
+    "PIN_FAILURE_ACTIONS",
+    "PIN_FAILURE_REASONS",
     "PUBLISH_OPERATIONS",
     "STATE_RECOVERY_REASONS",
     "Metrics",
@@ -136,6 +147,18 @@ class Metrics:
             ["action"],
             registry=r,
         )
+        self._pinning_failures = Counter(
+            "numadra_pinning_failures",
+            "Claim containers refused or not pinned as their claim says, by reason and action",
+            ["reason", "action"],
+            registry=r,
+        )
+        self._adopted_releases = Counter(
+            "numadra_adopted_claim_releases",
+            "Claims rebuilt from files that the apiserver confirmed gone, released, by reason",
+            ["reason"],
+            registry=r,
+        )
         self._cpus_free = Gauge(
             "numadra_cpus_free",
             "Online CPUs of a NUMA node neither reserved nor pinned to a prepared claim",
@@ -149,6 +172,7 @@ class Metrics:
         self._counted_taints: dict[str, int] = dict.fromkeys(TAINT_ACTIONS, 0)
         self._counted_writes: dict[str, int] = dict.fromkeys(PUBLISH_OPERATIONS, 0)
         self._counted_recoveries: dict[str, int] = dict.fromkeys(STATE_RECOVERY_REASONS, 0)
+        self._counted_releases: dict[str, int] = dict.fromkeys(ADOPTED_RELEASE_REASONS, 0)
         info = Gauge(
             "numadra_build_info",
             "Constant 1, labelled with version, driver and node",
@@ -169,6 +193,11 @@ class Metrics:
             self._taint_transitions.labels(action=action)
         for reason in STATE_RECOVERY_REASONS:
             self._state_recoveries.labels(reason=reason)
+        for reason in PIN_FAILURE_REASONS:
+            for action in PIN_FAILURE_ACTIONS:
+                self._pinning_failures.labels(reason=reason, action=action)
+        for reason in ADOPTED_RELEASE_REASONS:
+            self._adopted_releases.labels(reason=reason)
         self.set_device_counts({})
 
     def observe_prepare(self, result: Result, seconds: float, claims: int = 1) -> None:
@@ -224,6 +253,16 @@ class Metrics:
         with the same totals adds nothing.
         """
         _catch_up(self._state_recoveries, "reason", self._counted_recoveries, totals, "state recovery reason")
+
+    def count_pinning_failure(self, reason: str, action: str, count: int = 1) -> None:
+        """A claim container refused or not pinned (``driver.pinning.failures`` labels)."""
+        _check(reason, PIN_FAILURE_REASONS, "pinning failure reason")
+        _check(action, PIN_FAILURE_ACTIONS, "pinning failure action")
+        self._pinning_failures.labels(reason=reason, action=action).inc(count)
+
+    def set_adopted_releases(self, totals: Mapping[str, int]) -> None:
+        """Catch up with the adopted-claims check's running totals of releases, by reason."""
+        _catch_up(self._adopted_releases, "reason", self._counted_releases, totals, "adopted release reason")
 
     def set_publish_writes(self, totals: Mapping[str, int]) -> None:
         """Catch up with the publisher's cumulative successful writes ``{"create": n, ...}``.

@@ -1,9 +1,11 @@
-"""The claim lookup of the pinning backends, built from the driver's own journal entries.
+"""The claim lookup of the pinning backends, built from the state layer's read model.
 
 The NRI plugin (and the hook's env mode) must decide from the driver's record, never from what a
-container says about itself: :func:`claim_binding` turns a journal entry into the
-:class:`~driver.pinning.types.ClaimBinding` they check a container's pod against and take the
-CPUs and memory nodes from, and :func:`bind` is that check, the one rule both backends apply.
+container says about itself: :func:`claim_binding` turns a
+:class:`~driver.pinning.types.PreparedClaimView` (what ``driver.state.index`` makes of a journal
+entry) into the :class:`~driver.pinning.types.ClaimBinding` they check a container's pod against
+and take the CPUs and memory nodes from, and :func:`bind` is that check, the one rule both
+backends apply.
 """
 
 from __future__ import annotations
@@ -11,47 +13,52 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from driver.errors import PinningError
+from driver.errors import PinRefusedError
+from driver.pinning.failures import REASON_BAD_MARKER, REASON_CONSUMERS_UNKNOWN, REASON_NOT_RESERVED
 from driver.pinning.planner import mems_for_devices
-from driver.pinning.types import ClaimBinding, CpuAssignment, CpuMode, format_cpulist
+from driver.pinning.types import ClaimBinding, CpuAssignment, CpuMode, PreparedClaimView, format_cpulist
 
 if TYPE_CHECKING:
     from driver.inventory.model import Inventory
-    from driver.state.journal import JournalEntry
 
-__all__ = ["bind", "binding_lookup", "claim_binding"]
+__all__ = ["bind", "binding_lookup", "claim_binding", "describe_binding"]
 
 
-def claim_binding(entry: JournalEntry, inventory: Inventory | None = None) -> ClaimBinding:
-    """The binding of one journaled claim.
+def claim_binding(view: PreparedClaimView, inventory: Inventory | None = None) -> ClaimBinding:
+    """The binding of one prepared claim.
 
     A claim without CPU assignments still gets ``cpuset.mems`` (its CDI spec carries the NUMA
-    nodes of its GPUs and NICs); those nodes are worked out again here from the journaled device
-    names, as the prepare did, because the entry stores devices, not nodes.
+    nodes of its GPUs and NICs); those nodes are worked out again here from the recorded device
+    names, as the prepare did, because the record stores devices, not nodes.
     """
     mems: frozenset[int] = frozenset()
-    if entry.pinning is None and inventory is not None:
-        mems = mems_for_devices(inventory, (d.device_name for d in entry.devices))
+    if view.pinning is None and inventory is not None:
+        mems = mems_for_devices(inventory, view.device_names)
     return ClaimBinding(
-        claim_uid=entry.uid,
-        namespace=entry.namespace,
-        name=entry.name,
-        pods=None if entry.reserved_pods is None else frozenset(entry.reserved_pods),
-        pinning=entry.pinning,
+        claim_uid=view.claim_uid,
+        namespace=view.namespace,
+        name=view.name,
+        pods=view.pods,
+        pinning=view.pinning,
         mems=mems,
     )
 
 
 def binding_lookup(
-    entry: Callable[[str], JournalEntry | None], inventory: Callable[[], Inventory]
+    view: Callable[[str], PreparedClaimView | None], inventory: Callable[[], Inventory]
 ) -> Callable[[str], ClaimBinding | None]:
-    """A ``ClaimLookup`` over a journal read model (``PreparedIndex.entry``) and the inventory."""
+    """A ``ClaimLookup`` over the prepared-claims read model (``PreparedIndex.view``) and the inventory."""
 
     def lookup(claim_uid: str) -> ClaimBinding | None:
-        found = entry(claim_uid)
+        found = view(claim_uid)
         return None if found is None else claim_binding(found, inventory())
 
     return lookup
+
+
+def describe_binding(binding: ClaimBinding) -> str:
+    """``claim ns/name (uid U)``, as every refusal names the claim."""
+    return f"claim {binding.namespace or '?'}/{binding.name or '?'} (uid {binding.claim_uid})"
 
 
 def bind(
@@ -59,26 +66,36 @@ def bind(
 ) -> CpuAssignment | None:
     """What a container that names ``binding``'s claim (and ``request``) is pinned to.
 
-    * its pod must be one the claim was reserved for (and in the claim's namespace), else a
-      :class:`PinningError` naming claim and pod: the container is refused. An entry of an older
-      numadra (``pods`` None) binds by the claim UID alone;
-    * a claim without CPUs grants nothing worth forging (memory nodes only): a container of
-      another pod gets None, "handled as a container without a claim", so a GPU claim the
-      kubelet prepared once for one pod and shares with a later one still starts there;
+    * its pod must be a known consumer of the claim (and in the claim's namespace), else a
+      :class:`~driver.errors.PinRefusedError` naming claim and pod: the container is refused.
+      Consumers not known at all (``pods`` None: an entry rebuilt from files, or journaled before
+      pods were recorded) bind no pod: the caller learns them first (``driver.pinning.consumers``),
+      and without them the container is refused, never pinned on the claim's UID alone;
+    * a claim without CPUs grants nothing worth forging (memory nodes only): a container of a pod
+      that is not a known consumer gets None, "handled as a container without a claim";
     * the CPUs and nodes returned are the record's, for the named request: an unknown request is
       refused. ``who`` describes the container for the error texts.
     """
-    bound = binding.pods is None or (
-        pod_uid in binding.pods and (not pod_namespace or pod_namespace == binding.namespace)
-    )
-    if not bound:
+    if not binding.reserved_for(pod_uid, pod_namespace):
         if binding.pinning is None:
             return None
-        reserved = ", ".join(f"pod uid {p}" for p in sorted(binding.pods or ())) or "no pod"
-        raise PinningError(
-            f"{who} carries the pinning marker of claim {binding.namespace}/{binding.name} "
-            f"(uid {binding.claim_uid}), which is reserved for {reserved}, not for this pod: "
-            "refusing it (a claim's CPUs are pinned only for the pods that hold the claim)"
+        claim = describe_binding(binding)
+        if binding.pods is None and binding.in_namespace(pod_namespace):
+            raise PinRefusedError(
+                f"{who} carries the pinning marker of {claim}, whose consumers numadra has not "
+                "learned (its record was rebuilt from the files on disk, or written before pods "
+                "were recorded): refusing it until the claim's status.reservedFor shows its pod",
+                reason=REASON_CONSUMERS_UNKNOWN,
+            )
+        if not binding.in_namespace(pod_namespace):
+            reserved = f"a claim of namespace {binding.namespace}"
+        else:
+            reserved = ", ".join(f"pod uid {p}" for p in sorted(binding.pods or ())) or "no pod"
+            reserved = f"reserved for {reserved}"
+        raise PinRefusedError(
+            f"{who} carries the pinning marker of {claim}, which is {reserved}, not for this pod: "
+            "refusing it (a claim's CPUs are pinned only for the pods that hold the claim)",
+            reason=REASON_NOT_RESERVED,
         )
     if binding.pinning is None:
         if not binding.mems:
@@ -87,9 +104,10 @@ def bind(
     assignment = binding.assignment(request)
     if assignment is None:
         have = ", ".join(a.request for a in binding.pinning.assignments)
-        raise PinningError(
+        raise PinRefusedError(
             f"{who}: claim {binding.claim_uid} has no CPU assignment for request "
             f"{request or '<none>'!r} named by its marker (it has: {have}; "
-            f"CPUs {format_cpulist(binding.pinning.cpus)})"
+            f"CPUs {format_cpulist(binding.pinning.cpus)})",
+            reason=REASON_BAD_MARKER,
         )
     return assignment

@@ -14,6 +14,8 @@ from pathlib import Path
 from driver.errors import ConfigError
 from driver.pinning.backend import NoopBackend, PinningBackend, PinningKind
 from driver.pinning.cgroupfs import CgroupfsBackend, CpusetHierarchy
+from driver.pinning.consumers import ConsumerCheck
+from driver.pinning.failures import PinFailureSink
 from driver.pinning.hook import HookBackend
 from driver.pinning.nri import DEFAULT_NRI_SOCKET, ClaimLookup, NriPlugin, SharedPool
 from driver.pinning.nri.plugin import ENV_PLUGIN_SOCKET
@@ -31,11 +33,14 @@ def build_backend(
     plugin_name: str = "numadra",
     environ: Mapping[str, str] = os.environ,
     nri_pinner_lock: Path | None = None,
+    consumers: ConsumerCheck | None = None,
+    on_failure: PinFailureSink | None = None,
 ) -> PinningBackend:
     """The backend for ``kind``; an unknown value is a :class:`ConfigError` (exit code 2).
 
     ``nri_pinner_lock``: the lock file the processes of a rolling update share so that only one
-    of them adjusts containers (see :mod:`driver.pinning.nri.plugin`).
+    of them adjusts containers (see :mod:`driver.pinning.nri.plugin`). ``consumers`` and
+    ``on_failure``: the NRI handlers' consumer reads and failure sink (``PinningHandlers``).
 
     When the runtime started numadra as an NRI plugin, ``NRI_PLUGIN_SOCKET`` names the inherited
     socket fd and the plugin uses it instead of dialing ``nri_socket``.
@@ -62,6 +67,8 @@ def build_backend(
             name=plugin_name,
             socket_fd=fd,
             leader_lock=nri_pinner_lock,
+            consumers=consumers,
+            on_failure=on_failure,
         )
     if choice is PinningKind.HOOK:
         return HookBackend(CgroupfsBackend(hierarchy))

@@ -24,6 +24,15 @@ against: the container's pod, from the OCI annotations the runtime sets
 ``.namespace`` as the kubelet's labels), must be one the claim was reserved for, and the CPUs
 and nodes are the journal's. Where the annotations are missing the hook cannot tell the pod and
 refuses.
+
+**Which consumers the env mode knows.** The hook runs in the runtime's process, with no apiserver
+credentials of its own, so it reads only what the journal records: the pods reserved when the
+claim was prepared (and at any repeated prepare), plus those the running driver learned since (a
+rebuilt entry's, read by the driver's adopted-claims check). A later pod of a shared claim is not
+recorded until then, and is refused with a message saying so. Asking the driver over a socket was
+rejected: it would add a second local RPC surface into the driver for a mode numadra does not
+deploy, while the argv mode above needs no record at all (the kubelet hands the claim's CDI
+device, and so the hook, only to the claim's pods), shared claims included.
 """
 
 from __future__ import annotations
@@ -35,11 +44,12 @@ from pathlib import Path
 from typing import Any
 
 from cdi.spec import Hook
-from driver.errors import PinningError
+from driver.errors import PinningError, PinRefusedError
 from driver.log import get_logger
 from driver.pinning.backend import PinningKind, PinTarget
 from driver.pinning.binding import bind
 from driver.pinning.cgroupfs import CgroupfsBackend
+from driver.pinning.failures import REASON_CONSUMERS_UNKNOWN, REASON_NOT_RESERVED
 from driver.pinning.types import (
     ENV_CLAIM_UID,
     ENV_CPUS,
@@ -190,7 +200,21 @@ def _bound_from_env(state: OciState, lookup: ClaimLookup | None) -> CpuAssignmen
         )
     pod_ns = config.first(POD_NAMESPACE_ANNOTATIONS)
     who = f"container {state.container_id or '?'} of pod {pod_ns or '?'} (uid {pod_uid or 'unknown'})"
-    return bind(binding, request=values.get(ENV_REQUEST, ""), pod_uid=pod_uid, pod_namespace=pod_ns, who=who)
+    try:
+        return bind(
+            binding, request=values.get(ENV_REQUEST, ""), pod_uid=pod_uid, pod_namespace=pod_ns, who=who
+        )
+    except PinRefusedError as exc:
+        if exc.reason not in (REASON_NOT_RESERVED, REASON_CONSUMERS_UNKNOWN):
+            raise
+        raise PinRefusedError(
+            f"{exc}. The hook knows only the consumers recorded in the journal (it cannot ask the "
+            "apiserver): a later pod of a shared claim is recorded by the driver only when it is "
+            "prepared again, a rebuilt entry's pods within a round of the driver's check. "
+            "numadra's own CDI hook (--cpus/--mems, what --pinning hook writes) needs no record: "
+            "the kubelet gives it only to the claim's pods",
+            reason=exc.reason,
+        ) from exc
 
 
 def _cpulist(text: str, what: str) -> frozenset[int]:

@@ -26,6 +26,7 @@ __all__ = [
     "CpuAssignment",
     "CpuMode",
     "CpuRequest",
+    "PreparedClaimView",
     "env_markers",
     "format_cpulist",
     "marker_env",
@@ -92,20 +93,42 @@ class ClaimPinning:
 
 
 @dataclass(frozen=True, slots=True)
-class ClaimBinding:
-    """What the driver recorded for a prepared claim: which pods may be pinned for it, and to what.
+class PreparedClaimView:
+    """What the pinning backends read about one prepared claim: the state layer's read model.
 
-    A container's marker env only *names* a claim (and request); any pod can set those variables
-    in its own spec. So the enforcing side pins a container only when its pod is one of ``pods``
-    (the claim's ``status.reservedFor`` at prepare, in the journal) and takes the CPUs and memory
-    nodes from here, never from the env values.
+    ``driver.state.index`` makes one from each journal entry, so pinning depends on this small
+    shape and not on the journal's record (the journal stores pinning's types, not the reverse).
     """
 
     claim_uid: str
     namespace: str
     name: str
-    #: UIDs of the pods the claim was reserved for; None: not recorded (a journal entry written
-    #: before numadra recorded it), then the claim UID alone binds, as it did before
+    #: UIDs of the pods recorded as the claim's consumers; None: not known (an entry rebuilt from
+    #: the files on disk after the journal lost it, or one journaled before pods were recorded)
+    pods: frozenset[str] | None
+    pinning: ClaimPinning | None
+    #: the names of the claim's devices in this driver's pool (their NUMA nodes give the memory
+    #: nodes of a claim without CPUs)
+    device_names: tuple[str, ...] = ()
+    #: True for an entry rebuilt from the files on disk rather than prepared for the kubelet
+    adopted: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimBinding:
+    """What the driver recorded for a prepared claim: which pods may be pinned for it, and to what.
+
+    A container's marker env only *names* a claim (and request); any pod can set those variables
+    in its own spec. So the enforcing side pins a container only when its pod is one of ``pods``
+    (the claim's ``status.reservedFor``, recorded at prepare and whenever the driver read it since)
+    and takes the CPUs and memory nodes from here, never from the env values.
+    """
+
+    claim_uid: str
+    namespace: str
+    name: str
+    #: UIDs of the pods the claim is known to be reserved for; None: not known yet (a rebuilt
+    #: entry, or one journaled before numadra recorded pods): no pod binds until they are read
     pods: frozenset[str] | None
     pinning: ClaimPinning | None
     #: memory nodes of a claim without CPU assignments (the NUMA nodes of its GPUs and NICs)
@@ -117,6 +140,20 @@ class ClaimBinding:
             if a.request == request:
                 return a
         return None
+
+    def in_namespace(self, pod_namespace: str) -> bool:
+        """False when the pod is in another namespace than the claim (claims are namespaced, and
+        a pod can only use claims of its own namespace); unknown on either side is not proof."""
+        return not pod_namespace or not self.namespace or pod_namespace == self.namespace
+
+    def reserved_for(self, pod_uid: str, pod_namespace: str) -> bool:
+        """True when the pod is a recorded consumer of the claim (and in its namespace)."""
+        return (
+            self.pods is not None
+            and bool(pod_uid)
+            and pod_uid in self.pods
+            and self.in_namespace(pod_namespace)
+        )
 
 
 def marker_env(assignment: CpuAssignment, claim_uid: str) -> dict[str, str]:

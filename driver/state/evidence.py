@@ -215,6 +215,7 @@ class Evidence:
             cdi_specs=tuple(specs),
             metadata_files=tuple(streams.files),
             pinning=pinning,
+            adopted=True,
         )
 
     def _claim_spec(

@@ -4,6 +4,9 @@ The health stream names the CDI IDs of prepared devices, the NRI plugin checks a
 marker against its claim's pinning, the node shared pool excludes claimed CPUs, and the metrics
 count prepared claims. All of that is derived from the journal's entries; this module keeps the
 derived copy so that none of those callers reads the journal on its own path.
+
+The pinning backends see a claim as a :class:`~driver.pinning.types.PreparedClaimView`, made
+here by :func:`prepared_view`: pinning sits below state and must not know the journal's record.
 """
 
 from __future__ import annotations
@@ -12,11 +15,26 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from driver.pinning.types import PreparedClaimView
+
 if TYPE_CHECKING:
     from driver.pinning.types import ClaimPinning
     from driver.state.journal import JournalEntry
 
-__all__ = ["PreparedIndex"]
+__all__ = ["PreparedIndex", "prepared_view"]
+
+
+def prepared_view(entry: JournalEntry) -> PreparedClaimView:
+    """What the pinning backends read about one journaled claim."""
+    return PreparedClaimView(
+        claim_uid=entry.uid,
+        namespace=entry.namespace,
+        name=entry.name,
+        pods=None if entry.reserved_pods is None else frozenset(entry.reserved_pods),
+        pinning=entry.pinning,
+        device_names=tuple(d.device_name for d in entry.devices),
+        adopted=entry.adopted,
+    )
 
 
 class PreparedIndex:
@@ -38,7 +56,7 @@ class PreparedIndex:
         self._stale = True
         self._by_device: dict[str, tuple[str, ...]] = {}
         self._pinning: dict[str, ClaimPinning | None] = {}
-        self._entries: dict[str, JournalEntry] = {}
+        self._views: dict[str, PreparedClaimView] = {}
         self._claimed: frozenset[int] = frozenset()
 
     @property
@@ -55,13 +73,13 @@ class PreparedIndex:
         with self._refresh_lock:
             self._stale = False
             entries = self._source()
-            by_uid: dict[str, JournalEntry] = {}
+            by_uid: dict[str, PreparedClaimView] = {}
             by_device: dict[str, list[str]] = {}
             pinning: dict[str, ClaimPinning | None] = {}
             claimed: set[int] = set()
             for entry in entries:
                 pinning[entry.uid] = entry.pinning
-                by_uid[entry.uid] = entry
+                by_uid[entry.uid] = prepared_view(entry)
                 for dev in entry.devices:
                     by_device.setdefault(dev.device_name, []).extend(dev.cdi_device_ids)
                 if entry.pinning is not None:
@@ -69,7 +87,7 @@ class PreparedIndex:
             with self._lock:
                 self._by_device = {name: tuple(ids) for name, ids in by_device.items()}
                 self._pinning = pinning
-                self._entries = by_uid
+                self._views = by_uid
                 self._claimed = frozenset(claimed)
 
     def cdi_ids(self, device_name: str) -> tuple[str, ...]:
@@ -88,16 +106,21 @@ class PreparedIndex:
         with self._lock:
             return self._pinning.get(claim_uid)
 
-    def entry(self, claim_uid: str) -> JournalEntry | None:
-        """The journal entry of a prepared claim (the NRI plugin's binding check); refreshes once
-        when unknown or stale, like :meth:`pinning`."""
+    def view(self, claim_uid: str) -> PreparedClaimView | None:
+        """What the pinning backends read about a prepared claim (the NRI plugin's binding check);
+        refreshes once when unknown or stale, like :meth:`pinning`."""
         with self._lock:
-            found = self._entries.get(claim_uid)
+            found = self._views.get(claim_uid)
         if found is not None and not self._stale:
             return found
         self.refresh()
         with self._lock:
-            return self._entries.get(claim_uid)
+            return self._views.get(claim_uid)
+
+    def views(self) -> list[PreparedClaimView]:
+        """Every prepared claim (as of the last refresh), in UID order."""
+        with self._lock:
+            return [self._views[uid] for uid in sorted(self._views)]
 
     def claimed_cpus(self) -> frozenset[int]:
         """CPUs held by prepared claims (as of the last refresh)."""

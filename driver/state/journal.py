@@ -27,6 +27,9 @@ acknowledged, and the journal lost it: its entry is rebuilt from those files and
 its devices and CPUs stay taken until the kubelet unprepares it, and the loss is logged as an
 error, counted in :attr:`Journal.recoveries` (the metric ``numadra_state_recoveries_total``) and
 recorded in ``state/recoveries.log`` for ``numadra state``. An unchanged journal costs no scan.
+A rebuilt entry is marked ``adopted`` and knows no pods: the files do not say who the claim is
+reserved for, so pinning reads that from the apiserver before it pins any pod for it, and a claim
+the apiserver confirms gone is released (``driver.claims.adopted``).
 """
 
 from __future__ import annotations
@@ -146,9 +149,13 @@ class JournalEntry:
     pinning: ClaimPinning | None = None
     #: devices (names, in this driver's pool) held with ``adminAccess``: they block no other claim
     admin_devices: tuple[str, ...] = field(default=())
-    #: UIDs of the pods in the claim's ``status.reservedFor`` when prepared: pinning is bound to
-    #: them; None for entries written before numadra recorded it (pinning then trusts the claim UID)
+    #: UIDs of the pods in the claim's ``status.reservedFor`` (at prepare, and any the driver read
+    #: since: a shared claim's later pods): pinning is bound to them; None when not known (an entry
+    #: rebuilt from evidence, or written before numadra recorded pods): pinning then reads them
     reserved_pods: tuple[str, ...] | None = None
+    #: rebuilt from the files on disk (the journal had lost the claim), not prepared for the
+    #: kubelet: its claim is checked against the apiserver and released once confirmed gone
+    adopted: bool = False
 
     def files(self) -> tuple[StoredFile, ...]:
         """Every file of the claim: CDI specs then metadata files."""
@@ -178,6 +185,8 @@ class JournalEntry:
             out["adminDevices"] = list(self.admin_devices)
         if self.reserved_pods is not None:  # only when recorded: older entries keep their text
             out["reservedPods"] = list(self.reserved_pods)
+        if self.adopted:  # only then: prepared entries keep their text
+            out["adopted"] = True
         if self.pinning is not None:
             out["pinning"] = [
                 {
@@ -232,12 +241,19 @@ class JournalEntry:
             reserved_pods=(
                 None if obj.get("reservedPods") is None else tuple(_str(p) for p in obj["reservedPods"])
             ),
+            adopted=_bool(obj.get("adopted", False)),
         )
 
 
 def _str(value: Any) -> str:
     if not isinstance(value, str):
         raise TypeError(f"expected a string, got {type(value).__name__}")
+    return value
+
+
+def _bool(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"expected a boolean, got {type(value).__name__}")
     return value
 
 
@@ -293,9 +309,10 @@ def _entry_text(entry: JournalEntry) -> str:
             )
         )
     admin = f'"adminDevices":{_strings(entry.admin_devices)},' if entry.admin_devices else ""
+    adopted = '"adopted":true,' if entry.adopted else ""
     pods = "" if entry.reserved_pods is None else f'"reservedPods":{_strings(entry.reserved_pods)},'
     return (
-        f'{{{admin}"cdiSpecs":[{",".join([_file_text(f) for f in entry.cdi_specs])}],'
+        f'{{{admin}{adopted}"cdiSpecs":[{",".join([_file_text(f) for f in entry.cdi_specs])}],'
         f'"devices":[{devices}],'
         f'"metadataFiles":[{",".join([_file_text(f) for f in entry.metadata_files])}],'
         f'"name":{_quote(entry.name)},"namespace":{_quote(entry.namespace)},'

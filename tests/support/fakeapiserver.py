@@ -5,9 +5,9 @@ depends on it: ResourceSlices (GET, LIST and WATCH with field/label selectors, P
 resourceVersion conflicts, DELETE with preconditions, DELETE collection as the kubelet's wipe),
 ResourceClaims (GET, LIST of a namespace with ``limit``/``continue`` paging in name order, answered
 chunked when big as Go's server does, server-side apply of ``status.devices`` merged by key and
-owned per field manager, with the API limits) and Nodes (GET). It records every request so tests
-can count writes, injects faults, and can be stopped and started on the same port to play an
-unreachable apiserver. The real control plane is the e2e tier's job.
+owned per field manager, with the API limits), Nodes (GET) and core/v1 Events (POST). It records
+every request so tests can count writes, injects faults, and can be stopped and started on the
+same port to play an unreachable apiserver. The real control plane is the e2e tier's job.
 
 Usage::
 
@@ -44,9 +44,15 @@ from driver.kube.types import allocation_results
 __all__ = ["FakeApiServer", "Fault", "RecordedRequest"]
 
 Obj = dict[str, Any]
-_KINDS = {"ResourceSlice": "resourceslices", "ResourceClaim": "resourceclaims", "Node": "nodes"}
+_KINDS = {
+    "ResourceSlice": "resourceslices",
+    "ResourceClaim": "resourceclaims",
+    "Node": "nodes",
+    "Event": "events",
+}
 _ROUTES = [
     (re.compile(r"^/api/v1/nodes/(?P<name>[^/]+)$"), "nodes"),
+    (re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/events$"), "events"),
     (re.compile(r"^/apis/resource\.k8s\.io/v1/resourceslices(?:/(?P<name>[^/]+))?$"), "resourceslices"),
     (
         re.compile(
@@ -313,6 +319,8 @@ class FakeApiServer:
                     return 200, self._apply_status((resource, ns, name), query, body or {})
             if resource == "resourceslices":
                 return self._slices(method, name, query, body)
+            if resource == "events" and method == "POST":
+                return 201, self._create_event(ns, body or {})
         raise _HttpError(405, "MethodNotAllowed", f"{method} is not supported on {path}")
 
     def _route(self, path: str) -> tuple[str, str, str, str]:
@@ -327,6 +335,18 @@ class FakeApiServer:
                     (groups.get("sub") or ""),
                 )
         raise _HttpError(404, "NotFound", f"the server could not find the requested resource ({path})")
+
+    def _create_event(self, namespace: str, obj: Obj) -> Obj:
+        """POST a core/v1 Event: a name from generateName; the involved object's namespace must
+        be the Event's, as the apiserver's validation requires."""
+        meta = obj.setdefault("metadata", {})
+        involved = obj.get("involvedObject") or {}
+        if meta.get("namespace", namespace) != namespace or involved.get("namespace", namespace) != namespace:
+            raise _HttpError(422, "Invalid", "involvedObject.namespace: does not match event.namespace")
+        if not meta.get("name"):
+            meta["name"] = f"{meta.get('generateName', 'event.')}{uuid.uuid4().hex[:10]}"
+        meta["namespace"] = namespace
+        return copy.deepcopy(self._save(("events", namespace, meta["name"]), copy.deepcopy(obj), "ADDED"))
 
     def _get(self, key: tuple[str, str, str]) -> Obj:
         obj = self._store.objects.get(key)

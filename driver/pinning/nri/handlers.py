@@ -6,13 +6,18 @@ decisions can be tested without a runtime, and the transport (``plugin.py``) sta
 * A container's marker env (``NUMADRA_CLAIM_UID``, ``NUMADRA_REQUEST``, ...; CDI edits are
   applied before NRI sees it) only *names* a claim: any pod can put those variables in its own
   spec. So a container is pinned only when its **pod** (NRI sends the sandbox's Kubernetes UID
-  and namespace) is one the claim was reserved for at prepare (``status.reservedFor``, kept in
-  the journal, :class:`~driver.pinning.types.ClaimBinding`), and the CPUs and memory nodes
-  applied are the journal's, never the env's. A marker of a claim holding CPUs from any other
-  pod is refused: the CreateContainer call fails, so the runtime reports CreateContainerError.
-  (A claim without CPUs, GPUs and NICs only, grants nothing to steal: a container of another pod
-  naming it is handled as one without a claim, so a claim the kubelet prepared once for one pod
-  and shares with a later pod still starts there.)
+  and namespace) is one the claim is reserved for (``status.reservedFor``, kept in the journal,
+  :class:`~driver.pinning.types.ClaimBinding`), and the CPUs and memory nodes applied are the
+  journal's, never the env's. The kubelet prepares a shared claim once, for its first pod, so a
+  pod the record does not list is looked up on the apiserver once
+  (:class:`~driver.pinning.consumers.ConsumerCheck`): a later pod of a shared claim is pinned
+  (and recorded), a pod the claim is not reserved for is refused: the CreateContainer call fails,
+  so the runtime reports CreateContainerError. When the claim's consumers cannot be learned (the
+  apiserver does not answer in time), a CPU claim's container is refused too (fail closed; the
+  kubelet retries it). (A claim without CPUs, GPUs and NICs only, grants nothing to steal: a
+  container of a pod that is not a consumer is handled as one without a claim.)
+* Never silently: every refusal, and every claim container created without its pinning, is
+  handed to the failure sink (:mod:`driver.pinning.failures`: a metric and an Event on the pod).
 * Ours get ``linux.resources.cpu.cpus`` / ``.mems``; a claim without CPUs gets its memory nodes
   and, with the shared pool on, the pool's CPUs. Other containers get an empty adjustment,
   unless a **node shared pool** is configured (opt-in): then they are confined to it (online
@@ -40,9 +45,22 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 from driver._proto.nri import api_pb2 as nri
-from driver.errors import PinningError
+from driver.errors import ConsumersUnknownError, DriverError, PinningError, PinRefusedError
 from driver.log import get_logger
-from driver.pinning.binding import bind
+from driver.pinning.binding import bind, describe_binding
+from driver.pinning.consumers import ConsumerCheck
+from driver.pinning.failures import (
+    ACTION_REFUSED,
+    ACTION_UNCHECKED,
+    ACTION_UNPINNED,
+    REASON_BAD_MARKER,
+    REASON_CONSUMERS_UNKNOWN,
+    REASON_LOOKUP_FAILED,
+    REASON_POOL_EMPTY,
+    REASON_UNKNOWN_CLAIM,
+    PinFailure,
+    PinFailureSink,
+)
 from driver.pinning.types import (
     ENV_CLAIM_UID,
     ENV_CPU_MODE,
@@ -149,13 +167,25 @@ def _describe(pod: nri.PodSandbox, ctr: nri.Container) -> str:
 
 
 class PinningHandlers:
-    """NRI request -> response for CPU/memory pinning (see the module docstring)."""
+    """NRI request -> response for CPU/memory pinning (see the module docstring).
+
+    ``consumers`` learns a claim's pods from the apiserver when a container's pod is not a
+    recorded consumer (without it only recorded pods bind); ``on_failure`` hears of every claim
+    container refused or not pinned (without it they are only logged).
+    """
 
     def __init__(
-        self, claim_lookup: ClaimLookup | None = None, node_shared_pool: SharedPool | None = None
+        self,
+        claim_lookup: ClaimLookup | None = None,
+        node_shared_pool: SharedPool | None = None,
+        *,
+        consumers: ConsumerCheck | None = None,
+        on_failure: PinFailureSink | None = None,
     ) -> None:
         self._lookup = claim_lookup
         self._pool = node_shared_pool
+        self._consumers = consumers
+        self._on_failure = on_failure
         self._lock = threading.Lock()
         self._containers: dict[str, TrackedContainer] = {}
         self._others: dict[str, frozenset[int]] = {}  # running containers on the node pool
@@ -163,7 +193,6 @@ class PinningHandlers:
         self._pending_sync: list[nri.Container] = []
         self._pending_pods: dict[str, nri.PodSandbox] = {}
         self._synced = False
-        self._unbound_warned: set[str] = set()
 
     # -- bookkeeping visible to the driver ------------------------------------------------------
 
@@ -230,6 +259,19 @@ class PinningHandlers:
             stopped = ctr.state == nri.CONTAINER_STOPPED
             try:
                 marker = self._resolve(pod, ctr)
+            except PinRefusedError as exc:
+                if exc.reason != REASON_CONSUMERS_UNKNOWN:
+                    _log.error(
+                        "running container not adopted: its pinning marker does not bind; "
+                        "handled as a container without a claim",
+                        container=ctr.id,
+                        pod_uid=pod.uid,
+                        error=str(exc),
+                    )
+                    marker = None
+                else:  # not proof either way: leave it as it runs until its pod can be checked
+                    self.report(pod, ctr, REASON_CONSUMERS_UNKNOWN, ACTION_UNCHECKED, str(exc))
+                    continue
             except PinningError as exc:
                 _log.error(
                     "running container not adopted: its pinning marker does not bind; "
@@ -267,8 +309,20 @@ class PinningHandlers:
         return nri.SynchronizeResponse(update=updates)
 
     def create_container(self, req: nri.CreateContainerRequest) -> nri.CreateContainerResponse:
-        """Pin a container of a pod that holds the claim its marker names; others: the pool if on."""
+        """Pin a container of a pod that holds the claim its marker names; others: the pool if on.
+
+        A refusal (:class:`~driver.errors.PinningError`) is reported to the failure sink, then
+        raised: the runtime fails the container.
+        """
         pod, ctr = req.pod, req.container
+        try:
+            return self._create(pod, ctr)
+        except PinningError as exc:
+            reason = exc.reason if isinstance(exc, PinRefusedError) else REASON_BAD_MARKER
+            self.report(pod, ctr, reason, ACTION_REFUSED, str(exc))
+            raise
+
+    def _create(self, pod: nri.PodSandbox, ctr: nri.Container) -> nri.CreateContainerResponse:
         marker = self._resolve(pod, ctr)
         if marker is None:
             return self._create_other(pod, ctr)
@@ -276,9 +330,10 @@ class PinningHandlers:
         if not marker.cpus and self._pool is not None:  # a claim without CPUs runs on the pool
             pool = self._pool()
             if not pool:
-                raise PinningError(
+                raise PinRefusedError(
                     f"node shared pool is empty (every CPU is claimed): refusing to start "
-                    f"{_describe(pod, ctr)}, whose claim holds no CPUs; it would run on every CPU"
+                    f"{_describe(pod, ctr)}, whose claim holds no CPUs; it would run on every CPU",
+                    reason=REASON_POOL_EMPTY,
                 )
             want = replace(marker, cpus=pool)
             with self._lock:
@@ -303,9 +358,10 @@ class PinningHandlers:
             return nri.CreateContainerResponse()
         pool = self._pool()
         if not pool:
-            raise PinningError(
+            raise PinRefusedError(
                 f"node shared pool is empty (every CPU is claimed): refusing to start "
-                f"{_describe(pod, ctr)} without a claim, it would run on every CPU"
+                f"{_describe(pod, ctr)} without a claim, it would run on every CPU",
+                reason=REASON_POOL_EMPTY,
             )
         with self._lock:
             self._others[ctr.id] = pool
@@ -411,30 +467,60 @@ class PinningHandlers:
         return self._bind(pod, ctr, claimed)
 
     def _bind(self, pod: nri.PodSandbox, ctr: nri.Container, claimed: Marker) -> Marker | None:
-        """Check a marker against the claim's record and return the record's values."""
+        """Check a marker against the claim's record (and consumers) and return the record's values."""
         who = _describe(pod, ctr)
         if self._lookup is None:
-            raise PinningError(
+            raise PinRefusedError(
                 f"{who} carries a pinning marker, but this plugin has no claim records to check it "
-                "against: refusing it"
+                "against: refusing it",
+                reason=REASON_UNKNOWN_CLAIM,
             )
         if not claimed.claim_uid:
-            raise PinningError(f"{who} carries a pinning marker that names no claim ({ENV_CLAIM_UID})")
-        binding = self._lookup(claimed.claim_uid)
-        if binding is None:
-            raise PinningError(
-                f"{who} carries a pinning marker for claim {claimed.claim_uid} that this driver has "
-                "not prepared"
+            raise PinRefusedError(
+                f"{who} carries a pinning marker that names no claim ({ENV_CLAIM_UID})",
+                reason=REASON_UNKNOWN_CLAIM,
             )
-        if binding.pods is None:
-            self._warn_unbound(binding)
+        try:
+            binding = self._lookup(claimed.claim_uid)
+        except (DriverError, OSError) as exc:  # the record is unreadable: nothing to check against
+            raise PinRefusedError(
+                f"{who} carries a pinning marker for claim {claimed.claim_uid}, whose record cannot "
+                f"be read ({exc}): refusing it",
+                reason=REASON_LOOKUP_FAILED,
+            ) from exc
+        if binding is None:
+            raise PinRefusedError(
+                f"{who} carries a pinning marker for claim {claimed.claim_uid} that this driver has "
+                "not prepared",
+                reason=REASON_UNKNOWN_CLAIM,
+            )
+        if (
+            self._consumers is not None
+            and pod.uid
+            and not binding.reserved_for(pod.uid, pod.namespace)
+            and binding.in_namespace(pod.namespace)
+        ):
+            try:
+                binding = self._consumers.confirm(binding, pod.uid)
+            except ConsumersUnknownError as exc:
+                message = (
+                    f"{who} carries the pinning marker of {describe_binding(binding)}; its pod is "
+                    f"not among the claim's recorded consumers and they could not be read ({exc})"
+                )
+                if binding.pinning is None:  # memory nodes only: start it, without them, and say so
+                    self.report(pod, ctr, REASON_CONSUMERS_UNKNOWN, ACTION_UNPINNED, message)
+                    return None
+                raise PinRefusedError(
+                    f"{message}: refusing it (fail closed; the kubelet retries the container)",
+                    reason=REASON_CONSUMERS_UNKNOWN,
+                ) from exc
         assignment = bind(
             binding, request=claimed.request, pod_uid=pod.uid, pod_namespace=pod.namespace, who=who
         )
         if assignment is None:
-            if binding.pinning is None and binding.pods is not None and pod.uid not in binding.pods:
+            if binding.pinning is None and not binding.reserved_for(pod.uid, pod.namespace):
                 _log.warning(
-                    "marker of a claim without CPUs from a pod it was not prepared for; "
+                    "marker of a claim without CPUs from a pod that is not its consumer; "
                     "handled as a container without a claim",
                     claim_uid=binding.claim_uid,
                     container=ctr.id,
@@ -454,14 +540,36 @@ class PinningHandlers:
         mode = assignment.mode if assignment.cpus else claimed.mode
         return Marker(assignment.cpus, assignment.mems, binding.claim_uid, assignment.request, mode)
 
-    def _warn_unbound(self, binding: ClaimBinding) -> None:
-        """Once per claim: an entry from before pods were recorded binds by claim UID alone."""
-        with self._lock:
-            if binding.claim_uid in self._unbound_warned:
-                return
-            self._unbound_warned.add(binding.claim_uid)
-        _log.warning(
-            "claim prepared before numadra recorded its pods: its marker is trusted by claim UID "
-            "until the claim is prepared again",
-            claim_uid=binding.claim_uid,
+    def report(self, pod: nri.PodSandbox, ctr: nri.Container, reason: str, action: str, message: str) -> None:
+        """Hand a claim container not pinned as its claim says to the failure sink (and log it).
+
+        Best effort and non-blocking: a failing sink is logged, never raised into the runtime's call.
+        """
+        claim_uid = env_markers(ctr.env).get(ENV_CLAIM_UID, "")[:128]
+        _log.error(
+            "claim container not pinned",
+            reason=reason,
+            action=action,
+            container=ctr.id,
+            pod=f"{pod.namespace}/{pod.name}",
+            pod_uid=pod.uid,
+            claim_uid=claim_uid,
+            error=message,
         )
+        if self._on_failure is None:
+            return
+        try:
+            self._on_failure(
+                PinFailure(
+                    reason=reason,
+                    action=action,
+                    pod_namespace=pod.namespace,
+                    pod_name=pod.name,
+                    pod_uid=pod.uid,
+                    container=ctr.name or ctr.id,
+                    claim_uid=claim_uid,
+                    message=message,
+                )
+            )
+        except Exception as exc:
+            _log.warning("pinning failure report failed", error=str(exc))

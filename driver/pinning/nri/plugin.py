@@ -7,8 +7,10 @@ frames; requests run on a small pool so that a slow request never stalls the soc
 
 Container creation waits for this plugin, so every request is **time-boxed** (1 s by default, or
 less when the runtime's ttrpc timeout is shorter): a handler that has not answered by then is
-abandoned and the runtime gets an empty response (no adjustment), with a warning in the log.
-Creating a container unpinned is better than stalling every pod on the node.
+abandoned and the runtime gets an empty response (no adjustment), with a warning in the log, as
+stalling every pod on the node would be worse. A container that carries a pinning marker is
+refused instead (reported like every refusal): it must not start on CPUs it was not given, and
+the kubelet retries it.
 
 **One pinner at a time.** During a rolling update two numadra processes are connected to the same
 runtime, and containerd refuses a container when two plugins both set its cpuset ("plugins
@@ -36,7 +38,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from google.protobuf.message import DecodeError, Message
 
@@ -45,7 +47,14 @@ from driver._proto.nri import ttrpc_pb2 as ttrpc
 from driver.errors import PinningError
 from driver.log import get_logger
 from driver.pinning.backend import PinningKind, PinTarget
-from driver.pinning.nri.handlers import ClaimLookup, PinningHandlers, SharedPool
+from driver.pinning.consumers import ConsumerCheck
+from driver.pinning.failures import (
+    ACTION_REFUSED,
+    REASON_NOT_PINNER,
+    REASON_TIMEOUT,
+    PinFailureSink,
+)
+from driver.pinning.nri.handlers import ClaimLookup, PinningHandlers, SharedPool, marker_from_env
 from driver.pinning.nri.wire import (
     MSG_REQUEST,
     MSG_RESPONSE,
@@ -106,10 +115,14 @@ class NriPlugin:
         socket_fd: int | None = None,
         leader_lock: Path | None = None,
         takeover_wait_s: float = 0.3,
+        consumers: ConsumerCheck | None = None,
+        on_failure: PinFailureSink | None = None,
     ) -> None:
         if len(index) != 2 or not index.isdigit():
             raise PinningError(f"NRI plugin index must be two digits, got {index!r}")
-        self.handlers = handlers or PinningHandlers(claim_lookup, node_shared_pool)
+        self.handlers = handlers or PinningHandlers(
+            claim_lookup, node_shared_pool, consumers=consumers, on_failure=on_failure
+        )
         self._socket_path = socket_path
         self._socket_fd = socket_fd
         self._name = name
@@ -140,6 +153,7 @@ class NriPlugin:
         self._takeover_wait_s = takeover_wait_s
         self._leader_fd: int | None = None
         self._leader_mutex = threading.Lock()
+        #: why the pinner lock could not be opened ("" when it could): then nobody may be pinning
 
     # -- PinningBackend -------------------------------------------------------------------------
 
@@ -398,12 +412,7 @@ class NriPlugin:
             # time spent queued for a dispatcher counts: the runtime's clock started at arrival
             result = job.result(timeout=max(0.0, budget - (started - received)))
         except concurrent.futures.TimeoutError:
-            _log.warning(
-                "NRI handler exceeded its time box; answering with no adjustment",
-                method=method,
-                budget_s=budget,
-            )
-            return ttrpc.Response(payload=b"")  # an empty message of any response type
+            return self._timed_out(method, request, budget)
         except PinningError as exc:
             _log.error("NRI request refused", method=method, error=str(exc))
             return _status(_FAILED_PRECONDITION, str(exc))
@@ -412,20 +421,56 @@ class NriPlugin:
             return _status(_INTERNAL, f"{method} failed: {exc}")
         _log.debug("NRI request served", method=method, took_ms=(time.monotonic() - started) * 1e3)
         if method in _ADJUSTING:
-            return self._as_pinner(method, result)
+            return self._as_pinner(method, request, result)
         return ttrpc.Response(payload=result.SerializeToString())
 
-    def _as_pinner(self, method: str, result: Message) -> ttrpc.Response:
+    def _as_pinner(self, method: str, request: Message, result: Message) -> ttrpc.Response:
         """An adjusting answer: the adjustment when this process pins, none when another one does
         (ours is bookkeeping only, see the module docstring), and a refusal when the lock file is
-        unusable, so that a claim container never runs unpinned because of it."""
+        unusable, so that a claim container never runs unpinned because of it (reported on the
+        pod and counted, as every refusal is)."""
         try:
             pinner = self._take_pinning(self._takeover_wait_s)
         except PinningError as exc:
             if method == "Synchronize" or not result.ByteSize():  # creates and adjusts nothing
                 return ttrpc.Response(payload=b"")
-            return _status(_FAILED_PRECONDITION, f"{exc}: refusing to leave the container unpinned")
+            message = f"{exc}: refusing to leave the container unpinned"
+            if isinstance(request, nri.CreateContainerRequest):
+                self.handlers.report(
+                    request.pod,
+                    request.container,
+                    REASON_NOT_PINNER,
+                    ACTION_REFUSED,
+                    f"{_describe_request(request)}: {message}",
+                )
+            return _status(_FAILED_PRECONDITION, message)
         return ttrpc.Response(payload=result.SerializeToString() if pinner else b"")
+
+    def _timed_out(self, method: str, request: Message, budget: float) -> ttrpc.Response:
+        """The answer when a handler exceeded its time box: no adjustment, or, for a container
+        that carries a pinning marker, a refusal (it is never created on CPUs it was not given;
+        the kubelet retries it)."""
+        if self._is_claim_container(request):
+            message = (
+                f"{_describe_request(request)}: its pinning was not decided within the NRI time "
+                f"box of {budget:g} s: refusing it (the kubelet retries the container)"
+            )
+            self.handlers.report(request.pod, request.container, REASON_TIMEOUT, ACTION_REFUSED, message)
+            return _status(_FAILED_PRECONDITION, message)
+        _log.warning(
+            "NRI handler exceeded its time box; answering with no adjustment", method=method, budget_s=budget
+        )
+        return ttrpc.Response(payload=b"")  # an empty message of any response type
+
+    @staticmethod
+    def _is_claim_container(request: Message) -> TypeGuard[nri.CreateContainerRequest]:
+        """A CreateContainer of a container that carries a pinning marker (a malformed one too)."""
+        if not isinstance(request, nri.CreateContainerRequest):
+            return False
+        try:
+            return marker_from_env(request.container.env) is not None
+        except PinningError:
+            return True
 
     def _decode(self, payload: bytes) -> ttrpc.Response | tuple[str, _Handler, Message, float]:
         """The method, handler, request and time box of a ttrpc request, or an error response."""
@@ -458,6 +503,12 @@ class NriPlugin:
     def _shutdown(self, _request: nri.Empty) -> nri.Empty:
         _log.info("runtime is shutting down")
         return nri.Empty()
+
+
+def _describe_request(request: nri.CreateContainerRequest) -> str:
+    pod, ctr = request.pod, request.container
+    where = f"{pod.namespace or '?'}/{pod.name or '?'} (uid {pod.uid or 'unknown'})"
+    return f"container {ctr.name or ctr.id} of pod {where}"
 
 
 def _status(code: int, message: str) -> ttrpc.Response:

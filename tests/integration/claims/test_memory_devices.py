@@ -16,6 +16,7 @@ import pytest
 from driver.inventory.discovery import discover
 from driver.pinning.binding import claim_binding
 from driver.pinning.types import parse_cpulist
+from driver.state.index import prepared_view
 from driver.state.journal import Journal, journal_path
 from tests.integration.claims._world import DRIVER, World, claim, cpu_result, result
 from tests.support.hosttree import TOPOLOGIES, write_host_tree
@@ -51,7 +52,7 @@ def _binding_mems(world: World, uid: str) -> frozenset[int]:
     journal = Journal(journal_path(world.plugin_dir))
     journal.load()
     (entry,) = [e for e in journal.entries() if e.uid == uid]
-    return claim_binding(entry, world.inventory).mems
+    return claim_binding(prepared_view(entry), world.inventory).mems
 
 
 def test_a_gpu_claim_never_gets_the_hbm_node(gh: World) -> None:

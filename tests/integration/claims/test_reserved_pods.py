@@ -7,6 +7,7 @@ from typing import Any
 
 from driver.claims.driver import reserved_pods
 from driver.pinning.binding import claim_binding
+from driver.state.index import prepared_view
 from driver.state.journal import Journal, JournalEntry, _canonical, _entry_text, journal_path
 from tests.integration.claims._world import GPU0, GPU1, World, claim, cpu_result, result
 
@@ -41,7 +42,7 @@ def test_prepare_records_reserved_pods_in_the_journal(world: World) -> None:
     entry = _entry(world)
     assert entry.reserved_pods == (POD_1,)
     assert entry.namespace == "ml"
-    binding = claim_binding(entry, world.inventory)
+    binding = claim_binding(prepared_view(entry), world.inventory)
     assert binding.pods == frozenset({POD_1})
     assert binding.pinning is not None and binding.pinning.cpus == entry.pinning.cpus  # type: ignore[union-attr]
 
@@ -69,7 +70,7 @@ def test_claim_reserved_for_no_pod_is_prepared_but_binds_no_pod(world: World) ->
     assert world.driver().prepare_claims([ref])[UID].ok
     entry = _entry(world)
     assert entry.reserved_pods == ()
-    assert claim_binding(entry).pods == frozenset()
+    assert claim_binding(prepared_view(entry)).pods == frozenset()
 
 
 def test_repeat_prepare_adds_pods_reserved_since(world: World) -> None:
@@ -95,7 +96,7 @@ def test_entry_without_reserved_pods_reads_as_not_recorded(world: World) -> None
     assert old.reserved_pods is None
     assert "reservedPods" not in old.to_json()
     assert _entry_text(old) == _canonical(old.to_json())
-    assert claim_binding(old).pods is None
+    assert claim_binding(prepared_view(old)).pods is None
 
 
 def test_gpu_only_claim_binding_has_the_devices_nodes(world: World) -> None:
@@ -104,7 +105,7 @@ def test_gpu_only_claim_binding_has_the_devices_nodes(world: World) -> None:
     obj["status"]["reservedFor"] = _reserved(POD_1)
     ref = world.getter.add(obj)
     assert world.driver().prepare_claims([ref])[UID].ok
-    binding = claim_binding(_entry(world), world.inventory)
+    binding = claim_binding(prepared_view(_entry(world)), world.inventory)
     assert binding.pinning is None
     assert binding.mems == frozenset({0, 1})
     assert binding.pods == frozenset({POD_1})

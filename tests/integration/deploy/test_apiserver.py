@@ -325,6 +325,34 @@ def test_rbac_allows_only_what_the_guide_lists(installed: Api, method: str, path
         assert status == 403, body
 
 
+def test_the_pinning_failure_event_is_accepted_and_events_are_write_only(installed: Api) -> None:
+    """The Warning Event numadra writes on a pod whose claim container it refused passes the
+    apiserver's validation under the driver's RBAC (create events); reading events stays 403."""
+    from driver.observability.pinreports import pin_failure_event
+    from driver.pinning.failures import PinFailure
+
+    token = _sa_token(installed, "node-a")
+    failure = PinFailure(
+        reason="not_reserved",
+        action="refused",
+        pod_namespace="default",
+        pod_name="miner",
+        pod_uid="0b6f3d52-0000-4c3a-9e8f-000000000001",
+        container="c",
+        claim_uid="7b8c9d0e-0d1b-4c3a-9e8f-0000000000d1",
+        message="container c of pod default/miner carries the marker of claim ... not for this pod",
+    )
+    event = pin_failure_event(failure, node_name="node-a")
+    status, body = installed.call("POST", "/api/v1/namespaces/default/events", event, token=token)
+    assert status == 201, body
+    assert (body["reason"], body["type"], body["involvedObject"]["name"]) == (
+        "NumadraPinningRefused",
+        "Warning",
+        "miner",
+    )
+    assert installed.call("GET", "/api/v1/namespaces/default/events", token=token)[0] == 403
+
+
 def test_cgroupfs_overlay_daemonset_is_valid(installed: Api) -> None:
     """The cgroupfs variant (kustomize overlay) passes the apiserver's DaemonSet validation, unprivileged."""
     kustomize = shutil.which("kustomize") or str(

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from driver._proto.nri import api_pb2 as nri
-from driver.errors import ClaimError
+from driver.errors import ClaimError, JournalError
+from driver.pinning.failures import PinFailure
 from driver.pinning.nri import NriPlugin
 from driver.pinning.planner import CpuPlanner
 from driver.pinning.types import ClaimBinding, ClaimPinning, CpuAssignment, CpuMode, CpuRequest, marker_env
@@ -178,13 +179,16 @@ def test_claim_without_cpus_binds_memory_nodes_to_its_pod_only(
     assert cpuset(other) == ("0-1", "")  # nothing to steal: handled as a container without a claim
 
 
-def test_entry_from_before_pods_were_recorded_binds_by_claim_uid(
+def test_entry_without_recorded_pods_pins_no_pod_on_the_claim_uid_alone(
     start: Callable[..., tuple[NriPlugin, FakePluginConnection]],
 ) -> None:
-    """A journal entry without reservedPods (an older numadra) keeps working across the upgrade."""
-    legacy = ClaimBinding("claim-a", "default", "cpus-a", None, PIN_A)
-    _plugin, conn = start(claim_lookup={"claim-a": legacy}.get)
-    assert cpuset(conn.create_container(container("c-app", "app", env_of(PIN_A)))) == ("2-3", "0")
+    """An entry that records no pods (an older numadra's, or one rebuilt from files) binds nobody
+    until its consumers are known: without a way to read them every marker of it is refused."""
+    unknown = ClaimBinding("claim-a", "default", "cpus-a", None, PIN_A)
+    plugin, conn = start(claim_lookup={"claim-a": unknown}.get)
+    resp = conn.create_container_raw(container("c-app", "app", env_of(PIN_A)))
+    assert resp.status.code == 9 and "whose consumers numadra has not learned" in resp.status.message
+    assert "c-app" not in plugin.handlers.containers()
 
 
 # -- in-place resize: UpdateContainer ----------------------------------------------------------
@@ -386,3 +390,18 @@ def test_without_the_lock_both_processes_adjust(
     b.synchronize([], pods=[POD])
     both = container("c-1", "app", env_of(PIN_A))
     assert [cpuset(c.create_container(both)) for c in (a, b)] == [("2-3", "0"), ("2-3", "0")]
+
+
+def test_an_unreadable_record_refuses_the_marker_and_says_so(
+    start: Callable[..., tuple[NriPlugin, FakePluginConnection]],
+) -> None:
+    """The claim lookup fails (the journal cannot be read): refused as lookup_failed, reported."""
+    failures: list[PinFailure] = []
+
+    def broken(uid: str) -> ClaimBinding | None:
+        raise JournalError(f"journal /x/journal.log is corrupt (entry {uid!r})")
+
+    _plugin, conn = start(claim_lookup=broken, on_failure=failures.append)
+    resp = conn.create_container_raw(container("c-app", "app", env_of(PIN_A)))
+    assert resp.status.code == 9 and "whose record cannot be read" in resp.status.message
+    assert [(f.reason, f.action) for f in failures] == [("lookup_failed", "refused")]

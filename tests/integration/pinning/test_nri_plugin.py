@@ -13,6 +13,7 @@ import pytest
 
 from driver._proto.nri import api_pb2 as nri
 from driver.pinning.backend import PinTarget
+from driver.pinning.failures import PinFailure
 from driver.pinning.nri import NriPlugin, PinningHandlers
 from driver.pinning.types import ClaimBinding, ClaimPinning, CpuAssignment, CpuMode
 from tests.integration.pinning.fake_nri_runtime import (
@@ -136,22 +137,43 @@ def test_synchronize_after_plugin_restart_rebuilds_and_repins(
 
 
 def test_slow_handler_answers_within_one_second(runtime: FakeNriRuntime) -> None:
-    """A handler stuck (slow claim lookup) is abandoned after 1 s with an empty adjustment."""
+    """A handler stuck (slow claim lookup) is abandoned after 1 s; the claim container it was
+    deciding is refused (never created on CPUs it was not given), and the refusal reported."""
     release = threading.Event()
 
     def slow_lookup(uid: str) -> ClaimBinding | None:
         release.wait(10)
         return BINDING_A
 
-    plugin = NriPlugin(claim_lookup=slow_lookup, socket_path=runtime.socket_path)
+    failures: list[PinFailure] = []
+    plugin = NriPlugin(claim_lookup=slow_lookup, socket_path=runtime.socket_path, on_failure=failures.append)
     try:
         conn = _start(runtime, plugin)
         conn.configure()
         started = time.monotonic()
-        resp = conn.create_container(container("c-slow", "app", OURS_ENV), timeout=5)
+        resp = conn.create_container_raw(container("c-slow", "app", OURS_ENV))
         took = time.monotonic() - started
         assert took < 1.5
         assert took >= 0.9  # it did wait for the handler, up to the time box
+        assert resp.status.code == 9 and "not decided within the NRI time box of 1 s" in resp.status.message
+        assert [(f.reason, f.action) for f in failures] == [("timeout", "refused")]
+    finally:
+        release.set()
+        plugin.close()
+
+
+def test_slow_handler_of_a_container_without_a_claim_answers_empty(runtime: FakeNriRuntime) -> None:
+    """A container that carries no marker and whose answer is late gets no adjustment, not a refusal."""
+    release = threading.Event()
+    plugin = NriPlugin(
+        claim_lookup=LOOKUP,
+        node_shared_pool=lambda: release.wait(10) and frozenset({0}),
+        socket_path=runtime.socket_path,
+    )
+    try:
+        conn = _start(runtime, plugin)
+        conn.configure()
+        resp = conn.create_container(container("c-web", "web"), timeout=5)
         assert not resp.HasField("adjust")
     finally:
         release.set()
@@ -317,9 +339,9 @@ def test_time_box_follows_a_short_runtime_timeout(runtime: FakeNriRuntime) -> No
         conn = _start(runtime, plugin)
         conn.configure(request_timeout_ms=500)
         started = time.monotonic()
-        resp = conn.create_container(container("c-slow", "app", OURS_ENV))
+        resp = conn.create_container_raw(container("c-slow", "app", OURS_ENV))
         assert time.monotonic() - started < 0.5 + 0.3
-        assert not resp.HasField("adjust")
+        assert resp.status.code == 9 and "time box of 0.4 s" in resp.status.message
     finally:
         release.set()
         plugin.close()
@@ -379,7 +401,7 @@ def test_handler_bug_is_internal_error_and_connection_survives(runtime: FakeNriR
 
 
 def test_flood_of_stuck_handlers_still_answers_every_create_in_time(runtime: FakeNriRuntime) -> None:
-    """More stuck requests than worker threads: each still gets its (empty) answer within ~1 s."""
+    """More stuck requests than worker threads: each still gets its answer (a refusal) within ~1 s."""
     release = threading.Event()
     plugin = NriPlugin(
         claim_lookup=lambda uid: release.wait(10) and BINDING_A, socket_path=runtime.socket_path
@@ -390,8 +412,8 @@ def test_flood_of_stuck_handlers_still_answers_every_create_in_time(runtime: Fak
 
         def create(i: int) -> None:
             started = time.monotonic()
-            resp = conn.create_container(container(f"c{i}", "app", OURS_ENV))
-            assert not resp.HasField("adjust")
+            resp = conn.create_container_raw(container(f"c{i}", "app", OURS_ENV))
+            assert resp.status.code == 9
             took[i] = time.monotonic() - started
 
         threads = [threading.Thread(target=create, args=(i,)) for i in range(12)]

@@ -67,7 +67,8 @@ def test_kinds_and_api_versions(kind: str, api_version: str) -> None:
 
 
 def test_clusterrole_is_exactly_the_hardening_guide() -> None:
-    """RBAC: get claims and nodes, manage slices, claim status + associated-node driver verbs; no more."""
+    """RBAC: get claims and nodes, manage slices, claim status + associated-node driver verbs,
+    create Events (pinning failures on the pod); no more."""
     rules = _one("ClusterRole")["rules"]
     normalized = sorted(
         (
@@ -95,6 +96,7 @@ def test_clusterrole_is_exactly_the_hardening_guide() -> None:
                 (),
             ),
             (("",), ("nodes",), ("get",), ()),
+            (("",), ("events",), ("create",), ()),
         ]
     )
     assert not any("*" in v for r in rules for v in r["verbs"] + r["resources"] + r["apiGroups"])

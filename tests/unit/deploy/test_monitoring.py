@@ -107,6 +107,8 @@ def test_prometheus_rule_has_the_alerts_with_severity_and_text() -> None:
         "NumadraPrepareErrors",
         "NumadraStateRecovered",
         "NumadraNotRegistered",
+        "NumadraPinningFailures",
+        "NumadraAdoptedClaimReleased",
     } <= set(alerts)
     for name, alert in alerts.items():
         assert alert["labels"]["severity"] in {"info", "warning", "critical"}, name
@@ -114,6 +116,8 @@ def test_prometheus_rule_has_the_alerts_with_severity_and_text() -> None:
         assert re.fullmatch(r"\d+[smh]", alert.get("for", "0m")), name
     assert "numadra_state_recoveries_total" in alerts["NumadraStateRecovered"]["expr"]
     assert "numadra_registered" in alerts["NumadraNotRegistered"]["expr"]
+    assert "numadra_pinning_failures_total" in alerts["NumadraPinningFailures"]["expr"]
+    assert "numadra_adopted_claim_releases_total" in alerts["NumadraAdoptedClaimReleased"]["expr"]
 
 
 def test_every_expression_is_balanced() -> None:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from driver.errors import PinningError
-from driver.pinning.binding import bind
-from driver.pinning.types import ClaimBinding, ClaimPinning, CpuAssignment, CpuMode
+from driver.errors import PinningError, PinRefusedError
+from driver.pinning.binding import bind, claim_binding
+from driver.pinning.types import ClaimBinding, ClaimPinning, CpuAssignment, CpuMode, PreparedClaimView
+from tests.unit.pinning.topo import synthetic_inventory
 
 MAIN = CpuAssignment("main", CpuMode.EXCLUSIVE, frozenset({2, 3}), frozenset({0}))
 POOL = CpuAssignment("sidecar", CpuMode.SHARED, frozenset({4}), frozenset({0}))
@@ -61,7 +62,52 @@ def test_claim_without_cpus_gives_its_pod_the_nodes_and_others_nothing() -> None
     assert _bind(GPU, "", pod="pod-b") is None
 
 
-def test_unrecorded_pods_bind_by_claim_uid() -> None:
-    """An entry of an older numadra (pods None) binds any pod, with the record's CPUs."""
-    legacy = ClaimBinding("u1", "ml", "cpus", None, CPUS.pinning)
-    assert _bind(legacy, pod="pod-z", ns="") == MAIN
+@pytest.mark.parametrize(
+    ("pod", "ns"),
+    [
+        pytest.param("pod-z", "ml", id="same-namespace"),
+        pytest.param("pod-z", "", id="namespace-unknown"),
+        pytest.param("pod-a", "ml", id="even-a-pod-that-held-it"),
+    ],
+)
+def test_unknown_consumers_bind_no_pod(pod: str, ns: str) -> None:
+    """Consumers not known (a rebuilt entry, or one journaled before pods were recorded): no pod
+    binds on the claim UID alone; the refusal says the consumers must be learned first."""
+    unknown = ClaimBinding("u1", "ml", "cpus", None, CPUS.pinning)
+    with pytest.raises(PinRefusedError, match="whose consumers numadra has not learned") as err:
+        _bind(unknown, pod=pod, ns=ns)
+    assert err.value.reason == "consumers_unknown"
+
+
+def test_unknown_consumers_never_cover_another_namespace() -> None:
+    """A pod of another namespace is refused as not reserved, whatever is known of the consumers."""
+    unknown = ClaimBinding("u1", "ml", "cpus", None, CPUS.pinning)
+    with pytest.raises(PinRefusedError, match="which is a claim of namespace ml, not for this pod") as err:
+        _bind(unknown, pod="pod-z", ns="evil")
+    assert err.value.reason == "not_reserved"
+
+
+def test_refusals_carry_their_reason() -> None:
+    """Each refusal names a reason of the fixed set the metric uses."""
+    with pytest.raises(PinRefusedError) as other:
+        _bind(CPUS, pod="pod-b")
+    with pytest.raises(PinRefusedError) as request:
+        _bind(CPUS, "other")
+    assert (other.value.reason, request.value.reason) == ("not_reserved", "bad_marker")
+
+
+def test_gpu_claim_with_unknown_consumers_gives_nothing_and_refuses_nothing() -> None:
+    """Memory nodes only: a pod that cannot be checked runs as a container without a claim."""
+    unknown = ClaimBinding("u2", "ml", "gpu", None, None, mems=frozenset({1}))
+    assert _bind(unknown, "", pod="pod-z") is None
+
+
+def test_binding_from_the_state_read_model() -> None:
+    """claim_binding reads a PreparedClaimView: pods as recorded, mems from the devices' nodes."""
+    inv = synthetic_inventory(nodes=2, cores_per_node=2)
+    gpu_view = PreparedClaimView("u2", "ml", "gpu", frozenset({"pod-a"}), None, ("cpu-numa1",))
+    got = claim_binding(gpu_view, inv)
+    assert (got.pods, got.pinning, got.mems) == (frozenset({"pod-a"}), None, frozenset({1}))
+    cpu_view = PreparedClaimView("u1", "ml", "cpus", None, CPUS.pinning, ("cpu-numa0",), adopted=True)
+    got = claim_binding(cpu_view, inv)
+    assert (got.pods, got.pinning, got.mems) == (None, CPUS.pinning, frozenset())

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from driver.errors import PinningError
+from driver.errors import PinningError, PinRefusedError
 from driver.pinning.cgroupfs import CgroupfsBackend, CpusetHierarchy
 from driver.pinning.hook import (
     HookBackend,
@@ -141,8 +141,32 @@ def test_env_mode_claim_without_cpus_from_another_pod_pins_nothing(tmp_path: Pat
     assert run_create_runtime(state, lookup={"claim-g": gpu}.get).method == "none"
 
 
-def test_env_mode_entry_from_before_pods_were_recorded_binds_by_claim_uid(tmp_path: Path) -> None:
-    """A journal entry of an older numadra has no pods: the claim UID binds, the journal's CPUs apply."""
+@pytest.mark.parametrize(
+    "annotations",
+    [
+        pytest.param({}, id="pod-unknown"),
+        pytest.param({"io.kubernetes.cri.sandbox-uid": "pod-a"}, id="pod-known"),
+    ],
+)
+def test_env_mode_entry_without_recorded_pods_binds_no_pod(
+    tmp_path: Path, annotations: dict[str, str]
+) -> None:
+    """A rebuilt entry, or one journaled before pods were recorded: no pod binds on the claim UID
+    alone, and the refusal says where the hook's knowledge ends and what pins without it."""
+    pinning = ClaimPinning(
+        "claim-a", (CpuAssignment("main", CpuMode.EXCLUSIVE, frozenset({1}), frozenset()),)
+    )
+    unknown = ClaimBinding("claim-a", "default", "cpus", None, pinning)
+    env = ["NUMADRA_CPUS=0-255", "NUMADRA_CLAIM_UID=claim-a", "NUMADRA_REQUEST=main"]
+    with pytest.raises(PinRefusedError, match="whose consumers numadra has not learned") as err:
+        run_create_runtime(_env_bundle(tmp_path, env, annotations), lookup={"claim-a": unknown}.get)
+    assert err.value.reason == "consumers_unknown"
+    assert "cannot ask the apiserver" in str(err.value) and "--cpus/--mems" in str(err.value)
+
+
+def test_env_mode_pins_a_pod_the_driver_recorded_since(tmp_path: Path) -> None:
+    """Once the driver recorded the pod (a repeated prepare, its adopted-claims check), env mode pins
+    it to the journal's CPUs, whatever the env says."""
     proc = tmp_path / "proc"
     pid = os.getpid()
     (proc / str(pid) / "task" / str(pid)).mkdir(parents=True)
@@ -155,11 +179,12 @@ def test_env_mode_entry_from_before_pods_were_recorded_binds_by_claim_uid(tmp_pa
     pinning = ClaimPinning(
         "claim-a", (CpuAssignment("main", CpuMode.EXCLUSIVE, frozenset({target}), frozenset()),)
     )
-    legacy = ClaimBinding("claim-a", "default", "cpus", None, pinning)
+    recorded = ClaimBinding("claim-a", "default", "cpus", frozenset({"pod-a"}), pinning)
     env = ["NUMADRA_CPUS=0-255", "NUMADRA_CLAIM_UID=claim-a", "NUMADRA_REQUEST=main"]
+    annotations = {"io.kubernetes.cri.sandbox-uid": "pod-a", "io.kubernetes.cri.sandbox-namespace": "default"}
     try:
         out = run_create_runtime(
-            _env_bundle(tmp_path, env, {}), backend=backend, lookup={"claim-a": legacy}.get
+            _env_bundle(tmp_path, env, annotations), backend=backend, lookup={"claim-a": recorded}.get
         )
         assert (out.method, out.cpus) == ("affinity", frozenset({target}))
         assert os.sched_getaffinity(pid) == {target}

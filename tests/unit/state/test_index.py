@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 
 from driver.pinning.types import ClaimPinning, CpuAssignment, CpuMode
 from driver.plugin import PreparedDevice
-from driver.state.index import PreparedIndex
+from driver.state.index import PreparedIndex, prepared_view
 from driver.state.journal import JournalEntry
 
 
@@ -102,3 +103,28 @@ def test_index_refreshes_never_let_an_older_read_win() -> None:
     fast.join(5)
     assert index.count() == 2
     assert index.cdi_ids("gpu-2") == ("numadra.dev/claim=b-gpu-2",)
+
+
+def test_views_are_what_pinning_reads_of_each_entry() -> None:
+    """The read model pinning gets: names, pods (None when unknown), pinning, devices, adopted."""
+    plain = _entry("a", "gpu-1", frozenset({2}))
+    rebuilt = replace(_entry("b", "gpu-2"), reserved_pods=None, adopted=True)
+    shared = replace(_entry("c", "gpu-3"), reserved_pods=("p1", "p2"))
+    journal = _Journal(plain, rebuilt, shared)
+    index = PreparedIndex(journal)
+    index.refresh()
+    view = index.view("b")
+    assert view is not None
+    assert (view.claim_uid, view.namespace, view.name, view.pods, view.adopted) == (
+        "b",
+        "ns",
+        "c-b",
+        None,
+        True,
+    )
+    assert view.device_names == ("gpu-2",)
+    assert index.view("c") == prepared_view(shared)
+    assert prepared_view(shared).pods == frozenset({"p1", "p2"})
+    assert [v.claim_uid for v in index.views()] == ["a", "b", "c"]
+    reads = journal.reads
+    assert index.view("zz") is None and journal.reads == reads + 1  # a miss refreshes once

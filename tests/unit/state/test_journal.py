@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -178,6 +179,8 @@ _entries = st.builds(
     metadata_files=st.lists(_files, max_size=2).map(tuple),
     pinning=st.none() | st.builds(ClaimPinning, _text, st.lists(_assignments, max_size=3).map(tuple)),
     admin_devices=st.lists(_text, max_size=2).map(tuple),
+    reserved_pods=st.none() | st.lists(_text, max_size=3).map(tuple),
+    adopted=st.booleans(),
 )
 
 
@@ -186,6 +189,23 @@ _entries = st.builds(
 def test_entry_text_is_the_canonical_json(entry: JournalEntry) -> None:
     """The direct entry encoder writes exactly the sorted, compact json.dumps of to_json()."""
     assert _entry_text(entry) == _canonical(entry.to_json())
+
+
+@settings(max_examples=60, deadline=None)
+@given(entry=_entries)
+def test_entries_round_trip_through_their_json(entry: JournalEntry) -> None:
+    """Every field survives to_json/from_json, the adopted mark and the recorded pods included."""
+    back = JournalEntry.from_json(json.loads(_entry_text(entry)))
+    assert (back.adopted, back.reserved_pods) == (entry.adopted, entry.reserved_pods)
+
+
+def test_a_prepared_entry_keeps_its_text_without_the_adopted_mark() -> None:
+    """Only a rebuilt entry carries "adopted"; an entry that is not one writes no such key."""
+    assert "adopted" not in _entry_text(_nic("u1"))
+    assert '"adopted":true' in _entry_text(replace(_nic("u1"), adopted=True))
+    bad = _nic("u1").to_json() | {"adopted": "yes"}
+    with pytest.raises(TypeError, match="expected a boolean"):
+        JournalEntry.from_json(bad)
 
 
 def _nic(uid: str, device: str = "nic-1", share: str | None = None) -> JournalEntry:

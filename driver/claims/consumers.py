@@ -1,0 +1,151 @@
+"""A claim's consumers: read from the apiserver for pinning, and kept in the journal.
+
+Pinning learns who a shared claim is reserved for through the protocol it defines
+(:class:`~driver.pinning.consumers.ConsumerReader`); :class:`ApiConsumerReader` implements it
+over the driver's apiserver client, and :class:`ConsumerRecords` writes what was learned into the
+claim's journal entry, off the runtime's path, so a restarted driver still knows those pods.
+
+What counts as "confirmed gone" is narrow on purpose, because a gone claim's adopted entry is
+released (``driver.claims.adopted``): a 404 whose message names the claim (an apiserver that does
+not serve the API at all answers 404 too, without the name), or the claim's name holding a claim
+with another UID. An outage, a timeout, a 403 or any other answer is "not known".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
+
+from driver.claims.driver import ClaimsDriver, reserved_pods
+from driver.errors import ConsumersUnknownError, DriverError, KubeError
+from driver.kube.types import ClaimGetter
+from driver.log import get_logger
+from driver.pinning.consumers import GONE_NOT_FOUND, GONE_REPLACED, ClaimConsumers
+
+__all__ = ["ApiConsumerReader", "ConsumerRecords", "other_consumers"]
+
+_log = get_logger("claims.consumers")
+
+
+def other_consumers(claim: Mapping[str, object]) -> int:
+    """How many entries of ``status.reservedFor`` are not pods (a PodGroup, say)."""
+    status = claim.get("status")
+    consumers = status.get("reservedFor") if isinstance(status, Mapping) else None
+    count = 0
+    for item in consumers if isinstance(consumers, list) else ():
+        if isinstance(item, Mapping) and (item.get("resource") != "pods" or item.get("apiGroup", "")):
+            count += 1
+    return count
+
+
+class ApiConsumerReader:
+    """:class:`~driver.pinning.consumers.ConsumerReader` over a :class:`ClaimGetter`.
+
+    The getter's own read deadline bounds each call: ``numadra run`` gives the NRI path a client
+    whose deadline is inside the runtime's time box, and the adopted-claims check the usual one.
+    """
+
+    def __init__(self, claims: ClaimGetter) -> None:
+        self._claims = claims
+
+    def __call__(self, namespace: str, name: str, claim_uid: str, /) -> ClaimConsumers:
+        """The consumers of ``namespace/name`` if it is still claim ``claim_uid``."""
+        try:
+            obj = self._claims.get_resource_claim(namespace, name)
+        except KubeError as exc:
+            if exc.status == 404 and f'"{name}" not found' in str(exc):
+                return ClaimConsumers(gone=GONE_NOT_FOUND, detail=f"{namespace}/{name} not found")
+            raise ConsumersUnknownError(f"cannot read claim {namespace}/{name}: {exc}") from exc
+        meta = obj.get("metadata")
+        uid = meta.get("uid") if isinstance(meta, Mapping) else None
+        if not isinstance(uid, str) or not uid:
+            raise ConsumersUnknownError(f"claim {namespace}/{name} as read has no metadata.uid")
+        if uid != claim_uid:
+            return ClaimConsumers(
+                gone=GONE_REPLACED, detail=f"the name {namespace}/{name} now holds claim uid {uid}"
+            )
+        return ClaimConsumers(pods=frozenset(reserved_pods(obj)), others=other_consumers(obj))
+
+
+class ConsumerRecords:
+    """Keeps learned consumers in the claims' journal entries, on a thread of its own.
+
+    :meth:`record` only queues: the caller is the NRI plugin answering the runtime, which must not
+    wait for the cross-process lock a prepare may hold. The worker takes that lock (``hold``),
+    adds the pods to the entry (:meth:`ClaimsDriver.record_consumers`) and calls ``on_change``
+    (the prepared-claims index goes stale). Best effort: a failed write is logged, and the pod is
+    read again from the apiserver the next time it is needed; a full queue drops the record.
+    """
+
+    def __init__(
+        self,
+        claims: ClaimsDriver,
+        *,
+        hold: Callable[[], AbstractContextManager[object]],
+        on_change: Callable[[], None] = lambda: None,
+        max_queued: int = 256,
+    ) -> None:
+        self._claims = claims
+        self._hold = hold
+        self._on_change = on_change
+        #: (claim UID, pods) to write, an Event a flush waits on, or None: the end
+        self._queue: queue.Queue[tuple[str, frozenset[str]] | threading.Event | None] = queue.Queue(
+            max_queued
+        )
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+        self._closed = False
+
+    def record(self, claim_uid: str, pods: frozenset[str]) -> None:
+        """Queue the pods for the claim's entry (never blocks)."""
+        with self._start_lock:
+            if self._closed:
+                return
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="consumer-records", daemon=True)
+                self._thread.start()
+        try:
+            self._queue.put_nowait((claim_uid, pods))
+        except queue.Full:
+            _log.warning("consumer record dropped: queue full", claim_uid=claim_uid)
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Wait until every record queued before is written (tests, shutdown); False on timeout."""
+        with self._start_lock:
+            if self._thread is None:
+                return True
+        done = threading.Event()
+        self._queue.put(done, timeout=timeout)
+        return done.wait(timeout)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Write what is queued (up to ``timeout``), then end the worker."""
+        with self._start_lock:
+            self._closed = True
+            thread = self._thread
+        if thread is not None:
+            with contextlib.suppress(queue.Full):  # still full after the timeout: let it go
+                self._queue.put(None, timeout=timeout)
+            thread.join(timeout)
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            if isinstance(item, threading.Event):
+                item.set()
+                continue
+            claim_uid, pods = item
+            try:
+                with self._hold():
+                    changed = self._claims.record_consumers(claim_uid, pods)
+            except (DriverError, OSError) as exc:
+                _log.warning("cannot record the claim's consumers", claim_uid=claim_uid, error=str(exc))
+                continue
+            if changed:
+                _log.info("recorded the claim's consumers", claim_uid=claim_uid, pods=sorted(pods))
+                self._on_change()

@@ -1,0 +1,267 @@
+"""Learning who a prepared claim is reserved for, when a container names it from an unrecorded pod.
+
+The kubelet prepares a claim once, for the first pod that needs it, and never calls the driver
+again for the next pods of a shared claim (a ``resourceClaimName`` used by several pods, the
+claims of a PodGroup). So the pods recorded at prepare are not all of a claim's consumers, and an
+entry rebuilt from the files on disk (the journal lost it) records none. When a container names a
+prepared claim and its pod is not a recorded consumer, :class:`ConsumerCheck` asks the apiserver
+for the claim's ``status.reservedFor`` (written by the scheduler and the resource claim
+controller, never by a pod), at most once per claim at a time:
+
+* the pod is listed: it is a consumer. The check remembers it, and hands every pod the read
+  listed to the recorder, which keeps them with the claim (the journal entry's pods), so the next
+  containers, and a restarted driver, need no read;
+* the pod is not listed: it is not one (the backend refuses a CPU claim's container). The answer
+  is kept for the pod a short while, so a pod that retries, or starts many containers, costs one
+  read, not one per container;
+* the claim is gone (the apiserver answered 404, or another claim has its name): no pod is;
+* the read failed (unreachable, too slow, forbidden) or the claim's name is not known:
+  :class:`~driver.errors.ConsumersUnknownError`, never taken as proof either way; the backend
+  fails closed for a claim with CPUs. A failure is kept for the claim a moment, so an outage
+  costs one read per claim per moment, not one per container.
+
+The reader (:class:`ConsumerReader`) is injected where ``numadra run`` is wired: pinning sits
+above ``kube`` but knows only this protocol; ``driver.claims.consumers`` implements it over the
+driver's apiserver client with a deadline inside the runtime's time box.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from driver.errors import ConsumersUnknownError, PinRefusedError
+from driver.log import get_logger
+from driver.pinning.failures import REASON_NOT_RESERVED
+from driver.pinning.types import ClaimBinding
+
+__all__ = [
+    "GONE_NOT_FOUND",
+    "GONE_REASONS",
+    "GONE_REPLACED",
+    "READ_DEADLINE_S",
+    "ClaimConsumers",
+    "ConsumerCheck",
+    "ConsumerReader",
+    "ConsumerRecorder",
+]
+
+#: seconds a read made on the runtime's path may take: half of the NRI plugin's time box, so the
+#: decision (and a refusal naming the outage) still reaches the runtime inside it
+READ_DEADLINE_S = 0.5
+#: seconds a "this pod is not a consumer" answer is reused for that pod and claim
+NEGATIVE_TTL_S = 5.0
+#: seconds a failed read is reused for the claim (an outage costs one read per claim per period)
+FAILURE_TTL_S = 1.0
+#: how long a caller waits for a read another thread started for the same claim
+WAIT_FOR_READ_S = 2.0
+#: remembered negative answers beyond which expired ones are dropped (pods of a hostile tenant)
+_PRUNE_ABOVE = 1024
+
+_log = get_logger("pinning.consumers")
+
+
+#: :attr:`ClaimConsumers.gone`: the apiserver answered 404 for the claim's name
+GONE_NOT_FOUND = "not_found"
+#: :attr:`ClaimConsumers.gone`: the claim's name holds a claim with another UID
+GONE_REPLACED = "replaced"
+#: every way a claim can be confirmed gone (the ``reason`` of an adopted claim's release)
+GONE_REASONS = (GONE_NOT_FOUND, GONE_REPLACED)
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimConsumers:
+    """What the apiserver answered about a claim's consumers."""
+
+    #: UIDs of the pods in ``status.reservedFor``
+    pods: frozenset[str] = frozenset()
+    #: consumers that are not pods (a PodGroup): numadra cannot tell their pods
+    others: int = 0
+    #: "" while the claim exists; else how the apiserver confirmed it gone (``GONE_*``)
+    gone: str = ""
+    #: what the apiserver said, for messages ("ml/train not found", "... holds claim uid X")
+    detail: str = ""
+
+    @property
+    def exists(self) -> bool:
+        """True unless the apiserver confirmed the claim gone."""
+        return not self.gone
+
+
+class ConsumerReader(Protocol):
+    """Reads one claim's consumers from the apiserver, within a deadline.
+
+    Raises :class:`~driver.errors.ConsumersUnknownError` when the answer is not known (no answer
+    in time, apiserver unreachable, the read refused); a 404 for the claim, or a claim of another
+    UID under its name, is a :class:`ClaimConsumers` with ``gone`` set.
+    """
+
+    def __call__(self, namespace: str, name: str, claim_uid: str, /) -> ClaimConsumers:
+        """The consumers of claim ``namespace/name`` whose UID must be ``claim_uid``."""
+        ...
+
+
+#: keeps pods learned for a claim (claim UID, pod UIDs) with its record; must not block long
+ConsumerRecorder = Callable[[str, frozenset[str]], None]
+
+
+@dataclass(slots=True)
+class _Read:
+    """A read of one claim in progress: the others wait for it."""
+
+    done: threading.Event
+    result: ClaimConsumers | None = None
+    error: str = ""
+
+
+class ConsumerCheck:
+    """Confirms a pod as a claim's consumer through the apiserver (see the module docstring)."""
+
+    def __init__(
+        self,
+        reader: ConsumerReader,
+        recorder: ConsumerRecorder | None = None,
+        *,
+        negative_ttl_s: float = NEGATIVE_TTL_S,
+        failure_ttl_s: float = FAILURE_TTL_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._reader = reader
+        self._recorder = recorder
+        self._negative_ttl = negative_ttl_s
+        self._failure_ttl = failure_ttl_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        #: claim UID -> pods confirmed as its consumers since start
+        self._learned: dict[str, frozenset[str]] = {}
+        #: (claim UID, pod UID) -> when a read showed the pod is not a consumer
+        self._not_consumer: dict[tuple[str, str], float] = {}
+        #: claim UID -> (when, why) the apiserver confirmed it gone
+        self._gone: dict[str, tuple[float, str]] = {}
+        #: claim UID -> (when, why) its last read failed
+        self._failed: dict[str, tuple[float, str]] = {}
+        self._reading: dict[str, _Read] = {}
+        #: reads sent to the apiserver (``numadra state`` and tests count them)
+        self.reads = 0
+
+    def learned(self, claim_uid: str) -> frozenset[str]:
+        """The pods confirmed as consumers of ``claim_uid`` since start."""
+        with self._lock:
+            return self._learned.get(claim_uid, frozenset())
+
+    def confirm(self, binding: ClaimBinding, pod_uid: str) -> ClaimBinding:
+        """``binding`` with the consumers known now, read from the apiserver when ``pod_uid`` is
+        not among them (at most once per claim at a time, see the module docstring).
+
+        Raises :class:`~driver.errors.ConsumersUnknownError` when they cannot be learned, and
+        :class:`~driver.errors.PinRefusedError` for a claim with CPUs the apiserver confirms gone.
+        """
+        uid = binding.claim_uid
+        for _ in range(2):  # a second round after waiting for another thread's read
+            with self._lock:
+                known = self._learned.get(uid)
+                if (known is not None and pod_uid in known) or (
+                    binding.pods is not None and pod_uid in binding.pods
+                ):
+                    return _with(binding, known)
+                now = self._clock()
+                gone = self._gone.get(uid)
+                if gone is not None and now - gone[0] < self._negative_ttl:
+                    return self._gone_binding(binding, gone[1])
+                if pod_uid and now - self._not_consumer.get((uid, pod_uid), -1e18) < self._negative_ttl:
+                    return _with(binding, known)
+                failed = self._failed.get(uid)
+                if failed is not None and now - failed[0] < self._failure_ttl:
+                    raise ConsumersUnknownError(failed[1])
+                pending = self._reading.get(uid)
+                if pending is None:
+                    pending = self._reading[uid] = _Read(threading.Event())
+                    break
+            if not pending.done.wait(WAIT_FOR_READ_S):
+                raise ConsumersUnknownError(
+                    f"the read of claim {binding.namespace}/{binding.name}'s consumers started for "
+                    "another container has not finished"
+                )
+        else:
+            raise ConsumersUnknownError(f"the consumers of claim uid {uid} could not be learned")
+        return self._read(binding, pod_uid, pending)
+
+    def _read(self, binding: ClaimBinding, pod_uid: str, pending: _Read) -> ClaimBinding:
+        """Ask the apiserver (this thread started the claim's read), then let the waiters go."""
+        uid = binding.claim_uid
+        try:
+            if not binding.name or not binding.namespace:
+                raise ConsumersUnknownError(
+                    f"the name of claim uid {uid} is not recorded (its entry was rebuilt without its "
+                    "metadata file), so its consumers cannot be read"
+                )
+            with self._lock:
+                self.reads += 1
+            got = self._reader(binding.namespace, binding.name, uid)
+        except ConsumersUnknownError as exc:
+            with self._lock:
+                self._failed[uid] = (self._clock(), str(exc))
+                pending.error = str(exc)
+            raise
+        finally:
+            with self._lock:
+                self._reading.pop(uid, None)
+            pending.done.set()
+        with self._lock:
+            now = self._clock()
+            self._failed.pop(uid, None)
+            pending.result = got
+            if not got.exists:
+                self._gone[uid] = (now, got.detail)
+                return self._gone_binding(binding, got.detail)
+            self._gone.pop(uid, None)
+            before = self._learned.get(uid, frozenset())
+            known = before | got.pods
+            self._learned[uid] = known
+            if pod_uid and pod_uid not in got.pods:
+                self._remember_not_consumer(uid, pod_uid, now)
+        new = got.pods - before - (binding.pods or frozenset())
+        if new and self._recorder is not None:
+            try:
+                self._recorder(uid, got.pods)
+            except Exception as exc:  # the decision stands; the record follows at the next read
+                _log.warning("cannot record the claim's consumers", claim_uid=uid, error=str(exc))
+        if pod_uid and pod_uid not in got.pods:
+            _log.info(
+                "pod is not among the claim's consumers on the apiserver",
+                claim_uid=uid,
+                pod_uid=pod_uid,
+                pods=sorted(got.pods),
+                other_consumers=got.others,
+            )
+        return _with(binding, known)
+
+    def _remember_not_consumer(self, uid: str, pod_uid: str, now: float) -> None:
+        """Keep the negative answer (caller holds the lock); drop expired ones when many."""
+        table = self._not_consumer
+        if len(table) >= _PRUNE_ABOVE:
+            for key in [k for k, t in table.items() if now - t >= self._negative_ttl]:
+                del table[key]
+        table[(uid, pod_uid)] = now
+
+    @staticmethod
+    def _gone_binding(binding: ClaimBinding, detail: str) -> ClaimBinding:
+        """No pod holds a claim the apiserver confirms gone: refused with CPUs, else no pods."""
+        if binding.pinning is not None:
+            raise PinRefusedError(
+                f"claim {binding.namespace}/{binding.name} (uid {binding.claim_uid}) is gone from "
+                f"the apiserver ({detail}): no pod holds it, so no container is pinned for it",
+                reason=REASON_NOT_RESERVED,
+            )
+        return replace(binding, pods=frozenset())
+
+
+def _with(binding: ClaimBinding, learned: frozenset[str] | None) -> ClaimBinding:
+    """``binding`` whose pods include those learned; ``learned`` None: the claim was never read
+    (then pods the record does not know stay unknown)."""
+    if learned is None:
+        return binding
+    return replace(binding, pods=(binding.pods or frozenset()) | learned)

@@ -1,0 +1,92 @@
+"""Containers of a claim that were not pinned as their claim says: the vocabulary to report them.
+
+A claim container that cannot be pinned is refused (the runtime does not create it) or, where
+refusing would stop more than it protects, created without the claim's pinning. Neither may pass
+silently: each backend hands a :class:`PinFailure` to a :data:`PinFailureSink`, which ``numadra
+run`` turns into a counter (``numadra_pinning_failures_total``) and a Warning Event on the pod
+(``driver.observability.pinreports``). The labels are fixed sets, so a bug or a hostile pod
+cannot grow the metric's series.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+__all__ = [
+    "ACTION_REFUSED",
+    "ACTION_UNCHECKED",
+    "ACTION_UNPINNED",
+    "PIN_FAILURE_ACTIONS",
+    "PIN_FAILURE_REASONS",
+    "REASON_BAD_MARKER",
+    "REASON_CONSUMERS_UNKNOWN",
+    "REASON_LOOKUP_FAILED",
+    "REASON_NOT_PINNER",
+    "REASON_NOT_RESERVED",
+    "REASON_POOL_EMPTY",
+    "REASON_TIMEOUT",
+    "REASON_UNKNOWN_CLAIM",
+    "PinFailure",
+    "PinFailureSink",
+]
+
+#: the container's pod is not one the claim is reserved for (a copied marker, in the usual case)
+REASON_NOT_RESERVED = "not_reserved"
+#: the claim's consumers could not be learned from the apiserver (outage, timeout, name unknown)
+REASON_CONSUMERS_UNKNOWN = "consumers_unknown"
+#: the marker names no claim, or one this driver has not prepared (or there are no records)
+REASON_UNKNOWN_CLAIM = "unknown_claim"
+#: the driver's record of the claim could not be read (the journal unreadable, say)
+REASON_LOOKUP_FAILED = "lookup_failed"
+#: a malformed marker, or a request the claim has no CPUs for
+REASON_BAD_MARKER = "bad_marker"
+#: the node shared pool is empty: a container on it would run on every CPU
+REASON_POOL_EMPTY = "pool_empty"
+#: this process may not adjust containers and cannot tell that another one does (pinner lock)
+REASON_NOT_PINNER = "not_pinner"
+#: the answer did not come within the runtime's time box, so it carried no adjustment
+REASON_TIMEOUT = "timeout"
+PIN_FAILURE_REASONS = (
+    REASON_NOT_RESERVED,
+    REASON_CONSUMERS_UNKNOWN,
+    REASON_UNKNOWN_CLAIM,
+    REASON_LOOKUP_FAILED,
+    REASON_BAD_MARKER,
+    REASON_POOL_EMPTY,
+    REASON_NOT_PINNER,
+    REASON_TIMEOUT,
+)
+
+#: the runtime was told to refuse the container
+ACTION_REFUSED = "refused"
+#: the container was created without (all of) its claim's pinning
+ACTION_UNPINNED = "unpinned"
+#: a running container was left as it runs: whether its pod holds the claim could not be checked
+ACTION_UNCHECKED = "unchecked"
+PIN_FAILURE_ACTIONS = (ACTION_REFUSED, ACTION_UNPINNED, ACTION_UNCHECKED)
+
+
+@dataclass(frozen=True, slots=True)
+class PinFailure:
+    """One claim container not pinned as its claim says, with the pod to report it on."""
+
+    reason: str
+    action: str
+    pod_namespace: str
+    pod_name: str
+    pod_uid: str
+    container: str
+    claim_uid: str
+    #: the same text the log line and the refusal carry (names claim, pod and container)
+    message: str
+
+    def __post_init__(self) -> None:
+        if self.reason not in PIN_FAILURE_REASONS:
+            raise ValueError(f"unknown pinning failure reason {self.reason!r}")
+        if self.action not in PIN_FAILURE_ACTIONS:
+            raise ValueError(f"unknown pinning failure action {self.action!r}")
+
+
+#: where a backend reports a :class:`PinFailure` (must not block: it runs on the runtime's path)
+PinFailureSink = Callable[[PinFailure], None]

@@ -1,0 +1,168 @@
+"""ConsumerCheck: one read per claim at a time, answers kept as long as they are safe to keep.
+
+The reader here is a test double of the apiserver read (the real one, over HTTP, is exercised in
+tests/integration/pinning/test_shared_claims.py): it answers from a dict, counts its calls, and
+can fail or block; the clock is a plain number the test advances, so nothing here waits on time.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+import pytest
+
+from driver.errors import ConsumersUnknownError, PinRefusedError
+from driver.pinning.consumers import GONE_NOT_FOUND, ClaimConsumers, ConsumerCheck
+from driver.pinning.types import ClaimBinding, ClaimPinning, CpuAssignment, CpuMode
+
+PIN = ClaimPinning("u1", (CpuAssignment("main", CpuMode.EXCLUSIVE, frozenset({2, 3}), frozenset({0})),))
+CPUS = ClaimBinding("u1", "ml", "cpus", frozenset({"pod-a"}), PIN)
+GPU = ClaimBinding("u2", "ml", "gpu", frozenset({"pod-a"}), None, mems=frozenset({1}))
+
+
+@dataclass
+class FakeReader:
+    """Stands in for the apiserver read: answers per claim UID, counts reads, may fail or block."""
+
+    answers: dict[str, ClaimConsumers] = field(default_factory=dict)
+    failing: bool = False
+    gate: threading.Event | None = None
+    reads: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def __call__(self, namespace: str, name: str, claim_uid: str, /) -> ClaimConsumers:
+        self.reads.append((namespace, name, claim_uid))
+        if self.gate is not None:
+            self.gate.wait(5)
+        if self.failing:
+            raise ConsumersUnknownError(f"get resourceclaims/{namespace}/{name}: apiserver unreachable")
+        return self.answers[claim_uid]
+
+
+@dataclass
+class Clock:
+    now: float = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _check(
+    reader: FakeReader, clock: Clock | None = None
+) -> tuple[ConsumerCheck, list[tuple[str, frozenset[str]]]]:
+    recorded: list[tuple[str, frozenset[str]]] = []
+    check = ConsumerCheck(reader, lambda uid, pods: recorded.append((uid, pods)), clock=clock or Clock())
+    return check, recorded
+
+
+def test_a_recorded_pod_needs_no_read() -> None:
+    """The pods of the record bind as they are."""
+    reader = FakeReader()
+    check, _ = _check(reader)
+    assert check.confirm(CPUS, "pod-a") == CPUS
+    assert reader.reads == []
+
+
+def test_a_later_pod_of_a_shared_claim_is_learned_once_and_recorded() -> None:
+    """Pod B, reserved after the prepare: one read, then it binds; B's other containers, and pod
+    C listed by the same read, need no read; the recorder gets what the read listed."""
+    reader = FakeReader({"u1": ClaimConsumers(pods=frozenset({"pod-a", "pod-b", "pod-c"}))})
+    check, recorded = _check(reader)
+    for _ in range(5):  # five containers of pod B
+        got = check.confirm(CPUS, "pod-b")
+        assert got.pods == frozenset({"pod-a", "pod-b", "pod-c"})
+    assert check.confirm(CPUS, "pod-c").reserved_for("pod-c", "ml")
+    assert reader.reads == [("ml", "cpus", "u1")]
+    assert recorded == [("u1", frozenset({"pod-a", "pod-b", "pod-c"}))]
+    assert check.learned("u1") == frozenset({"pod-a", "pod-b", "pod-c"})
+
+
+def test_a_pod_that_is_not_a_consumer_costs_one_read_per_period() -> None:
+    """The negative answer is kept for that pod a while: retries and many containers cost one read."""
+    reader = FakeReader({"u1": ClaimConsumers(pods=frozenset({"pod-a"}))})
+    clock = Clock()
+    check, recorded = _check(reader, clock)
+    for _ in range(10):
+        assert not check.confirm(CPUS, "pod-evil").reserved_for("pod-evil", "ml")
+    assert len(reader.reads) == 1 and recorded == []
+    clock.now += 60  # the answer is old: a pod reserved since must not stay refused
+    reader.answers["u1"] = ClaimConsumers(pods=frozenset({"pod-a", "pod-evil"}))
+    assert check.confirm(CPUS, "pod-evil").reserved_for("pod-evil", "ml")
+    assert len(reader.reads) == 2
+
+
+def test_a_negative_answer_for_one_pod_does_not_refuse_another() -> None:
+    """A pod that starts after another pod's negative read gets a read of its own."""
+    reader = FakeReader({"u1": ClaimConsumers(pods=frozenset({"pod-a"}))})
+    check, _ = _check(reader)
+    assert not check.confirm(CPUS, "pod-x").reserved_for("pod-x", "ml")
+    reader.answers["u1"] = ClaimConsumers(pods=frozenset({"pod-a", "pod-b"}))
+    assert check.confirm(CPUS, "pod-b").reserved_for("pod-b", "ml")
+    assert len(reader.reads) == 2
+
+
+def test_unknown_consumers_become_known_even_when_empty() -> None:
+    """A rebuilt entry (pods None) read to have no pod consumer knows that now: pods == {}."""
+    reader = FakeReader({"u1": ClaimConsumers(pods=frozenset(), others=1)})
+    check, recorded = _check(reader)
+    unknown = ClaimBinding("u1", "ml", "cpus", None, PIN)
+    assert check.confirm(unknown, "pod-z").pods == frozenset()
+    assert recorded == []  # nothing new to keep
+
+
+def test_an_outage_is_not_an_answer_and_is_not_asked_again_at_once() -> None:
+    """A failed read raises ConsumersUnknownError; for a moment the claim's reads are not repeated."""
+    reader = FakeReader(failing=True)
+    clock = Clock()
+    check, _ = _check(reader, clock)
+    for _ in range(3):
+        with pytest.raises(ConsumersUnknownError, match="unreachable"):
+            check.confirm(CPUS, "pod-b")
+    assert len(reader.reads) == 1
+    clock.now += 2
+    reader.failing = False
+    reader.answers["u1"] = ClaimConsumers(pods=frozenset({"pod-a", "pod-b"}))
+    assert check.confirm(CPUS, "pod-b").reserved_for("pod-b", "ml")
+
+
+def test_a_claim_without_a_recorded_name_cannot_be_read() -> None:
+    """An entry rebuilt without its metadata has no name: consumers unknown, no read sent."""
+    reader = FakeReader()
+    check, _ = _check(reader)
+    with pytest.raises(ConsumersUnknownError, match="name of claim uid u1 is not recorded"):
+        check.confirm(ClaimBinding("u1", "", "", None, PIN), "pod-z")
+    assert reader.reads == []
+
+
+def test_a_gone_claim_holds_no_pod() -> None:
+    """Confirmed gone: a CPU claim's container is refused as not reserved; a GPU claim has no pods."""
+    gone = ClaimConsumers(gone=GONE_NOT_FOUND, detail="ml/cpus not found")
+    reader = FakeReader({"u1": gone, "u2": gone})
+    check, _ = _check(reader)
+    with pytest.raises(PinRefusedError, match=r"gone from the apiserver \(ml/cpus not found\)") as err:
+        check.confirm(CPUS, "pod-b")
+    assert err.value.reason == "not_reserved"
+    assert check.confirm(GPU, "pod-b").pods == frozenset()
+
+
+def test_concurrent_containers_of_one_claim_share_one_read() -> None:
+    """Eight containers asking at once while the read is in flight: one read, eight answers."""
+    gate = threading.Event()
+    reader = FakeReader({"u1": ClaimConsumers(pods=frozenset({"pod-a", "pod-b"}))}, gate=gate)
+    check, _ = _check(reader)
+    answers: list[bool] = []
+    threads = [
+        threading.Thread(
+            target=lambda: answers.append(check.confirm(CPUS, "pod-b").reserved_for("pod-b", "ml"))
+        )
+        for _ in range(8)
+    ]
+    for t in threads:
+        t.start()
+    while not reader.reads:  # the first thread is inside the read; the others queue behind it
+        threading.Event().wait(0.01)
+    gate.set()
+    for t in threads:
+        t.join(10)
+    assert answers == [True] * 8
+    assert len(reader.reads) == 1
