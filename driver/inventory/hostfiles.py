@@ -1,0 +1,103 @@
+"""Files of the host that another program wrote: read safely, and their paths resolved in a root.
+
+The NVIDIA user-space discovery reads files that numadra does not own: the driver's version files,
+the driver root's libraries and binaries, and the CDI specs other programs leave in the shared CDI
+dirs. A file there may be a symbolic link planted to make numadra read something else, a FIFO that
+blocks the reader forever, or a huge file. :func:`read_host_file` is the one place those files are
+read: the last component is never followed (``O_NOFOLLOW``), the open does not block
+(``O_NONBLOCK``), only regular files are read, and never more than a cap.
+
+Paths in a CDI spec and in the driver's own symlinks are *host* paths; numadra sees the host under
+``--host-root``. :func:`resolve_in_root` follows a host path's symbolic links the way the host
+would (an absolute target starts again at the host's root), without ever leaving the root, so a
+check of "does the mount source exist" looks at the file the runtime will mount.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+__all__ = ["UnsafeFileError", "host_join", "read_host_file", "resolve_in_root"]
+
+# ruff: noqa: PTH115 - os.readlink on plain strings, one component at a time
+
+#: symbolic links followed while resolving one path (the kernel's limit)
+_MAX_LINKS = 40
+
+
+class UnsafeFileError(ValueError):
+    """A file is not one numadra reads: not a regular file, or larger than the cap."""
+
+
+def read_host_file(path: str, *, limit: int) -> bytes:
+    """The bytes of the regular file ``path``, at most ``limit`` of them.
+
+    Raises OSError when it cannot be opened (``ELOOP`` for a symbolic link) and
+    :class:`UnsafeFileError` for anything but a regular file, or a file larger than ``limit``.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafeFileError(f"{path} is not a regular file")
+        if st.st_size > limit:
+            raise UnsafeFileError(f"{path} is larger than {limit} bytes")
+        chunks: list[bytes] = []
+        size = 0
+        while size <= limit:
+            chunk = os.read(fd, limit + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > limit:  # grew between fstat and read
+            raise UnsafeFileError(f"{path} is larger than {limit} bytes")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def host_join(root: str, host_path: str) -> str:
+    """Where numadra sees the host path ``host_path`` when the host is mounted at ``root``."""
+    base = root.rstrip("/")
+    return base + host_path if host_path.startswith("/") else f"{base}/{host_path}"
+
+
+def resolve_in_root(root: str, host_path: str) -> str:
+    """``host_path`` with every symbolic link resolved as on the host, confined to ``root``.
+
+    Returns the resolved host path (absolute, without ``root``). ``..`` never climbs above the
+    host's ``/``. Raises OSError when a component is missing (``ENOENT``), when a component that
+    has more after it is not a directory or a link (``ENOTDIR``), or after too many links
+    (``ELOOP``).
+    """
+    if not host_path.startswith("/"):
+        raise OSError(22, "not an absolute host path", host_path)
+    pending = [p for p in host_path.split("/") if p]
+    pending.reverse()  # popped from the end: the next component is last
+    resolved: list[str] = []
+    links = 0
+    while pending:
+        part = pending.pop()
+        if part == ".":
+            continue
+        if part == "..":
+            if resolved:
+                resolved.pop()
+            continue
+        current = "/" + "/".join([*resolved, part])
+        st = os.lstat(host_join(root, current))
+        if stat.S_ISLNK(st.st_mode):
+            links += 1
+            if links > _MAX_LINKS:
+                raise OSError(40, "too many levels of symbolic links", host_path)
+            target = os.readlink(host_join(root, current))
+            if target.startswith("/"):
+                resolved = []
+            pending.extend(reversed([p for p in target.split("/") if p]))
+            continue
+        if pending and not stat.S_ISDIR(st.st_mode):
+            raise OSError(20, "not a directory", current)
+        resolved.append(part)
+    return "/" + "/".join(resolved)
