@@ -32,6 +32,7 @@ from typing import Any, Protocol, runtime_checkable
 from cdi import atomic_write_bytes, remove_file, spec_bytes
 from cdi.spec import CdiSpecError
 from driver.claims.attributes import PublishedAttributes
+from driver.claims.hostedits import DeviceExtras, HostEdits, UserspaceWarnings
 from driver.claims.metadata import METADATA_DIR, metadata_dir, metadata_file_glob, metadata_files
 from driver.claims.names import check_claim_uid, describe_claim, dir_prefix
 from driver.claims.render import CpuHook, claim_spec, claim_spec_file_name
@@ -124,6 +125,7 @@ class _Planned:
     ref: ClaimRef
     claim: JsonObject
     entry: JournalEntry
+    extras: DeviceExtras | None = None
 
 
 class ClaimsDriver:
@@ -141,6 +143,8 @@ class ClaimsDriver:
         status: StatusWriter | None = None,
         on_fatal: Callable[[BaseException, str], None] | None = None,
         cpu_hook: CpuHook | None = None,
+        host_edits: HostEdits | None = None,
+        warnings: UserspaceWarnings | None = None,
     ) -> None:
         self.driver_name = driver_name
         self.node_name = node_name
@@ -151,6 +155,8 @@ class ClaimsDriver:
         self._status = status
         self._on_fatal = on_fatal
         self._cpu_hook = cpu_hook
+        self._host_edits = host_edits
+        self._warnings = warnings
         #: files and directories are written below these without following symbolic links
         self._roots = (str(cdi_dir), str(plugin_dir))
         self._journal = Journal(
@@ -184,7 +190,7 @@ class ClaimsDriver:
                         dirty |= changed
                         results[ref.uid] = PrepareResult(devices=devices)
                         continue
-                    planned.append(_Planned(ref, got, self._plan(ref, got, inventory, attrs)))
+                    planned.append(self._plan(ref, got, inventory, attrs))
                 except ClaimError as exc:
                     results[ref.uid] = PrepareResult(error=f"{describe_claim(ref)}: {exc.reason}")
                 except (PinningError, CdiSpecError) as exc:
@@ -322,9 +328,12 @@ class ClaimsDriver:
         attrs: Mapping[str, Mapping[str, Any]],
         previous: Mapping[str, str] | None,
         pods: tuple[str, ...] | None = None,
+        *,
+        extras: DeviceExtras | None = None,
     ) -> JournalEntry:
         """Everything to write for a claim, as a journal entry (pure apart from reading attrs);
-        ``pods``: the UIDs of the pods the claim is reserved for (:func:`reserved_pods`)."""
+        ``pods``: the UIDs of the pods the claim is reserved for (:func:`reserved_pods`);
+        ``extras``: what the host adds to its devices (:meth:`_extras`)."""
         devices: list[PreparedDevice] = []
         specs: list[StoredFile] = []
         metas: list[StoredFile] = []
@@ -342,6 +351,7 @@ class ClaimsDriver:
                 pinning=pinning,
                 cpu_hook=self._cpu_hook,
                 mounts={meta.request: meta.mount for meta in files},
+                extras=extras,
             )
             spec_path = dir_prefix(self.cdi_dir) + claim_spec_file_name(self.driver_name, view.uid)
             specs.append(StoredFile(spec_path, spec_bytes(spec).decode()))
@@ -358,9 +368,15 @@ class ClaimsDriver:
             reserved_pods=pods,
         )
 
+    def _extras(self, view: ClaimView) -> DeviceExtras | None:
+        """What the host adds to the claim's devices (NVIDIA user space, node groups); None for none."""
+        if self._host_edits is None or not any(d.kind is not DeviceKind.CPU for d in view.devices):
+            return None
+        return self._host_edits.for_devices(view.devices)
+
     def _plan(
         self, ref: ClaimRef, claim: JsonObject, inventory: Inventory, attrs: Mapping[str, Mapping[str, Any]]
-    ) -> JournalEntry:
+    ) -> _Planned:
         """Decide a new claim and put it into the journal (in memory)."""
         view = select_devices(
             claim, ref, driver_name=self.driver_name, node_name=self.node_name, inventory=inventory
@@ -372,9 +388,10 @@ class ClaimsDriver:
             taken = self._journal.taken_cpus(except_uid=ref.uid)
             pinning = self._planner.plan(ref.uid, requests, taken)
         # the "prepared" line names the pods; none (not from a kubelet) means NRI pins nothing
-        entry = self._render(view, pinning, attrs, None, reserved_pods(claim))
+        extras = self._extras(view)
+        entry = self._render(view, pinning, attrs, None, reserved_pods(claim), extras=extras)
         self._journal.put(entry)
-        return entry
+        return _Planned(ref, claim, entry, extras)
 
     def _repeat(
         self,
@@ -391,7 +408,7 @@ class ClaimsDriver:
                 claim, ref, driver_name=self.driver_name, node_name=self.node_name, inventory=inventory
             )
             previous = {f.path: f.content for f in entry.metadata_files}
-            fresh = self._render(view, entry.pinning, attrs, previous)
+            fresh = self._render(view, entry.pinning, attrs, previous, extras=self._extras(view))
             if fresh.metadata_files != entry.metadata_files and fresh.devices == entry.devices:
                 entry = replace(entry, metadata_files=fresh.metadata_files)
                 self._journal.put(entry)
@@ -515,6 +532,19 @@ class ClaimsDriver:
                     remove_file(path, roots=self._roots)
 
     def _report(self, done: Sequence[_Planned]) -> None:
+        for item in done:  # once per claim: a repeat prepare answers from the journal
+            extras = item.extras
+            if extras is not None and extras.warnings and extras.source is not None:
+                _log.warning(
+                    "nvidia user space",
+                    claim_uid=item.ref.uid,
+                    claim=f"{item.ref.namespace}/{item.ref.name}",
+                    source=extras.source.value,
+                    warnings=list(extras.warnings),
+                )
+                if self._warnings is not None:
+                    warn = partial(self._warnings.warn, item.claim, extras.source, extras.warnings)
+                    self._best_effort(item.ref.uid, "warn", warn)
         if self._status is None:
             return
         status = self._status
