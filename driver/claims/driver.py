@@ -169,6 +169,8 @@ class ClaimsDriver:
         self._lock = threading.Lock()
         #: what the last :meth:`reconcile` did per journaled claim: "ok" or "recreated" -> count
         self.recovery: Counter[str] = Counter()
+        #: claims whose NVIDIA GPUs got a fallback or no user space, by source ("driver_root", "none")
+        self.userspace_warnings: Counter[str] = Counter()
 
     # -- DriverPlugin ---------------------------------------------------------------------------
 
@@ -542,6 +544,7 @@ class ClaimsDriver:
                     source=extras.source.value,
                     warnings=list(extras.warnings),
                 )
+                self.userspace_warnings[extras.source.name.lower()] += 1
                 if self._warnings is not None:
                     warn = partial(self._warnings.warn, item.claim, extras.source, extras.warnings)
                     self._best_effort(item.ref.uid, "warn", warn)

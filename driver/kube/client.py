@@ -627,6 +627,13 @@ class KubeClient:
             idempotent=True,
         )
 
+    # -- events ----------------------------------------------------------------------------------
+    def create_event(self, namespace: str, obj: Mapping[str, Any]) -> None:
+        """POST a core/v1 Event (a warning a user reads with ``kubectl describe``); never sent twice."""
+        name = str((obj.get("involvedObject") or {}).get("name", ""))
+        path = f"/api/v1/namespaces/{quote(namespace)}/events"
+        self._call("create", "events", f"{namespace}/{name}", "POST", path, body=dict(obj), idempotent=False)
+
     # -- nodes -----------------------------------------------------------------------------------
     def get_node(self, name: str) -> dict[str, Any]:
         """GET one Node (the slices' owner reference needs its UID)."""

@@ -19,6 +19,9 @@ Series (all prefixed ``numadra_``):
   files numadra wrote for them (reason: ``journal_missing``, ``journal_empty``,
   ``journal_deleted``, ``journal_replaced``, ``journal_truncated``, ``entry_missing``). Anything
   but 0 means the node's state was damaged: alert on it (docs/troubleshooting.md);
+* ``nvidia_userspace_warnings_total`` {source}: claims whose NVIDIA GPUs got the driver root's
+  files although a toolkit spec could not serve them, or lacked files (``driver_root``), or got
+  no driver user space at all (``none``), each also a Warning Event (docs/gpu-userspace.md);
 * ``cpus_free`` {numa_node}: online CPUs of each NUMA node neither reserved nor pinned to a claim;
 * ``registered``: 1 while the kubelet has registered the plugin, 0 before or after a failure;
 * ``build_info`` {version, driver, node}: constant 1, to join other series on.
@@ -40,6 +43,7 @@ __all__ = [
     "JOURNAL_ACTIONS",
     "PUBLISH_OPERATIONS",
     "STATE_RECOVERY_REASONS",
+    "USERSPACE_WARNING_SOURCES",
     "Metrics",
     "Result",
 ]
@@ -54,6 +58,8 @@ PUBLISH_OPERATIONS = ("create", "update", "delete")
 #: quarantined: entry could not be repaired and was set aside
 JOURNAL_ACTIONS = ("ok", "recreated", "dropped", "quarantined")
 TAINT_ACTIONS = ("added", "removed")
+#: the NVIDIA user-space sources a claim is warned about (``ClaimsDriver.userspace_warnings``)
+USERSPACE_WARNING_SOURCES = ("driver_root", "none")
 
 # Prepare has a 5 ms budget on the hot path but can take seconds when the apiserver is slow
 # (the kubelet gives up after 45 s): buckets span 1 ms .. 45 s.
@@ -136,6 +142,12 @@ class Metrics:
             ["action"],
             registry=r,
         )
+        self._userspace_warnings = Counter(
+            "numadra_nvidia_userspace_warnings",
+            "Claims whose NVIDIA GPUs got a fallback or no driver user space, by source",
+            ["source"],
+            registry=r,
+        )
         self._cpus_free = Gauge(
             "numadra_cpus_free",
             "Online CPUs of a NUMA node neither reserved nor pinned to a prepared claim",
@@ -149,6 +161,7 @@ class Metrics:
         self._counted_taints: dict[str, int] = dict.fromkeys(TAINT_ACTIONS, 0)
         self._counted_writes: dict[str, int] = dict.fromkeys(PUBLISH_OPERATIONS, 0)
         self._counted_recoveries: dict[str, int] = dict.fromkeys(STATE_RECOVERY_REASONS, 0)
+        self._counted_userspace: dict[str, int] = dict.fromkeys(USERSPACE_WARNING_SOURCES, 0)
         info = Gauge(
             "numadra_build_info",
             "Constant 1, labelled with version, driver and node",
@@ -169,6 +182,8 @@ class Metrics:
             self._taint_transitions.labels(action=action)
         for reason in STATE_RECOVERY_REASONS:
             self._state_recoveries.labels(reason=reason)
+        for source in USERSPACE_WARNING_SOURCES:
+            self._userspace_warnings.labels(source=source)
         self.set_device_counts({})
 
     def observe_prepare(self, result: Result, seconds: float, claims: int = 1) -> None:
@@ -224,6 +239,14 @@ class Metrics:
         with the same totals adds nothing.
         """
         _catch_up(self._state_recoveries, "reason", self._counted_recoveries, totals, "state recovery reason")
+
+    def set_userspace_warnings(self, totals: Mapping[str, int]) -> None:
+        """Catch up with the claims driver's running totals of NVIDIA user-space warnings.
+
+        ``{"driver_root": 1, "none": 0}`` (``ClaimsDriver.userspace_warnings``); calling this
+        again with the same totals adds nothing.
+        """
+        _catch_up(self._userspace_warnings, "source", self._counted_userspace, totals, "user-space source")
 
     def set_publish_writes(self, totals: Mapping[str, int]) -> None:
         """Catch up with the publisher's cumulative successful writes ``{"create": n, ...}``.

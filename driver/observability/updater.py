@@ -45,6 +45,7 @@ class MetricsUpdater:
         monitor: HealthMonitor,
         taints: HealthTaints,
         publisher: SlicePublisher,
+        userspace_warnings: Callable[[], Mapping[str, int]] | None = None,
     ) -> None:
         self.metrics = metrics
         self._inventory = inventory
@@ -55,6 +56,7 @@ class MetricsUpdater:
         self._monitor = monitor
         self._taints = taints
         self._publisher = publisher
+        self._userspace_warnings = userspace_warnings
 
     def update(self) -> None:
         """Set every metric that mirrors a component's state (cheap: no I/O, no apiserver)."""
@@ -66,6 +68,8 @@ class MetricsUpdater:
         metrics.set_cpus_free(free)
         metrics.set_registered(self._registered.is_set())
         metrics.set_state_recoveries(self._state_recoveries())
+        if self._userspace_warnings is not None:
+            metrics.set_userspace_warnings(self._userspace_warnings())
         kinds = {dev.name: kind.value for kind, dev in inventory.devices()}
         counts: Counter[tuple[str, str]] = Counter()
         for health in self._monitor.health_snapshot():

@@ -174,6 +174,7 @@ def test_a_lying_toolkit_spec_falls_back_and_warns_once(tmp_path: Path, host: Pa
     again = served.prepare_claims([world.getter.add(world.getter.claims[("default", f"claim-{uid}")])])
     assert [d.cdi_device_ids for d in again[uid].devices] == ids
     assert len(recorder.calls) == 1
+    assert served.userspace_warnings == {"driver_root": 1}  # numadra_nvidia_userspace_warnings_total
 
 
 def test_no_user_space_anywhere_is_prepared_but_never_silent(tmp_path: Path, host: Path) -> None:
