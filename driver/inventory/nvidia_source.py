@@ -44,6 +44,7 @@ class SourceChoice:
     #: GPU device name -> the toolkit's CDI device ID (TOOLKIT only)
     toolkit_ids: Mapping[str, str] = field(default_factory=dict)
     driver: DriverUserspace | None = None  # DRIVER_ROOT only
+    toolkit_files: tuple[str, ...] = ()  # TOOLKIT only: the spec files that define the devices
     #: warnings: why the toolkit spec was not used, what the driver root lacks, why there is none
     warnings: tuple[str, ...] = ()
 
@@ -70,7 +71,8 @@ def choose_source(gpus: Sequence[Gpu], toolkit: ToolkitSpecs, driver: DriverUser
     if toolkit.files:
         found = _toolkit_ids(nvidia, toolkit)
         if isinstance(found, dict):
-            return SourceChoice(UserspaceSource.TOOLKIT, toolkit_ids=found)
+            files = tuple(sorted({toolkit.devices[g.uuid].path for g in nvidia if g.uuid}))
+            return SourceChoice(UserspaceSource.TOOLKIT, toolkit_ids=found, toolkit_files=files)
         warnings.append(f"toolkit spec not used: {found}")
     warnings += [f"toolkit spec not used: {p}" for p in toolkit.problems]
     if driver.usable:
