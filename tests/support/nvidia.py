@@ -220,3 +220,4 @@ def make_char_devices(host_root: Path, paths: Sequence[str], *, major: int = 1, 
         if node.is_symlink() or node.exists():
             node.unlink()
         os.mknod(node, 0o666 | 0o020000, os.makedev(major, minor))  # S_IFCHR
+        node.chmod(0o666)  # whatever the umask
