@@ -64,19 +64,30 @@ def host_join(root: str, host_path: str) -> str:
     return base + host_path if host_path.startswith("/") else f"{base}/{host_path}"
 
 
-def resolve_in_root(root: str, host_path: str) -> str:
+def resolve_in_root(root: str, host_path: str, dirs: dict[str, str] | None = None) -> str:
     """``host_path`` with every symbolic link resolved as on the host, confined to ``root``.
 
     Returns the resolved host path (absolute, without ``root``). ``..`` never climbs above the
     host's ``/``. Raises OSError when a component is missing (``ENOENT``), when a component that
     has more after it is not a directory or a link (``ENOTDIR``), or after too many links
-    (``ELOOP``).
+    (``ELOOP``). ``dirs`` caches resolved parent directories across calls of one check (many
+    paths share a few directories); the caller keeps it only as long as the host may not change.
     """
     if not host_path.startswith("/"):
         raise OSError(22, "not an absolute host path", host_path)
+    if dirs is not None:
+        parent, _, name = host_path.rstrip("/").rpartition("/")
+        known = dirs.get(parent)
+        if known is None:
+            known = dirs[parent] = resolve_in_root(root, parent or "/")
+        return _walk(root, [p for p in known.split("/") if p], [name], host_path)
     pending = [p for p in host_path.split("/") if p]
     pending.reverse()  # popped from the end: the next component is last
-    resolved: list[str] = []
+    return _walk(root, [], pending, host_path)
+
+
+def _walk(root: str, resolved: list[str], pending: list[str], host_path: str) -> str:
+    """Resolve the ``pending`` components (next one last) below the resolved ``resolved`` ones."""
     links = 0
     while pending:
         part = pending.pop()

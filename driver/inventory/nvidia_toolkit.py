@@ -89,36 +89,37 @@ class ToolkitSpecs:
             return f"{where}: no device {name!r}"
         if device.conflict:
             return device.conflict
+        dirs: dict[str, str] = {}  # resolved parent dirs, for this check only
         for edits in (device.common, device.edits):
-            problem = _check_edits(self.host_root, edits)
+            problem = _check_edits(self.host_root, edits, dirs)
             if problem:
                 return f"{device.path}: device {name!r}: {problem}"
         return ""
 
 
-def _stat_in_root(host_root: str, host_path: str) -> tuple[str, os.stat_result] | str:
+def _stat_in_root(host_root: str, host_path: str, dirs: dict[str, str]) -> tuple[str, os.stat_result] | str:
     """The resolved path and its stat, or why there is none."""
     try:
-        resolved = resolve_in_root(host_root, host_path)
+        resolved = resolve_in_root(host_root, host_path, dirs)
         return resolved, os.stat(host_join(host_root, resolved), follow_symlinks=False)
     except OSError as exc:
         return f"{host_path} does not exist on the host ({exc.strerror or exc})"
 
 
-def _check_edits(host_root: str, edits: ContainerEdits) -> str:
+def _check_edits(host_root: str, edits: ContainerEdits, dirs: dict[str, str]) -> str:
     for node in edits.device_nodes:
         host_path = node.host_path or node.path
-        found = _stat_in_root(host_root, host_path)
+        found = _stat_in_root(host_root, host_path, dirs)
         if isinstance(found, str):
             return f"device node {found}"
         if not stat.S_ISCHR(found[1].st_mode):
             return f"device node {host_path} is not a character device"
     for mount in edits.mounts:
-        found = _stat_in_root(host_root, mount.host_path)
+        found = _stat_in_root(host_root, mount.host_path, dirs)
         if isinstance(found, str):
             return f"mount source {found}"
     for hook in edits.hooks:
-        found = _stat_in_root(host_root, hook.path)
+        found = _stat_in_root(host_root, hook.path, dirs)
         if isinstance(found, str):
             return f"hook {found}"
         if not stat.S_ISREG(found[1].st_mode) or not found[1].st_mode & 0o111:

@@ -152,3 +152,19 @@ def test_resolve_in_root_never_leaves_the_root(tmp_path: Path) -> None:
         resolve_in_root(str(tmp_path), "/a")
     with pytest.raises(FileNotFoundError):
         resolve_in_root(str(tmp_path), "/usr/nothing")
+
+
+def test_resolve_with_a_directory_cache_gives_the_same_answers(tmp_path: Path) -> None:
+    """The per-check cache of parent directories changes the cost, never the result."""
+    root = write_nvidia_driver(tmp_path, NvidiaDriver(version=V))
+    dirs: dict[str, str] = {}
+    for path in (
+        "/lib/x86_64-linux-gnu/libcuda.so.1",
+        f"{LIB}/libcuda.so",
+        "/bin/nvidia-smi",
+        "/lib/../lib64",
+    ):
+        assert resolve_in_root(str(root), path, dirs) == resolve_in_root(str(root), path)
+    assert dirs["/lib/x86_64-linux-gnu"] == LIB
+    with pytest.raises(FileNotFoundError):
+        resolve_in_root(str(root), "/lib/x86_64-linux-gnu/libgone.so", dirs)
