@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -154,7 +155,7 @@ def test_a_spec_without_the_gpu_falls_back_naming_it(host: Path, tmp_path: Path)
 def test_a_gpu_without_uuid_cannot_be_matched(host: Path, tmp_path: Path) -> None:
     """Matching is by UUID only: a GPU whose UUID nobody reported is not guessed by index."""
     write_toolkit_spec(tmp_path / "cdi/nvidia.yaml", toolkit_spec(GPUS, DRIVER))
-    gpus = [g.__class__(**{**{f: getattr(g, f) for f in g.__slots__}, "uuid": None}) for g in _gpus(host)]
+    gpus = [dataclasses.replace(g, uuid=None) for g in _gpus(host)]
     choice = choose_source(gpus, _finder(host, tmp_path / "cdi").find(), discover_driver_userspace(str(host)))
     assert choice.source is UserspaceSource.DRIVER_ROOT
     assert "no known UUID" in choice.warnings[0]
