@@ -120,6 +120,11 @@ def _prepared_keys(entry: JournalEntry) -> dict[str, Any]:
     return keys
 
 
+def _own_ids(devices: Sequence[PreparedDevice]) -> list[PreparedDevice]:
+    """The devices with numadra's own CDI ID only (render puts it last, after the toolkit's)."""
+    return [replace(d, cdi_device_ids=d.cdi_device_ids[-1:]) for d in devices]
+
+
 @dataclass(frozen=True, slots=True)
 class _Planned:
     ref: ClaimRef
@@ -410,8 +415,10 @@ class ClaimsDriver:
                 claim, ref, driver_name=self.driver_name, node_name=self.node_name, inventory=inventory
             )
             previous = {f.path: f.content for f in entry.metadata_files}
-            fresh = self._render(view, entry.pinning, attrs, previous, extras=self._extras(view))
-            if fresh.metadata_files != entry.metadata_files and fresh.devices == entry.devices:
+            fresh = self._render(view, entry.pinning, attrs, previous)  # the host's extras: journaled
+            if fresh.metadata_files != entry.metadata_files and _own_ids(fresh.devices) == _own_ids(
+                entry.devices
+            ):
                 entry = replace(entry, metadata_files=fresh.metadata_files)
                 self._journal.put(entry)
                 changed = True

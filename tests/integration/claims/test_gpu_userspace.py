@@ -202,3 +202,19 @@ def test_render_node_of_a_root_only_group_gives_that_group(tmp_path: Path, host:
     assert spec["cdiVersion"] == "0.7.0"
     _, plain = _prepare(world, served, "00000000-0000-4000-8000-000000000006", NV1)
     assert plain["cdiVersion"] == "0.5.0"  # device names start with the claim UID's digit
+
+
+def test_a_repeat_prepare_keeps_its_answer_when_the_toolkit_spec_appears(tmp_path: Path, host: Path) -> None:
+    """Prepare is idempotent: the toolkit's spec generated after the first prepare changes nothing
+    for that claim (same CDI IDs, same spec); the next claim gets the toolkit's device."""
+    world, served = _world(tmp_path, host, Recorder())
+    uid = "00000000-0000-4000-8000-000000000007"
+    ids, spec = _prepare(world, served, uid, NV0)
+    gpus = [ToolkitGpu(0, UUIDS[0], 0), ToolkitGpu(1, UUIDS[1], 1)]
+    write_toolkit_spec(world.cdi_dir / "nvidia.yaml", toolkit_spec(gpus, NvidiaDriver(version=V)))
+    again = served.prepare_claims([world.getter.add(world.getter.claims[("default", f"claim-{uid}")])])
+    assert [d.cdi_device_ids for d in again[uid].devices] == ids
+    assert json.loads((world.cdi_dir / f"{DRIVER}_claim_{uid}.json").read_text()) == spec
+    served.unprepare_claims([world.getter.add(world.getter.claims[("default", f"claim-{uid}")])])
+    next_ids, _ = _prepare(world, served, "00000000-0000-4000-8000-000000000008", NV0)
+    assert next_ids[0][0] == f"nvidia.com/gpu={UUIDS[0]}"
