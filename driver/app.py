@@ -126,6 +126,7 @@ class RunConfig:
     claim_status: bool = True
     claim_read_timeout: float = 10.0  # overall deadline of one claim GET or LIST
     nvidia_driver_root: str = "/"  # host path of the NVIDIA driver's files (docs/gpu-userspace.md)
+    device_groups: bool = True  # CDI additionalGids for device nodes only their group may open
     publish_backoff_cap: float = 30.0
     #: how long the background start (step 5 on) waits for the kubelet's registration; 0: not at all
     registration_wait: float = 1.0
@@ -385,6 +386,7 @@ class App:
             driver_root=cfg.nvidia_driver_root,
             cdi_dir=str(cfg.cdi_dir),
             claim_kind=claim_cdi_kind(cfg.driver_name),
+            device_groups=cfg.device_groups,
         )
 
     def _claim_events(self) -> ClaimEvents:

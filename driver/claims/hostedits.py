@@ -79,11 +79,16 @@ class HostEdits:
 
     ``cdi_dir`` is numadra's CDI dir as numadra sees it (the runtime reads it too); the static dir
     ``/etc/cdi`` is read below ``host_root``. Spec files numadra writes for claims are skipped.
+    ``device_groups`` False (``--device-groups=false``) leaves the groups out.
     """
 
-    def __init__(self, *, host_root: str, driver_root: str, cdi_dir: str, claim_kind: str) -> None:
+    def __init__(
+        self, *, host_root: str, driver_root: str, cdi_dir: str, claim_kind: str, device_groups: bool = True
+    ) -> None:
         self.host_root = host_root
         self.driver_root = driver_root
+        #: False: no ``additionalGids`` (a runtime whose CDI library predates cdiVersion 0.7.0)
+        self.device_groups = device_groups
         dirs: list[str] = []
         for directory in (host_join(host_root, STATIC_CDI_DIR), cdi_dir):  # lowest priority first
             if os.path.realpath(directory) not in {os.path.realpath(d) for d in dirs}:
@@ -136,7 +141,7 @@ class HostEdits:
             if isinstance(dev.device, (Gpu, Nic)):
                 by_name.setdefault(dev.device_name, dev.device)
         gids: dict[str, tuple[int, ...]] = {}
-        for name, device in by_name.items():
+        for name, device in by_name.items() if self.device_groups else ():
             found = {access_gid(self.host_root, path) for path in device.device_nodes}
             found.discard(None)
             if found:

@@ -130,6 +130,14 @@ FLAGS: tuple[Flag, ...] = (
         "/",
         "host path of the NVIDIA driver's files, mounted into CUDA containers without the toolkit's spec",
     ),
+    Flag(
+        "--device-groups",
+        _env("--device-groups"),
+        "true",
+        "give containers the group of a device node only its group may open (CDI additionalGids, "
+        "cdiVersion 0.7.0; false for runtimes whose CDI library is older)",
+        boolean=True,
+    ),
 )
 
 
@@ -282,6 +290,7 @@ def config_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = N
         claim_status=raw["claim_status"].lower() in _TRUE,
         claim_read_timeout=_read_timeout(raw),
         nvidia_driver_root=raw["nvidia_driver_root"],
+        device_groups=raw["device_groups"].lower() in _TRUE,
     )
 
 

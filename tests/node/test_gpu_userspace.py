@@ -243,7 +243,13 @@ def test_cuda_pod_gets_the_toolkit_device_of_its_gpu_then_the_driver_root(node: 
 
 
 def test_non_root_container_opens_a_render_node_of_a_root_only_group(node: NodeCluster) -> None:
-    """runAsUser 1000 opens its GPU's 0660 root:<gid> render node; the group is in its GIDs."""
+    """runAsUser 1000 opens its GPU's 0660 root:<gid> render node; the group is in its GIDs.
+
+    The open alone proves little on containerd: its CDI library makes the container's UID the
+    owner of the node it creates (with the host's mode), so the open succeeded here with numadra's
+    host edits switched off too (node ``crw-rw---- 1000 0``). What this adds is that the group
+    reaches the process (``id -G``), for runtimes that inject devices before they set the user.
+    """
     ns = node.new_namespace("render")
     with gpu_host(node):
         try:

@@ -83,12 +83,16 @@ def host(tmp_path: Path) -> Path:
     return root
 
 
-def _world(tmp_path: Path, host: Path, recorder: Recorder) -> tuple[World, Any]:
+def _world(tmp_path: Path, host: Path, recorder: Recorder, *, groups: bool = True) -> tuple[World, Any]:
     world = World(tmp_path / "node")
     world.inventory = discover(host, use_nvml=False)
     world.cdi_dir.mkdir(parents=True)
     edits = HostEdits(
-        host_root=str(host), driver_root="/", cdi_dir=str(world.cdi_dir), claim_kind=f"{DRIVER}/claim"
+        host_root=str(host),
+        driver_root="/",
+        cdi_dir=str(world.cdi_dir),
+        claim_kind=f"{DRIVER}/claim",
+        device_groups=groups,
     )
     return world, world.driver(planner=False, host_edits=edits, warnings=recorder)
 
@@ -202,6 +206,14 @@ def test_render_node_of_a_root_only_group_gives_that_group(tmp_path: Path, host:
     assert spec["cdiVersion"] == "0.7.0"
     _, plain = _prepare(world, served, "00000000-0000-4000-8000-000000000006", NV1)
     assert plain["cdiVersion"] == "0.5.0"  # device names start with the claim UID's digit
+
+
+def test_device_groups_off_keeps_the_spec_at_its_old_version(tmp_path: Path, host: Path) -> None:
+    """--device-groups=false: no additionalGids, so a runtime with an older CDI library reads the spec."""
+    world, served = _world(tmp_path, host, Recorder(), groups=False)
+    _, spec = _prepare(world, served, "00000000-0000-4000-8000-000000000009", AMD)
+    assert "additionalGids" not in _edits(spec, AMD)
+    assert spec["cdiVersion"] == "0.5.0"
 
 
 def test_a_repeat_prepare_keeps_its_answer_when_the_toolkit_spec_appears(tmp_path: Path, host: Path) -> None:

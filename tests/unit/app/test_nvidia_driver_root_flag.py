@@ -35,3 +35,10 @@ def test_relative_root_is_a_usage_error_naming_flag_and_env(tmp_path: Path) -> N
     """A host path must be absolute: the error names both spellings."""
     with pytest.raises(ConfigError, match=r"--nvidia-driver-root \(env NUMADRA_NVIDIA_DRIVER_ROOT\)"):
         _config(tmp_path, ["--nvidia-driver-root", "run/nvidia/driver"])
+
+
+def test_device_groups_on_by_default_and_off_by_flag_or_env(tmp_path: Path) -> None:
+    """--device-groups (env NUMADRA_DEVICE_GROUPS): additionalGids unless the runtime is too old."""
+    assert _config(tmp_path, []).device_groups is True
+    assert _config(tmp_path, ["--no-device-groups"]).device_groups is False
+    assert _config(tmp_path, [], {"NUMADRA_DEVICE_GROUPS": "false"}).device_groups is False
