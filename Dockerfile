@@ -4,7 +4,7 @@
 #   builder  turns the source into wheels (numadra and every dependency) and installs them into
 #            the runtime virtual environment /opt/numadra, made --without-pip and installed by the
 #            builder's own pip, then prunes what the runtime never imports (see the list there);
-#   rootfs   the base plus that venv, the user and the /host/proc link, minus the base's
+#   rootfs   the base plus that venv, the user and the /host links, minus the base's
 #            documentation (docs, man pages, translations, the bundled pip/setuptools wheels);
 #   final    `FROM scratch` + one COPY of rootfs: files deleted in rootfs are really gone (a
 #            deletion in a later layer of a layered image saves nothing). The price: the final
@@ -31,7 +31,10 @@
 #   cgroupfs       nothing more (the daemon writes no cgroup; docs/security.md)
 # Discovery reads --host-root=/host: the DaemonSet mounts the host's /sys and /dev there read-only,
 # and /host/proc is a link to the container's own /proc, which shows the host kernel's meminfo and
-# /proc/driver/nvidia without mounting the host's /proc (every process's environment).
+# /proc/driver/nvidia without mounting the host's /proc (every process's environment). The host's
+# /usr is mounted at /host/usr for the NVIDIA driver's files; /host/lib, lib64, bin and sbin link
+# into it as on a merged-/usr host, so a path such as /lib/x86_64-linux-gnu/libcuda.so.1 in a
+# toolkit CDI spec resolves as it does on the host.
 ARG BASE_IMAGE=docker.io/library/python:3.11-slim-bookworm
 
 FROM ${BASE_IMAGE} AS builder
@@ -63,7 +66,8 @@ COPY --from=builder /opt/numadra /opt/numadra
 RUN rm -rf /usr/share/doc /usr/share/man /usr/share/info /usr/share/locale /usr/share/python-wheels \
  && (getent passwd numadra >/dev/null || useradd --uid 10001 --no-create-home --home-dir /nonexistent \
         --shell /usr/sbin/nologin numadra) \
- && mkdir -p /host && ln -s /proc /host/proc
+ && mkdir -p /host && ln -s /proc /host/proc \
+ && for d in lib lib64 bin sbin; do ln -s "usr/$d" "/host/$d"; done
 
 FROM scratch
 ARG VERSION=0.1.0

@@ -39,6 +39,8 @@ HOOK_NAMES = frozenset(
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _NODE_TYPES = frozenset({"", "b", "c", "u", "p"})
 _PERMISSIONS = re.compile(r"[rwm]{1,3}")
+#: the largest group ID the OCI runtime spec can carry (a uint32)
+_MAX_GID = 2**32 - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,16 +121,22 @@ class Hook:
 
 @dataclass(frozen=True, slots=True)
 class ContainerEdits:
-    """What injecting a device changes in the container's OCI spec."""
+    """What injecting a device changes in the container's OCI spec.
+
+    ``additional_gids`` are supplementary groups of the container's process (cdiVersion 0.7.0):
+    the group that owns a device node on the host lets a non-root process open it. Runtimes skip
+    GID 0, so it is never written.
+    """
 
     env: tuple[str, ...] = ()  # "NAME=value"
     device_nodes: tuple[DeviceNode, ...] = ()
     mounts: tuple[Mount, ...] = ()
     hooks: tuple[Hook, ...] = ()
+    additional_gids: tuple[int, ...] = ()
 
     def is_empty(self) -> bool:
         """True when the edits change nothing."""
-        return not (self.env or self.device_nodes or self.mounts or self.hooks)
+        return not (self.env or self.device_nodes or self.mounts or self.hooks or self.additional_gids)
 
     def to_json(self) -> dict[str, Any]:
         """The CDI JSON object; empty lists are left out."""
@@ -141,6 +149,8 @@ class ContainerEdits:
             out["mounts"] = [m.to_json() for m in self.mounts]
         if self.hooks:
             out["hooks"] = [h.to_json() for h in self.hooks]
+        if self.additional_gids:
+            out["additionalGids"] = list(self.additional_gids)
         return out
 
 
@@ -209,13 +219,20 @@ def _validate_edits(edits: ContainerEdits, where: str) -> None:
             raise CdiSpecError(f"{where}: invalid hook name {hook.hook_name!r}")
         if not hook.path.startswith("/"):
             raise CdiSpecError(f"{where}: hook path {hook.path!r} must be absolute")
+    _validate_gids(edits.additional_gids, where)
+
+
+def _validate_gids(gids: tuple[int, ...], where: str) -> None:
+    for gid in gids:
+        if isinstance(gid, bool) or not isinstance(gid, int) or not 0 < gid <= _MAX_GID:
+            raise CdiSpecError(f"{where}: additional GID {gid!r} must be an integer in 1..{_MAX_GID}")
 
 
 def validate_spec(spec: Spec) -> None:
     """Raise :class:`CdiSpecError` unless a CDI loader would accept ``spec``.
 
     Checks the kind, every device name (unique, valid), env entries (``NAME=value``), absolute
-    paths, device node types and permissions, and hook names.
+    paths, device node types and permissions, hook names, and additional GIDs (1 to 2**32-1).
     """
     try:
         validate_kind(spec.kind)
@@ -270,6 +287,7 @@ def spec_from_json(obj: Mapping[str, Any]) -> Spec:
                 )
                 for h in raw.get("hooks", ())
             ),
+            additional_gids=tuple(raw.get("additionalGids", ())),
         )
 
     return Spec(

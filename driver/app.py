@@ -58,6 +58,8 @@ from driver.pinning.backend import PinningKind
 if TYPE_CHECKING:
     from driver.claims import ClaimsDriver
     from driver.claims.adopted import AdoptedClaims
+    from driver.claims.events import ClaimEvents
+    from driver.claims.hostedits import HostEdits
     from driver.claims.housekeeping import Housekeeping
     from driver.claims.status import ClaimStatusWriter
     from driver.claims.statusqueue import AsyncStatusWriter
@@ -128,6 +130,8 @@ class RunConfig:
     hook_path: str = DEFAULT_HOOK_PATH
     claim_status: bool = True
     claim_read_timeout: float = 10.0  # overall deadline of one claim GET or LIST
+    nvidia_driver_root: str = "/"  # host path of the NVIDIA driver's files (docs/gpu-userspace.md)
+    device_groups: bool = True  # CDI additionalGids for device nodes only their group may open
     publish_backoff_cap: float = 30.0
     #: how long the background start (step 5 on) waits for the kubelet's registration; 0: not at all
     registration_wait: float = 1.0
@@ -351,6 +355,8 @@ class App:
             on_fatal=lambda err, msg: self.request_stop(f"{msg}: {err}"),
             cpu_hook=cpu_hook,
             numa_node_list=cfg.numa_node_list,
+            host_edits=self._host_edits(),
+            warnings=self._claim_events(),
         )
         self._on_stop("claims driver", self.claims.close)
         with state_lock.hold():  # the other process of a rolling update may be preparing
@@ -378,6 +384,31 @@ class App:
         )
         self.kubelet.start()
         self._on_stop("kubelet plugin server", self.kubelet.stop)
+
+    def _host_edits(self) -> HostEdits:
+        """What claims read from the host at prepare: the NVIDIA user space, node groups."""
+        from driver.claims.hostedits import HostEdits
+        from driver.claims.render import claim_cdi_kind
+
+        cfg = self.config
+        return HostEdits(
+            host_root=str(cfg.host_root),
+            driver_root=cfg.nvidia_driver_root,
+            cdi_dir=str(cfg.cdi_dir),
+            claim_kind=claim_cdi_kind(cfg.driver_name),
+            device_groups=cfg.device_groups,
+        )
+
+    def _claim_events(self) -> ClaimEvents:
+        """Where a claim's NVIDIA user-space warnings go: Warning Events, posted off the call path."""
+        from driver.claims.events import ClaimEvents
+
+        assert self._kube is not None
+        events = ClaimEvents(
+            self._kube.create_event, component=self.config.driver_name, node=self.config.node_name
+        )
+        self._on_stop("claim events", events.close)
+        return events
 
     def _await_registration(self) -> bool:
         """Leave the CPU to the kubelet's registration calls (module docstring, step 4).
@@ -582,6 +613,7 @@ class App:
             monitor=self.monitor,
             taints=self.taints,
             publisher=self.publisher,
+            userspace_warnings=lambda: claims.userspace_warnings,
         )
         self._update_metrics()
         if not cfg.metrics_address:

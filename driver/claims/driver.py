@@ -32,12 +32,13 @@ from typing import Any, Protocol, runtime_checkable
 from cdi import atomic_write_bytes, remove_file, spec_bytes
 from cdi.spec import CdiSpecError
 from driver.claims.attributes import PublishedAttributes
+from driver.claims.hostedits import DeviceExtras, HostEdits, UserspaceWarnings
 from driver.claims.metadata import METADATA_DIR, metadata_dir, metadata_file_glob, metadata_files
 from driver.claims.names import check_claim_uid, describe_claim, dir_prefix
 from driver.claims.render import CpuHook, claim_spec, claim_spec_file_name
 from driver.claims.selection import SHAREABLE_KINDS, ClaimView, cpu_requests, memory_nodes, select_devices
 from driver.errors import ClaimError, PinningError, is_recoverable
-from driver.inventory.model import Inventory
+from driver.inventory.model import DeviceKind, Inventory
 from driver.kube.types import JsonObject
 from driver.log import get_logger
 from driver.pinning.types import ClaimPinning, CpuRequest, format_cpulist
@@ -47,6 +48,9 @@ from driver.state.journal import Journal, JournalEntry, StoredFile, journal_path
 from driver.untrusted.files import read_file
 
 __all__ = ["ClaimsDriver", "InventoryProvider", "PinPlanner", "StatusWriter"]
+
+#: the kinds of device whose nodes and user space the host adds to a spec (not CPUs, not memory)
+_HOST_EDITED = frozenset({DeviceKind.GPU, DeviceKind.NIC})
 
 _log = get_logger("claims")
 
@@ -129,11 +133,17 @@ def _prepared_keys(entry: JournalEntry) -> dict[str, Any]:
     return keys
 
 
+def _own_ids(devices: Sequence[PreparedDevice]) -> list[PreparedDevice]:
+    """The devices with numadra's own CDI ID only (render puts it last, after the toolkit's)."""
+    return [replace(d, cdi_device_ids=d.cdi_device_ids[-1:]) for d in devices]
+
+
 @dataclass(frozen=True, slots=True)
 class _Planned:
     ref: ClaimRef
     claim: JsonObject
     entry: JournalEntry
+    extras: DeviceExtras | None = None
 
 
 class ClaimsDriver:
@@ -152,6 +162,8 @@ class ClaimsDriver:
         on_fatal: Callable[[BaseException, str], None] | None = None,
         cpu_hook: CpuHook | None = None,
         numa_node_list: bool = False,
+        host_edits: HostEdits | None = None,
+        warnings: UserspaceWarnings | None = None,
     ) -> None:
         self.driver_name = driver_name
         self.node_name = node_name
@@ -162,6 +174,8 @@ class ClaimsDriver:
         self._status = status
         self._on_fatal = on_fatal
         self._cpu_hook = cpu_hook
+        self._host_edits = host_edits
+        self._warnings = warnings
         #: files and directories are written below these without following symbolic links
         self._roots = (str(cdi_dir), str(plugin_dir))
         self._journal = Journal(
@@ -174,6 +188,8 @@ class ClaimsDriver:
         self._lock = threading.Lock()
         #: what the last :meth:`reconcile` did per journaled claim: "ok" or "recreated" -> count
         self.recovery: Counter[str] = Counter()
+        #: claims whose NVIDIA GPUs got a fallback or no user space, by source ("driver_root", "none")
+        self.userspace_warnings: Counter[str] = Counter()
 
     # -- DriverPlugin ---------------------------------------------------------------------------
 
@@ -195,7 +211,7 @@ class ClaimsDriver:
                         dirty |= changed
                         results[ref.uid] = PrepareResult(devices=devices)
                         continue
-                    planned.append(_Planned(ref, got, self._plan(ref, got, inventory, attrs)))
+                    planned.append(self._plan(ref, got, inventory, attrs))
                 except ClaimError as exc:
                     results[ref.uid] = PrepareResult(error=f"{describe_claim(ref)}: {exc.reason}")
                 except (PinningError, CdiSpecError) as exc:
@@ -369,9 +385,12 @@ class ClaimsDriver:
         attrs: Mapping[str, Mapping[str, Any]],
         previous: Mapping[str, str] | None,
         pods: tuple[str, ...] | None = None,
+        *,
+        extras: DeviceExtras | None = None,
     ) -> JournalEntry:
         """Everything to write for a claim, as a journal entry (pure apart from reading attrs);
-        ``pods``: the UIDs of the pods the claim is reserved for (:func:`reserved_pods`)."""
+        ``pods``: the UIDs of the pods the claim is reserved for (:func:`reserved_pods`);
+        ``extras``: what the host adds to its devices (:meth:`_extras`)."""
         devices: list[PreparedDevice] = []
         specs: list[StoredFile] = []
         metas: list[StoredFile] = []
@@ -389,6 +408,7 @@ class ClaimsDriver:
                 pinning=pinning,
                 cpu_hook=self._cpu_hook,
                 mounts={meta.request: meta.mount for meta in files},
+                extras=extras,
             )
             spec_path = dir_prefix(self.cdi_dir) + claim_spec_file_name(self.driver_name, view.uid)
             specs.append(StoredFile(spec_path, spec_bytes(spec).decode()))
@@ -405,9 +425,15 @@ class ClaimsDriver:
             reserved_pods=pods,
         )
 
+    def _extras(self, view: ClaimView) -> DeviceExtras | None:
+        """What the host adds to the claim's devices (NVIDIA user space, node groups); None for none."""
+        if self._host_edits is None or not any(d.kind in _HOST_EDITED for d in view.devices):
+            return None
+        return self._host_edits.for_devices(view.devices)
+
     def _plan(
         self, ref: ClaimRef, claim: JsonObject, inventory: Inventory, attrs: Mapping[str, Mapping[str, Any]]
-    ) -> JournalEntry:
+    ) -> _Planned:
         """Decide a new claim and put it into the journal (in memory)."""
         view = select_devices(
             claim, ref, driver_name=self.driver_name, node_name=self.node_name, inventory=inventory
@@ -419,9 +445,10 @@ class ClaimsDriver:
             taken = self._journal.taken_cpus(except_uid=ref.uid)
             pinning = self._planner.plan(ref.uid, requests, taken, memory_nodes=memory_nodes(view))
         # the "prepared" line names the pods; none (not from a kubelet) means NRI pins nothing
-        entry = self._render(view, pinning, attrs, None, reserved_pods(claim))
+        extras = self._extras(view)
+        entry = self._render(view, pinning, attrs, None, reserved_pods(claim), extras=extras)
         self._journal.put(entry)
-        return entry
+        return _Planned(ref, claim, entry, extras)
 
     def _repeat(
         self,
@@ -438,8 +465,10 @@ class ClaimsDriver:
                 claim, ref, driver_name=self.driver_name, node_name=self.node_name, inventory=inventory
             )
             previous = {f.path: f.content for f in entry.metadata_files}
-            fresh = self._render(view, entry.pinning, attrs, previous)
-            if fresh.metadata_files != entry.metadata_files and fresh.devices == entry.devices:
+            fresh = self._render(view, entry.pinning, attrs, previous)  # the host's extras: journaled
+            if fresh.metadata_files != entry.metadata_files and _own_ids(fresh.devices) == _own_ids(
+                entry.devices
+            ):
                 entry = replace(entry, metadata_files=fresh.metadata_files)
                 self._journal.put(entry)
                 changed = True
@@ -564,6 +593,20 @@ class ClaimsDriver:
                     remove_file(path, roots=self._roots)
 
     def _report(self, done: Sequence[_Planned]) -> None:
+        for item in done:  # once per claim: a repeat prepare answers from the journal
+            extras = item.extras
+            if extras is not None and extras.warnings and extras.source is not None:
+                _log.warning(
+                    "nvidia user space",
+                    claim_uid=item.ref.uid,
+                    claim=f"{item.ref.namespace}/{item.ref.name}",
+                    source=extras.source.value,
+                    warnings=list(extras.warnings),
+                )
+                self.userspace_warnings[extras.source.name.lower()] += 1
+                if self._warnings is not None:
+                    warn = partial(self._warnings.warn, item.claim, extras.source, extras.warnings)
+                    self._best_effort(item.ref.uid, "warn", warn)
         if self._status is None:
             return
         status = self._status

@@ -21,6 +21,14 @@ applies several devices of one request does not matter):
 * gpu/nic of a claim without cpu devices: ``NUMADRA_MEMS`` (NUMA nodes of the claim's devices) and
   ``NUMADRA_CLAIM_UID``, so memory can follow the devices.
 * then the ``env`` of the effective opaque config (user values win).
+
+What the host adds at prepare (:class:`~driver.claims.hostedits.DeviceExtras`, read by
+:mod:`driver.claims.hostedits`) goes to the device it belongs to: the driver root's files as
+read-only mounts and the supplementary groups that open the device's nodes (``additionalGids``,
+cdiVersion 0.7.0, only when a node needs one), and, when the NVIDIA Container Toolkit's spec serves
+the GPU, the toolkit's CDI device ID returned *before* numadra's own: the runtime applies the
+toolkit's common edits (which set ``NVIDIA_VISIBLE_DEVICES=void``) first, so numadra's environment
+wins whatever the order of the claim's devices.
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ from cdi import (
     qualified_name,
     transient_spec_file_name,
 )
+from driver.claims.hostedits import DeviceExtras
 from driver.claims.selection import AllocatedDevice, ClaimView
 from driver.inventory.model import DeviceKind, Gpu, Nic
 from driver.pinning.planner import device_numa_node
@@ -149,6 +158,7 @@ def claim_spec(
     pinning: ClaimPinning | None,
     cpu_hook: CpuHook | None = None,
     mounts: Mapping[str, Mount] | None = None,
+    extras: DeviceExtras | None = None,
 ) -> tuple[Spec, list[PreparedDevice]]:
     """The claim's CDI spec and the devices to return to the kubelet (same order as the results).
 
@@ -156,6 +166,7 @@ def claim_spec(
     to the CDI device of each cpu result that got an assignment. ``mounts`` maps base request
     names to the bind mount of their device metadata file (``driver.claims.metadata``), added to
     the first CDI device of that request: every container given the request gets that device.
+    ``extras``: what the host adds per device (see the module docstring).
     """
     kind = claim_cdi_kind(driver_name)
     bases = [dev.base_request for dev in view.devices]
@@ -186,8 +197,15 @@ def claim_spec(
         env = {**shared_env, **dev.config.env} if dev.config.env else shared_env
         nodes: tuple[DeviceNode, ...] = ()
         hooks: tuple[Hook, ...] = ()
+        files: tuple[Mount, ...] = ()
+        gids: tuple[int, ...] = ()
+        foreign: tuple[str, ...] = ()
         if isinstance(dev.device, (Gpu, Nic)):
             nodes = _device_nodes(dev.device.device_nodes)
+            if extras is not None:
+                files = extras.mounts.get(dev.device_name, ())
+                gids = extras.gids.get(dev.device_name, ())
+                foreign = extras.cdi_ids.get(dev.device_name, ())
         elif cpu_hook is not None:
             assignment = _assignment(pinning, base)
             hooks = (cpu_hook(assignment),) if assignment is not None else ()
@@ -199,8 +217,9 @@ def claim_spec(
                 ContainerEdits(
                     env=tuple([f"{k}={v}" for k, v in sorted(env.items())]),
                     device_nodes=nodes,
-                    mounts=(mount,) if mount is not None else (),
+                    mounts=(mount, *files) if mount is not None else files,
                     hooks=hooks,
+                    additional_gids=gids,
                 ),
             )
         )
@@ -209,7 +228,7 @@ def claim_spec(
                 request_names=(base,),
                 pool_name=dev.pool,
                 device_name=dev.device_name,
-                cdi_device_ids=(qualified_name(kind, name),),
+                cdi_device_ids=(*foreign, qualified_name(kind, name)),
                 share_id=dev.share_id,
             )
         )

@@ -78,6 +78,16 @@ def register(sub: Any) -> None:
         "distance (needs the DRAListTypeAttributes gate)",
     )
     p.add_argument(
+        "--cdi-dir",
+        default="/var/run/cdi",
+        help="the CDI dir numadra run writes to, searched for the NVIDIA toolkit's spec (table only)",
+    )
+    p.add_argument(
+        "--nvidia-driver-root",
+        default=os.environ.get("NUMADRA_NVIDIA_DRIVER_ROOT") or "/",
+        help="host path of the NVIDIA driver's files (default $NUMADRA_NVIDIA_DRIVER_ROOT, else /)",
+    )
+    p.add_argument(
         "-o",
         "--output",
         choices=("json", "yaml", "table", "svg", "html"),
@@ -102,7 +112,19 @@ def _run(args: argparse.Namespace) -> int:
     inventory = discover(args.host_root)
     reserved = kept_out_cpus(inventory, reserved, args.isolated_cpus)
     if args.output == "table":
-        sys.stdout.write(render_table(inventory, reserved_cpus=reserved))
+        userspace = None
+        if any(g.vendor == "nvidia" for g in inventory.gpus):
+            from driver.claims.hostedits import HostEdits
+            from driver.claims.render import claim_cdi_kind
+
+            edits = HostEdits(
+                host_root=str(args.host_root),
+                driver_root=args.nvidia_driver_root,
+                cdi_dir=args.cdi_dir,
+                claim_kind=claim_cdi_kind(args.driver_name),
+            )
+            userspace = edits.choose(inventory.gpus)
+        sys.stdout.write(render_table(inventory, reserved_cpus=reserved, userspace=userspace))
         return 0
     if args.output in ("svg", "html"):
         from driver.cli._picture import overlay_for, picture

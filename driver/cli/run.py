@@ -132,6 +132,19 @@ FLAGS: tuple[Flag, ...] = (
         "write status.devices of prepared claims (needs the resourceclaims/status RBAC)",
         boolean=True,
     ),
+    _flag(
+        "--nvidia-driver-root",
+        "/",
+        "host path of the NVIDIA driver's files, mounted into CUDA containers without the toolkit's spec",
+    ),
+    Flag(
+        "--device-groups",
+        _env("--device-groups"),
+        "true",
+        "give containers the group of a device node only its group may open (CDI additionalGids, "
+        "cdiVersion 0.7.0; false for runtimes whose CDI library is older)",
+        boolean=True,
+    ),
 )
 
 
@@ -250,8 +263,9 @@ def config_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = N
         raise ConfigError(f"{_where('reserved_cpus')} {raw['reserved_cpus']!r}: {exc}") from exc
     if raw["metrics_address"]:
         parse_address(raw["metrics_address"])  # ConfigError names the address
-    if not raw["hook_path"].startswith("/"):
-        raise ConfigError(f"{_where('hook_path')} must be an absolute path, got {raw['hook_path']!r}")
+    for dest in ("hook_path", "nvidia_driver_root"):
+        if not raw[dest].startswith("/"):
+            raise ConfigError(f"{_where(dest)} must be an absolute path, got {raw[dest]!r}")
     kubeconfig = raw["kubeconfig"] or None
     _check_cluster_access(kubeconfig, env)
     host_root = Path(raw["host_root"])
@@ -283,6 +297,8 @@ def config_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = N
         hook_path=raw["hook_path"],
         claim_status=raw["claim_status"].lower() in _TRUE,
         claim_read_timeout=_read_timeout(raw),
+        nvidia_driver_root=raw["nvidia_driver_root"],
+        device_groups=raw["device_groups"].lower() in _TRUE,
     )
 
 

@@ -4,6 +4,9 @@ Pure (inventory in, text out) so that ``numadra discover -o table`` is tested wi
 Devices whose firmware reports no NUMA node are listed under their own heading, never guessed.
 Display and accelerator functions that are not published (a BMC chip, a GPU without its compute
 driver) are listed last with the reason, so that a missing GPU is explained where it is looked for.
+With NVIDIA GPUs, one line says where their containers' driver user space comes from (the
+toolkit's CDI spec, the driver root, or none) and why, as a claim of all of them would get it
+(:func:`driver.inventory.nvidia_source.choose_source`).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from collections.abc import Sequence
 
 from driver.inventory.cpulist import format_cpulist
 from driver.inventory.model import Cpu, Gpu, Inventory, Nic, NumaNode, SkippedDevice
+from driver.inventory.nvidia_source import SourceChoice, UserspaceSource
 
 __all__ = ["render_table"]
 
@@ -121,8 +125,36 @@ def _memory_total(inventory: Inventory) -> str:
     return text
 
 
-def render_table(inventory: Inventory, *, reserved_cpus: frozenset[int] = frozenset()) -> str:
-    """The topology view, one block per NUMA node, then devices of unknown NUMA node."""
+def _userspace_lines(choice: SourceChoice) -> list[str]:
+    """Where the NVIDIA GPUs' user space comes from, then each warning on its own line."""
+    if choice.source is UserspaceSource.TOOLKIT:
+        files = ", ".join(choice.toolkit_files)
+        what = f"toolkit spec {files} ({len(choice.toolkit_ids)} GPU(s) by UUID)"
+    elif choice.source is UserspaceSource.DRIVER_ROOT and choice.driver is not None:
+        d = choice.driver
+        dirs = ", ".join(d.library_dirs)
+        what = (
+            f"driver root {d.driver_root} (driver {d.version}: {d.count('library')} libraries,"
+            f" {d.count('binary')} tools, {d.count('firmware')} firmware files, in {dirs})"
+        )
+    else:
+        what = "none (CUDA containers get no driver)"
+    return [
+        f"nvidia    user space: {what}",
+        *(f"          warning: {_clip(w, 400)}" for w in choice.warnings),
+    ]
+
+
+def render_table(
+    inventory: Inventory,
+    *,
+    reserved_cpus: frozenset[int] = frozenset(),
+    userspace: SourceChoice | None = None,
+) -> str:
+    """The topology view, one block per NUMA node, then devices of unknown NUMA node.
+
+    ``userspace``: the NVIDIA user-space source of the node's NVIDIA GPUs (shown when there are any).
+    """
     lines: list[str] = []
     facts = dict(inventory.host_facts)
     if facts:
@@ -131,6 +163,8 @@ def render_table(inventory: Inventory, *, reserved_cpus: frozenset[int] = frozen
         f"total     {len(inventory.cpus)} CPUs, {_memory_total(inventory)}, {len(inventory.numa_nodes)} NUMA"
         f" node(s), {len(inventory.gpus)} GPU(s), {len(inventory.nics)} NIC(s)"
     )
+    if userspace is not None and any(g.vendor == "nvidia" for g in inventory.gpus):
+        lines.extend(_userspace_lines(userspace))
     for node in inventory.numa_nodes:
         lines.append("")
         lines.extend(_node_line(node, [c for c in inventory.cpus if c.numa_node == node.id], reserved_cpus))

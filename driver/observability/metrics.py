@@ -25,6 +25,9 @@ Series (all prefixed ``numadra_``):
   attack worth knowing of; the other reasons mean pods do not start or run unpinned: alert on it;
 * ``adopted_claim_releases_total`` {reason}: claims rebuilt from files after a journal loss that
   the apiserver confirmed gone (``not_found``, ``replaced``), released after the grace period;
+* ``nvidia_userspace_warnings_total`` {source}: claims whose NVIDIA GPUs got the driver root's
+  files although a toolkit spec could not serve them, or lacked files (``driver_root``), or got
+  no driver user space at all (``none``), each also a Warning Event (docs/gpu-userspace.md);
 * ``cpus_free`` {numa_node}: online CPUs of each NUMA node neither reserved nor pinned to a claim;
 * ``registered``: 1 while the kubelet has registered the plugin, 0 before or after a failure;
 * ``build_info`` {version, driver, node}: constant 1, to join other series on.
@@ -51,6 +54,7 @@ __all__ = [
     "PIN_FAILURE_REASONS",
     "PUBLISH_OPERATIONS",
     "STATE_RECOVERY_REASONS",
+    "USERSPACE_WARNING_SOURCES",
     "Metrics",
     "Result",
 ]
@@ -65,6 +69,8 @@ PUBLISH_OPERATIONS = ("create", "update", "delete")
 #: quarantined: entry could not be repaired and was set aside
 JOURNAL_ACTIONS = ("ok", "recreated", "dropped", "quarantined")
 TAINT_ACTIONS = ("added", "removed")
+#: the NVIDIA user-space sources a claim is warned about (``ClaimsDriver.userspace_warnings``)
+USERSPACE_WARNING_SOURCES = ("driver_root", "none")
 
 # Prepare has a 5 ms budget on the hot path but can take seconds when the apiserver is slow
 # (the kubelet gives up after 45 s): buckets span 1 ms .. 45 s.
@@ -159,6 +165,12 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self._userspace_warnings = Counter(
+            "numadra_nvidia_userspace_warnings",
+            "Claims whose NVIDIA GPUs got a fallback or no driver user space, by source",
+            ["source"],
+            registry=r,
+        )
         self._cpus_free = Gauge(
             "numadra_cpus_free",
             "Online CPUs of a NUMA node neither reserved nor pinned to a prepared claim",
@@ -173,6 +185,7 @@ class Metrics:
         self._counted_writes: dict[str, int] = dict.fromkeys(PUBLISH_OPERATIONS, 0)
         self._counted_recoveries: dict[str, int] = dict.fromkeys(STATE_RECOVERY_REASONS, 0)
         self._counted_releases: dict[str, int] = dict.fromkeys(ADOPTED_RELEASE_REASONS, 0)
+        self._counted_userspace: dict[str, int] = dict.fromkeys(USERSPACE_WARNING_SOURCES, 0)
         info = Gauge(
             "numadra_build_info",
             "Constant 1, labelled with version, driver and node",
@@ -198,6 +211,8 @@ class Metrics:
                 self._pinning_failures.labels(reason=reason, action=action)
         for reason in ADOPTED_RELEASE_REASONS:
             self._adopted_releases.labels(reason=reason)
+        for source in USERSPACE_WARNING_SOURCES:
+            self._userspace_warnings.labels(source=source)
         self.set_device_counts({})
 
     def observe_prepare(self, result: Result, seconds: float, claims: int = 1) -> None:
@@ -263,6 +278,14 @@ class Metrics:
     def set_adopted_releases(self, totals: Mapping[str, int]) -> None:
         """Catch up with the adopted-claims check's running totals of releases, by reason."""
         _catch_up(self._adopted_releases, "reason", self._counted_releases, totals, "adopted release reason")
+
+    def set_userspace_warnings(self, totals: Mapping[str, int]) -> None:
+        """Catch up with the claims driver's running totals of NVIDIA user-space warnings.
+
+        ``{"driver_root": 1, "none": 0}`` (``ClaimsDriver.userspace_warnings``); calling this
+        again with the same totals adds nothing.
+        """
+        _catch_up(self._userspace_warnings, "source", self._counted_userspace, totals, "user-space source")
 
     def set_publish_writes(self, totals: Mapping[str, int]) -> None:
         """Catch up with the publisher's cumulative successful writes ``{"create": n, ...}``.

@@ -46,6 +46,7 @@ class MetricsUpdater:
         taints: HealthTaints,
         publisher: SlicePublisher,
         adopted_releases: Callable[[], Mapping[str, int]] = dict,
+        userspace_warnings: Callable[[], Mapping[str, int]] | None = None,
     ) -> None:
         self.metrics = metrics
         self._inventory = inventory
@@ -57,6 +58,7 @@ class MetricsUpdater:
         self._taints = taints
         self._publisher = publisher
         self._adopted_releases = adopted_releases
+        self._userspace_warnings = userspace_warnings
 
     def update(self) -> None:
         """Set every metric that mirrors a component's state (cheap: no I/O, no apiserver)."""
@@ -69,6 +71,8 @@ class MetricsUpdater:
         metrics.set_registered(self._registered.is_set())
         metrics.set_state_recoveries(self._state_recoveries())
         metrics.set_adopted_releases(self._adopted_releases())
+        if self._userspace_warnings is not None:
+            metrics.set_userspace_warnings(self._userspace_warnings())
         kinds = {dev.name: kind.value for kind, dev in inventory.devices()}
         counts: Counter[tuple[str, str]] = Counter()
         for health in self._monitor.health_snapshot():

@@ -190,6 +190,7 @@ _COMMON_MOUNTS = {
     "/var/run/cdi": ("/var/run/cdi", False),
     "/sys": ("/host/sys", True),
     "/dev": ("/host/dev", True),
+    "/usr": ("/host/usr", True),
 }
 _BACKEND_MOUNTS = {
     "nri": {"/var/run/nri": ("/var/run/nri", False)},
@@ -219,6 +220,18 @@ def test_each_backend_mounts_the_minimum_unprivileged(backend: str) -> None:
         "seccompProfile": {"type": "RuntimeDefault"},
     }
     assert not {"hostNetwork", "hostPID", "hostIPC"} & spec.keys()
+
+
+def test_nvidia_driver_root_value_mounts_it_and_passes_the_flag() -> None:
+    """nvidiaDriverRoot (the GPU operator's /run/nvidia/driver): read-only at /host<root>, and the flag."""
+    from tests.unit.deploy.test_manifests import host_mounts
+
+    ds = _daemonset(_helm("--set", "nvidiaDriverRoot=/run/nvidia/driver/"))
+    assert host_mounts(ds)["/run/nvidia/driver"] == ("/host/run/nvidia/driver", True)
+    args = ds["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--nvidia-driver-root=/run/nvidia/driver" in args
+    default = _daemonset(_helm())
+    assert not [a for a in default["spec"]["template"]["spec"]["containers"][0]["args"] if "nvidia" in a]
 
 
 def test_network_policy_values() -> None:

@@ -68,6 +68,19 @@ def _spec(*devices: Device, edits: ContainerEdits | None = None) -> Spec:
             "0.4.0",
             id="spec-level-edit",
         ),
+        pytest.param(
+            _spec(Device("a", ContainerEdits(additional_gids=(44,)))), "0.7.0", id="additional-gids"
+        ),
+        pytest.param(
+            _spec(Device("1abc"), Device("a", ContainerEdits(additional_gids=(44,)))),
+            "0.7.0",
+            id="digit-name-then-gids",
+        ),
+        pytest.param(
+            _spec(Device("a"), edits=ContainerEdits(additional_gids=(993,))),
+            "0.7.0",
+            id="spec-level-gids",
+        ),
     ],
 )
 def test_min_cdi_version(spec: Spec, version: str) -> None:
@@ -158,6 +171,9 @@ def test_transient_spec_file_name() -> None:
         pytest.param(ContainerEdits(mounts=(Mount("/h", "c"),)), "containerPath", id="relative-mount"),
         pytest.param(ContainerEdits(hooks=(Hook("boot", "/x"),)), "hook name", id="hook-name"),
         pytest.param(ContainerEdits(hooks=(Hook("prestart", "x"),)), "hook path", id="hook-path"),
+        pytest.param(ContainerEdits(additional_gids=(0,)), "additional GID", id="gid-zero"),
+        pytest.param(ContainerEdits(additional_gids=(-5,)), "additional GID", id="gid-negative"),
+        pytest.param(ContainerEdits(additional_gids=(2**32,)), "additional GID", id="gid-too-big"),
     ],
 )
 def test_validate_rejects_bad_edits(edits: ContainerEdits, message: str) -> None:
@@ -184,11 +200,13 @@ def test_to_json_shape_and_round_trip() -> None:
                 device_nodes=(DeviceNode("/dev/x", host_path="/host/dev/x", type="c", permissions="rw"),),
                 mounts=(Mount("/h", "/c", ("ro", "bind")),),
                 hooks=(Hook("createContainer", "/bin/hook", ("hook", "x"), timeout=5),),
+                additional_gids=(44, 993),
             ),
         ),
         Device("b"),
     )
     obj = spec.to_json()
+    assert obj["devices"][0]["containerEdits"]["additionalGids"] == [44, 993]
     assert obj["devices"][0]["containerEdits"]["deviceNodes"] == [
         {"path": "/dev/x", "hostPath": "/host/dev/x", "type": "c", "permissions": "rw"}
     ]

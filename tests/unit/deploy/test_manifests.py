@@ -68,7 +68,7 @@ def test_kinds_and_api_versions(kind: str, api_version: str) -> None:
 
 def test_clusterrole_is_exactly_the_hardening_guide() -> None:
     """RBAC: get claims and nodes, manage slices, claim status + associated-node driver verbs,
-    create Events (pinning failures on the pod); no more."""
+    create Events (pinning failures, NVIDIA user-space warnings on the pod); no more."""
     rules = _one("ClusterRole")["rules"]
     normalized = sorted(
         (
@@ -158,6 +158,7 @@ BASE_HOST_MOUNTS = {
     "/var/run/cdi": ("/var/run/cdi", False),
     "/sys": ("/host/sys", True),
     "/dev": ("/host/dev", True),
+    "/usr": ("/host/usr", True),
     "/var/run/nri": ("/var/run/nri", False),
 }
 
@@ -180,8 +181,9 @@ def host_mounts(ds: dict[str, Any]) -> dict[str, tuple[str, bool]]:
 
 def test_daemonset_mounts_only_what_it_reads_and_writes() -> None:
     """Not the host's / (kubelet credentials, every pod's secrets) and not all of
-    /var/lib/kubelet/plugins (other drivers' sockets): sys and dev read-only for discovery, the
-    driver's own plugin dir, the registry, CDI and NRI dirs read-write."""
+    /var/lib/kubelet/plugins (other drivers' sockets): sys and dev read-only for discovery, usr
+    read-only for the NVIDIA driver's files, the driver's own plugin dir, the registry, CDI and
+    NRI dirs read-write."""
     mounts = host_mounts(_one("DaemonSet"))
     assert mounts == BASE_HOST_MOUNTS
     assert "/" not in mounts and "/var/lib/kubelet/plugins" not in mounts and "/proc" not in mounts

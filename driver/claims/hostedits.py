@@ -1,0 +1,156 @@
+"""What a claim's CDI devices take from the host at prepare: the NVIDIA user space and node groups.
+
+A claim's spec (:mod:`driver.claims.render`) is built from the claim and the inventory; two things
+it needs are read from the host when the claim is prepared, here:
+
+* **the NVIDIA user space** of the claim's NVIDIA GPUs (the driver's libraries, tools and firmware
+  that CUDA images do not ship). The source follows one rule
+  (:func:`driver.inventory.nvidia_source.choose_source`): the NVIDIA Container Toolkit's spec
+  when it can serve every GPU (the claim then also returns the toolkit's device, by UUID, and
+  the runtime applies the toolkit's edits), else the driver root's files mounted by numadra's
+  own spec, else nothing, with a warning;
+* **the supplementary group** that opens each device node for a non-root process
+  (:func:`driver.inventory.nodeaccess.access_gid`), carried as ``additionalGids``.
+
+The driver root's files are looked up again only when the loaded module's version or one of the
+library directories changed; the toolkit's spec files are re-read only when they changed
+(:class:`~driver.inventory.nvidia_toolkit.ToolkitSpecFinder`).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from cdi import Mount, transient_spec_file_name
+from driver.claims.selection import AllocatedDevice
+from driver.inventory.hostfiles import host_join
+from driver.inventory.model import Gpu, Nic
+from driver.inventory.nodeaccess import access_gid
+from driver.inventory.nvidia_source import SourceChoice, UserspaceSource, choose_source
+from driver.inventory.nvidia_toolkit import ToolkitSpecFinder, ToolkitSpecs
+from driver.inventory.nvidia_userspace import DriverUserspace, discover_driver_userspace, driver_version
+from driver.kube.types import JsonObject
+
+__all__ = ["STATIC_CDI_DIR", "DeviceExtras", "HostEdits", "UserspaceWarnings"]
+
+# ruff: noqa: PTH116 - os.stat on plain strings, as the inventory's readers do
+
+_DriverKey = tuple[str | None, tuple[int, ...]]  # (module version, library dir mtimes)
+
+#: the CDI dir for specs that survive a reboot (the toolkit's ``nvidia-ctk cdi generate`` default)
+STATIC_CDI_DIR = "/etc/cdi"
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceExtras:
+    """What the host adds to a claim's CDI devices, by inventory device name."""
+
+    #: more CDI device IDs to return for a device (the toolkit's, placed before numadra's own)
+    cdi_ids: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: mounts into the container with a device (the driver root's files)
+    mounts: Mapping[str, tuple[Mount, ...]] = field(default_factory=dict)
+    #: supplementary groups that open a device's nodes
+    gids: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    #: the NVIDIA user-space source, None when the claim has no NVIDIA GPU
+    source: UserspaceSource | None = None
+    #: what the user should be told (once per claim)
+    warnings: tuple[str, ...] = ()
+
+
+@runtime_checkable
+class UserspaceWarnings(Protocol):
+    """Tells the user that a claim's NVIDIA GPUs got a fallback or no user space (best effort).
+
+    Called once per claim, after it was prepared, off the claims driver's lock; the claims
+    driver has already logged the warnings with the claim's UID.
+    """
+
+    def warn(self, claim: JsonObject, source: UserspaceSource, warnings: Sequence[str]) -> None:
+        """Report ``warnings`` about ``claim`` (an Event, a metric)."""
+        ...
+
+
+class HostEdits:
+    """Reads the host facts of :class:`DeviceExtras` (see the module docstring); thread-safe.
+
+    ``cdi_dir`` is numadra's CDI dir as numadra sees it (the runtime reads it too); the static dir
+    ``/etc/cdi`` is read below ``host_root``. Spec files numadra writes for claims are skipped.
+    ``device_groups`` False (``--device-groups=false``) leaves the groups out.
+    """
+
+    def __init__(
+        self, *, host_root: str, driver_root: str, cdi_dir: str, claim_kind: str, device_groups: bool = True
+    ) -> None:
+        self.host_root = host_root
+        self.driver_root = driver_root
+        #: False: no ``additionalGids`` (a runtime whose CDI library predates cdiVersion 0.7.0)
+        self.device_groups = device_groups
+        dirs: list[str] = []
+        for directory in (host_join(host_root, STATIC_CDI_DIR), cdi_dir):  # lowest priority first
+            if os.path.realpath(directory) not in {os.path.realpath(d) for d in dirs}:
+                dirs.append(directory)
+        own = transient_spec_file_name(claim_kind, "x").removesuffix("x.json")
+        self._toolkit = ToolkitSpecFinder(host_root, dirs, skip_prefix=own)
+        self._lock = threading.Lock()
+        #: the last usable driver root and what it was found under: (version, dir mtimes)
+        self._driver: tuple[_DriverKey, DriverUserspace, tuple[Mount, ...]] | None = None
+
+    def toolkit(self) -> ToolkitSpecs:
+        """The toolkit's specs as they are now."""
+        return self._toolkit.find()
+
+    def _mtimes(self, directories: Sequence[str]) -> tuple[int, ...]:
+        root = host_join(self.host_root, self.driver_root)
+        out = []
+        for directory in directories:
+            try:
+                out.append(os.stat(host_join(root, directory)).st_mtime_ns)
+            except OSError:
+                out.append(-1)
+        return tuple(out)
+
+    def _driver_files(self) -> tuple[DriverUserspace, tuple[Mount, ...]]:
+        version, _ = driver_version(self.host_root)
+        with self._lock:
+            cached = self._driver
+        if cached is not None and cached[0] == (version, self._mtimes(cached[1].library_dirs)):
+            return cached[1], cached[2]
+        found = discover_driver_userspace(self.host_root, self.driver_root)
+        mounts = tuple(Mount(m.host_path, m.container_path, m.options) for m in found.mounts)
+        if found.usable:  # an unusable root is looked at again next time: it is cheap, and may get fixed
+            with self._lock:
+                self._driver = ((found.version, self._mtimes(found.library_dirs)), found, mounts)
+        return found, mounts
+
+    def driver(self) -> DriverUserspace:
+        """The driver root's user space as it is now."""
+        return self._driver_files()[0]
+
+    def choose(self, gpus: Sequence[Gpu]) -> SourceChoice:
+        """The user-space source for ``gpus`` (their NVIDIA ones) as the host is now."""
+        return choose_source(gpus, self.toolkit(), self.driver())
+
+    def for_devices(self, devices: Sequence[AllocatedDevice]) -> DeviceExtras:
+        """The extras of one claim's allocated devices."""
+        by_name: dict[str, Gpu | Nic] = {}
+        for dev in devices:
+            if isinstance(dev.device, (Gpu, Nic)):
+                by_name.setdefault(dev.device_name, dev.device)
+        gids: dict[str, tuple[int, ...]] = {}
+        for name, device in by_name.items() if self.device_groups else ():
+            found = {access_gid(self.host_root, path) for path in device.device_nodes}
+            found.discard(None)
+            if found:
+                gids[name] = tuple(sorted(g for g in found if g is not None))
+        nvidia = [d for d in by_name.values() if isinstance(d, Gpu) and d.vendor == "nvidia"]
+        if not nvidia:
+            return DeviceExtras(gids=gids)
+        driver, mounts = self._driver_files()
+        choice = choose_source(nvidia, self.toolkit(), driver)
+        ids = {name: (cdi_id,) for name, cdi_id in choice.toolkit_ids.items()}
+        files = {g.name: mounts for g in nvidia} if choice.source is UserspaceSource.DRIVER_ROOT else {}
+        return DeviceExtras(ids, files, gids, choice.source, choice.warnings)

@@ -1,0 +1,239 @@
+"""The NVIDIA Container Toolkit's CDI spec on this node, and whether a runtime could apply its devices.
+
+The toolkit (``nvidia-ctk cdi generate``, or its ``nvidia-cdi-refresh`` service) writes a spec of kind
+``nvidia.com/gpu`` into a CDI dir, usually ``/etc/cdi/nvidia.yaml`` or ``/var/run/cdi/nvidia.yaml``:
+one device per GPU named by its NVML index, one named by its UUID (``GPU-...``), and ``all``. The
+spec's common edits carry what a CUDA container needs from the driver (libraries and tools as
+read-only mounts, the control device nodes, the ``nvidia-cdi-hook`` hooks that make the SONAME
+links and update the container's loader cache). A claim that returns ``nvidia.com/gpu=<UUID>`` next
+to numadra's own CDI device gets all of that from the runtime.
+
+The files are another program's, in a directory others write to, so they are read under the
+safe-read rules (:func:`driver.inventory.hostfiles.read_host_file`: a symbolic link is not followed,
+only regular files up to :data:`MAX_SPEC_BYTES`) and checked before a claim names one of their
+devices: a runtime that cannot apply an edit fails the container, so a device whose mount source
+is missing, whose device node is not a character device, or whose hook is not an executable file
+on the host is refused with the reason (:meth:`ToolkitSpecs.check`). Which definition counts
+follows CDI's rules: of the dirs, later ones override earlier ones; a name defined twice in one dir
+is a conflict, which makes the device unusable.
+
+Parsed files are kept per (inode, size, mtime), so a lookup per prepare reads only what changed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from cdi import ContainerEdits, Spec, spec_from_json, validate_spec
+from cdi.spec import CdiSpecError
+from driver.inventory.hostfiles import host_join, read_host_file, resolve_in_root
+
+__all__ = [
+    "MAX_SPEC_BYTES",
+    "TOOLKIT_KIND",
+    "ToolkitDevice",
+    "ToolkitSpecFinder",
+    "ToolkitSpecs",
+]
+
+# ruff: noqa: PTH116 - os.lstat/os.stat on resolved host paths
+
+#: the kind the toolkit's spec declares
+TOOLKIT_KIND = "nvidia.com/gpu"
+#: a spec file larger than this is not read (the toolkit's is a few KB per GPU)
+MAX_SPEC_BYTES = 4 << 20
+_KIND_BYTES = TOOLKIT_KIND.encode()
+
+
+class _NotToolkitError(Exception):
+    """A spec of another kind: not the toolkit's, nothing to report."""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolkitDevice:
+    """One device of a toolkit spec, as the runtime would apply it."""
+
+    name: str
+    path: str  # the spec file that defines it
+    edits: ContainerEdits  # the device's own edits
+    common: ContainerEdits  # the spec's edits, applied with any of its devices
+    conflict: str = ""  # another file of the same dir defines the name too
+
+    @property
+    def cdi_id(self) -> str:
+        """The qualified CDI device ID (``nvidia.com/gpu=GPU-...``)."""
+        return f"{TOOLKIT_KIND}={self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolkitSpecs:
+    """The toolkit specs found in the CDI dirs (see the module docstring)."""
+
+    host_root: str
+    dirs: tuple[str, ...]
+    files: tuple[str, ...] = ()  # spec files of the toolkit's kind
+    devices: Mapping[str, ToolkitDevice] = field(default_factory=dict)
+    problems: tuple[str, ...] = ()  # files of the toolkit's kind that cannot be used, with why
+
+    def check(self, name: str) -> str:
+        """Why the runtime could not apply device ``name`` on this host; "" when it could."""
+        device = self.devices.get(name)
+        if device is None:
+            where = ", ".join(self.files) or f"the CDI dirs {', '.join(self.dirs)}"
+            return f"{where}: no device {name!r}"
+        if device.conflict:
+            return device.conflict
+        dirs: dict[str, str] = {}  # resolved parent dirs, for this check only
+        for edits in (device.common, device.edits):
+            problem = _check_edits(self.host_root, edits, dirs)
+            if problem:
+                return f"{device.path}: device {name!r}: {problem}"
+        return ""
+
+
+def _stat_in_root(host_root: str, host_path: str, dirs: dict[str, str]) -> tuple[str, os.stat_result] | str:
+    """The resolved path and its stat, or why there is none."""
+    try:
+        resolved = resolve_in_root(host_root, host_path, dirs)
+        return resolved, os.stat(host_join(host_root, resolved), follow_symlinks=False)
+    except OSError as exc:
+        return f"{host_path} does not exist on the host ({exc.strerror or exc})"
+
+
+def _check_edits(host_root: str, edits: ContainerEdits, dirs: dict[str, str]) -> str:
+    for node in edits.device_nodes:
+        host_path = node.host_path or node.path
+        found = _stat_in_root(host_root, host_path, dirs)
+        if isinstance(found, str):
+            return f"device node {found}"
+        if not stat.S_ISCHR(found[1].st_mode):
+            return f"device node {host_path} is not a character device"
+    for mount in edits.mounts:
+        found = _stat_in_root(host_root, mount.host_path, dirs)
+        if isinstance(found, str):
+            return f"mount source {found}"
+    for hook in edits.hooks:
+        found = _stat_in_root(host_root, hook.path, dirs)
+        if isinstance(found, str):
+            return f"hook {found}"
+        if not stat.S_ISREG(found[1].st_mode) or not found[1].st_mode & 0o111:
+            return f"hook {hook.path} is not an executable file"
+    return ""
+
+
+def _parse(path: str, data: bytes) -> Spec:
+    """A toolkit spec from its bytes; ValueError (or CdiSpecError) with the reason when it is not one."""
+    try:
+        if path.endswith(".json"):
+            obj: Any = json.loads(data)
+        else:
+            import yaml
+
+            loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+            obj = yaml.load(data, Loader=loader)  # noqa: S506 - a safe loader
+    except Exception as exc:  # json and yaml raise their own errors for bad input
+        raise ValueError(f"does not parse: {exc}") from exc
+    if not isinstance(obj, dict) or obj.get("kind") != TOOLKIT_KIND:
+        raise _NotToolkitError
+    if not isinstance(obj.get("devices"), list) or not all(isinstance(d, dict) for d in obj["devices"]):
+        raise ValueError("does not parse: devices is not a list of objects")
+    try:
+        spec = spec_from_json(obj)
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"does not parse: {type(exc).__name__} {exc}") from exc
+    validate_spec(spec)
+    return spec
+
+
+_Parsed = Spec | str | None  # a spec, why the file cannot be used, or not the toolkit's
+
+
+class ToolkitSpecFinder:
+    """Finds the toolkit's specs in CDI dirs (lowest priority first), numadra's view of each dir.
+
+    ``skip_prefix`` names files numadra wrote itself (its per-claim specs), which are never read.
+    Thread-safe: prepares run on several threads.
+    """
+
+    def __init__(self, host_root: str, dirs: Sequence[str], *, skip_prefix: str = "") -> None:
+        self.host_root = host_root
+        self.dirs = tuple(dirs)
+        self._skip = skip_prefix
+        self._cache: dict[str, tuple[tuple[int, int, int, int], _Parsed]] = {}
+        self._lock = threading.Lock()
+
+    def _load(self, path: str) -> _Parsed:
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return None
+        if stat.S_ISLNK(st.st_mode):
+            return f"{path}: a symbolic link (not followed in a shared CDI dir)"
+        key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        with self._lock:
+            cached = self._cache.get(path)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        parsed: _Parsed
+        try:
+            data = read_host_file(path, limit=MAX_SPEC_BYTES)
+            parsed = _parse(path, data) if _KIND_BYTES in data else None
+        except _NotToolkitError:
+            parsed = None
+        except OSError as exc:
+            parsed = f"{path}: cannot be read ({exc})"
+        except (ValueError, CdiSpecError) as exc:
+            parsed = f"{path}: {exc}"
+        with self._lock:
+            self._cache[path] = (key, parsed)
+        return parsed
+
+    def _names(self, directory: str) -> list[str]:
+        try:
+            with os.scandir(directory) as it:
+                names = [e.name for e in it]
+        except OSError:
+            return []
+        return sorted(
+            n
+            for n in names
+            if n.endswith((".json", ".yaml"))
+            and not n.startswith(".")
+            and not (self._skip and n.startswith(self._skip))
+        )
+
+    def find(self) -> ToolkitSpecs:
+        """The toolkit specs of the dirs as they are now (see the module docstring)."""
+        files: list[str] = []
+        problems: list[str] = []
+        devices: dict[str, ToolkitDevice] = {}
+        seen: set[str] = set()
+        for directory in self.dirs:
+            here: dict[str, ToolkitDevice] = {}
+            for name in self._names(directory):
+                path = os.path.join(directory, name)  # noqa: PTH118
+                seen.add(path)
+                parsed = self._load(path)
+                if parsed is None:
+                    continue
+                if isinstance(parsed, str):
+                    problems.append(parsed)
+                    continue
+                files.append(path)
+                for dev in parsed.devices:
+                    other = here.get(dev.name)
+                    conflict = (
+                        f"device {dev.name!r} is defined in both {other.path} and {path}" if other else ""
+                    )
+                    here[dev.name] = ToolkitDevice(dev.name, path, dev.edits, parsed.edits, conflict)
+            devices.update(here)  # a later dir overrides an earlier one
+        with self._lock:
+            for path in [p for p in self._cache if p not in seen]:
+                del self._cache[path]
+        return ToolkitSpecs(self.host_root, self.dirs, tuple(files), devices, tuple(problems))
