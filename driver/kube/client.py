@@ -106,7 +106,15 @@ def _target(resource: str, name: str) -> str:
     return f"{resource}/{name}" if name else resource
 
 
-def _raise_for(verb: str, resource: str, name: str, status: int, body: bytes) -> None:
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    """The ``Retry-After`` of an answer in seconds (delta-seconds only, as client-go reads it)."""
+    value = headers.get("retry-after", "").strip()
+    return float(value) if value.isdigit() else None
+
+
+def _raise_for(
+    verb: str, resource: str, name: str, status: int, body: bytes, *, headers: Mapping[str, str] | None = None
+) -> None:
     """Raise the KubeError for a non-2xx answer, quoting the apiserver's own Status message."""
     message = ""
     try:
@@ -122,6 +130,7 @@ def _raise_for(verb: str, resource: str, name: str, status: int, body: bytes) ->
         name=name,
         status=status,
         transient=status in _TRANSIENT,
+        retry_after=_retry_after(headers or {}),
     )
 
 
@@ -523,7 +532,7 @@ class KubeClient:
         except Exception as exc:  # OSError, ssl.SSLError, ProtocolError, a failing refresh hook
             raise _transport_error(verb, resource, name, exc) from exc
         if not 200 <= response.status < 300:
-            _raise_for(verb, resource, name, response.status, response.body)
+            _raise_for(verb, resource, name, response.status, response.body, headers=response.headers)
         return response.body
 
     def _get_json(
@@ -717,7 +726,7 @@ class KubeClient:
                 data = b""
             finally:
                 stream.close()
-            _raise_for(verb, resource, "", stream.status, data)
+            _raise_for(verb, resource, "", stream.status, data, headers=stream.headers)
         return SliceWatch(stream, verb)
 
     def close(self) -> None:

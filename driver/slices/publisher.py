@@ -4,7 +4,7 @@
   order, zero writes when nothing changed); this module runs it against the apiserver.
 * :class:`SlicePublisher` runs the plan on a background thread, never blocking its callers: the
   kubelet servers come up and register while the apiserver is unreachable, and the publisher
-  retries with capped, jittered backoff. A watch on our own slices
+  retries under the driver's :class:`~driver.kube.backoff.RetryPolicy`. A watch on our own slices
   notices the kubelet's wipe (at kubelet start, or 30 s after we became unreachable) and
   re-creates them at once instead of after the Go controller's 30 s delay.
 * Periodic traffic is jittered so that a fleet started together does not stay in lockstep (the
@@ -17,6 +17,10 @@
   reaches us in order, and a 410 (history compacted) calls for a fresh LIST. A LIST every
   ``resync_interval`` (jittered up to +50 %) is armed only while the watch cannot be opened (a
   forbidden or failing watch), the one case where the view could go stale.
+* A watch the server ends before it ran its course (an empty answer, a 410, an ERROR event, a
+  stream cut in the middle) is a failure: the next one waits its backoff step, and a 410's re-LIST
+  comes once per step. A fleet behind one broken proxy thus sends a bounded number of requests a
+  minute, not a storm (tests/integration/publisher/test_retry_bounds.py counts them).
 """
 
 from __future__ import annotations
@@ -27,12 +31,12 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from driver.errors import KubeError, SliceError, recoverable
 from driver.inventory.model import Inventory
-from driver.kube.backoff import Backoff
+from driver.kube.backoff import RetryPolicy
 from driver.kube.client import SliceWatch, error_kind, slice_field_selector
 from driver.log import get_logger
 from driver.slices.plan import SlicePlan, plan_sync, slice_content
@@ -107,7 +111,8 @@ class SlicePublisher:
 
     ``publish`` / ``republish`` / ``set_taints`` only record the wish and wake the loop. Errors go
     to ``on_error`` marked recoverable (the driver keeps running); ``published`` is set after the
-    first successful sync (readiness). ``rng`` draws every jitter (tests pass a seeded one).
+    first successful sync (readiness). ``retry`` paces both loops (the sync and the watch, each
+    with its own count of failures); ``rng`` draws every jitter (tests pass a seeded one).
     """
 
     def __init__(
@@ -118,7 +123,7 @@ class SlicePublisher:
         driver_name: str,
         build: BuildFn | None = None,
         on_error: Callable[[BaseException], None] | None = None,
-        backoff: Backoff | None = None,
+        retry: RetryPolicy | None = None,
         resync_interval: float = 600.0,
         watch_timeout: int = 300,
         start_jitter: float = 0.0,
@@ -129,12 +134,13 @@ class SlicePublisher:
         self.driver_name = driver_name
         self._build = build or self._default_build
         self._on_error = on_error
-        self._backoff = backoff or Backoff()
-        self._watch_backoff = replace(self._backoff)  # same settings, its own failure count
+        self._rng = rng or random.Random()  # noqa: S311 - spreads load, guards no secret
+        policy = retry or RetryPolicy()
+        self._sync_backoff = policy.backoff(self._rng)
+        self._watch_backoff = policy.backoff(self._rng)
         self._resync_interval = resync_interval
         self._watch_timeout = watch_timeout
         self._start_jitter = start_jitter
-        self._rng = rng or random.Random()  # noqa: S311 - spreads load, guards no secret
         self._not_before = 0.0  # the first sync waits for its start jitter
         self._selector = slice_field_selector(node_name, driver_name)
         self.published = threading.Event()
@@ -253,7 +259,7 @@ class SlicePublisher:
         try:
             self.sync(desired)
         except KubeError as err:
-            delay = self._backoff.next_delay()
+            delay = self._sync_backoff.failed(err)
             with self._cond:
                 self.stats.errors[error_kind(err)] += 1
                 self.stats.last_error = str(err)
@@ -261,7 +267,7 @@ class SlicePublisher:
             _log.warning("slice sync failed", error=str(err), retry_in=round(delay, 2), node=self.node_name)
             self._report(err)
             return
-        self._backoff.reset()
+        self._sync_backoff.succeeded()
         with self._cond:
             self.stats.syncs += 1
             self.stats.last_sync_seconds = time.monotonic() - start
@@ -343,7 +349,7 @@ class SlicePublisher:
 
     # -- watch --------------------------------------------------------------------------------------
     def _watch_loop(self) -> None:
-        backoff = self._watch_backoff
+        """Watch from the last LIST's resourceVersion; every watch that ends early waits its step."""
         while True:
             with self._cond:
                 while not self._stopping and not self._list_rv:
@@ -352,6 +358,8 @@ class SlicePublisher:
                     return
                 rv = self._list_rv
             timeout = watch_timeout_seconds(self._watch_timeout, self._rng)
+            opened = time.monotonic()
+            error: KubeError | None = None
             try:
                 watch = self._api.watch_resource_slices(
                     field_selector=self._selector, resource_version=rv, timeout_seconds=timeout
@@ -363,19 +371,34 @@ class SlicePublisher:
                         watch.close()
                 for kind, obj in watch:
                     self._on_event(kind, obj)
-                backoff.reset()
             except KubeError as err:
-                with self._cond:
-                    self._watch = None
-                    if self._resync_at == float("inf"):
-                        self._resync_at = self._next_resync()
-                    self.stats.errors[f"watch_{error_kind(err)}"] += 1
-                    if err.status == 410:  # history gone: the next sync re-lists and restarts us
-                        self._list_rv = ""
-                        self._version += 1
-                        self._cond.notify_all()
-                        continue
-                    self._cond.wait(backoff.next_delay())
+                error = err
+            delay = self._watch_backoff.watch_ended(time.monotonic() - opened, timeout, error)
+            if delay > 0:
+                self._watch_failed(error, delay)
+
+    def _watch_failed(self, error: KubeError | None, delay: float) -> None:
+        """Count a watch that ended early, keep the view true by LISTs, wait ``delay`` seconds.
+
+        A 410 (history gone) drops the resourceVersion after the wait: the sync loop LISTs
+        again and the next watch starts from that LIST, once per backoff step.
+        """
+        with self._cond:
+            self._watch = None
+            if self._stopping:
+                return
+            if self._resync_at == float("inf"):
+                self._resync_at = self._next_resync()
+            self.stats.errors[f"watch_{error_kind(error)}" if error else "watch_ended_early"] += 1
+            until = time.monotonic() + delay
+            while not self._stopping and (left := until - time.monotonic()) > 0:
+                self._cond.wait(left)  # other events wake this wait too: wait out the step
+            if error is not None and error.status == 410:
+                self._list_rv = ""
+                self._version += 1
+                self._cond.notify_all()
+        if error is not None:
+            _log.info("slice watch failed", error=str(error), retry_in=round(delay, 2), node=self.node_name)
 
     def _on_event(self, kind: str, obj: Mapping[str, Any]) -> None:
         meta = obj.get("metadata") or {}
