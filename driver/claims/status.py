@@ -193,7 +193,7 @@ class ClaimStatusWriter:
 
     def _apply(self, namespace: str, name: str, entries: list[dict[str, Any]], uid: str) -> None:
         """One apply, once the backoff of the last transient failure is over."""
-        if not self._backoff.wait():
+        if not self._backoff.wait_turn():
             raise KubeError(
                 f"apply resourceclaims/status/{namespace}/{name}: not sent, the status writer stopped",
                 verb="apply",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Literal
 
 from driver.errors import KubeError
 from driver.log import get_logger
@@ -33,18 +33,36 @@ _ClaimKey = tuple[str, str, str]  # (namespace, name, uid)
 _log = get_logger("health.status")
 
 
-class _Write:
-    """One queued call, the log keys that name its claim, and whether it was dropped meanwhile."""
+#: the :class:`ClaimStatusWriter` call a queued write makes
+_Method = Literal["report_prepared", "clear", "set_health", "set_inventory"]
 
-    __slots__ = ("call", "claim", "dropped", "keys")
+
+class _Write:
+    """One queued call (method and arguments), the log keys that name its claim, and whether it
+    was dropped meanwhile."""
+
+    __slots__ = ("args", "claim", "dropped", "keys", "method")
 
     def __init__(
-        self, call: Callable[[ClaimStatusWriter], object], keys: dict[str, str], claim: _ClaimKey | None
+        self, method: _Method, args: tuple[Any, ...], keys: dict[str, str], claim: _ClaimKey | None
     ) -> None:
-        self.call = call
+        self.method = method
+        self.args = args
         self.keys = keys
         self.claim = claim  # set on a report: the claim whose later clear or report drops it
         self.dropped = False
+
+    def run(self, writer: ClaimStatusWriter) -> None:
+        """Make the call. Each method is named here, not stored as a callable, so that the scan of
+        tests/unit/kube/test_retry_class.py sees which loop reaches the apiserver."""
+        if self.method == "report_prepared":
+            writer.report_prepared(*self.args)
+        elif self.method == "clear":
+            writer.clear(*self.args)
+        elif self.method == "set_health":
+            writer.set_health(*self.args)
+        else:
+            writer.set_inventory(*self.args)
 
 
 class AsyncStatusWriter:
@@ -80,7 +98,7 @@ class AsyncStatusWriter:
         namespace, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
         key = (namespace, name, str(meta.get("uid", "")))
         keys = {"claim_uid": key[2], "claim": f"{meta.get('namespace')}/{meta.get('name')}"}
-        write = _Write(lambda writer: writer.report_prepared(claim, devices), keys, key)
+        write = _Write("report_prepared", (claim, devices), keys, key)
         with self._lock:
             self._drop_report(key)
             self._reports[key] = write
@@ -91,15 +109,15 @@ class AsyncStatusWriter:
         context = {"claim": f"{namespace}/{name}", "claim_uid": uid}
         with self._lock:
             self._drop_report((namespace, name, uid))
-        self._queue.put(_Write(lambda writer: writer.clear(namespace, name, uid), context, None))
+        self._queue.put(_Write("clear", (namespace, name, uid), context, None))
 
     def set_health(self, snapshot: Sequence[DeviceHealth]) -> None:
         """Queue a health report (a monitor listener): claims holding changed devices are updated."""
-        self._queue.put(_Write(lambda writer: writer.set_health(snapshot), {}, None))
+        self._queue.put(_Write("set_health", (snapshot,), {}, None))
 
     def set_inventory(self, inventory: Inventory) -> None:
         """Follow a changed inventory (in queue order)."""
-        self._queue.put(_Write(lambda writer: writer.set_inventory(inventory), {}, None))
+        self._queue.put(_Write("set_inventory", (inventory,), {}, None))
 
     def close(self, timeout: float = 2.0) -> None:
         """Finish queued writes (up to ``timeout``), then stop the worker.
@@ -141,7 +159,7 @@ class AsyncStatusWriter:
             try:
                 if self._inner is None:
                     self._inner = self._factory()
-                write.call(self._inner)
+                write.run(self._inner)
                 return
             except KubeError as exc:
                 again = exc.transient and attempt < self._attempts and not self._closing

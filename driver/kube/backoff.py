@@ -66,7 +66,7 @@ class Backoff:
     """One loop's failures in a row under a :class:`RetryPolicy`; thread-safe.
 
     :meth:`failed` says how long to wait before the next attempt, :meth:`succeeded` resets,
-    :meth:`watch_ended` judges a watch by how long it stayed open. :meth:`wait` is the gate for
+    :meth:`watch_ended` judges a watch by how long it stayed open. :meth:`wait_turn` is the gate for
     a loop that has nothing else to wait on: it sleeps until the last failure's delay is over.
     """
 
@@ -74,7 +74,7 @@ class Backoff:
         self.policy = policy
         self._rng = rng or random.Random()  # noqa: S311 - spreads load, guards no secret
         self._failures = 0
-        self._not_before = 0.0  # monotonic time before which wait() does not return
+        self._not_before = 0.0  # monotonic time before which wait_turn() does not return
         self._lock = threading.Lock()
         self._stop = threading.Event()
 
@@ -84,7 +84,7 @@ class Backoff:
         return self._failures
 
     def failed(self, err: BaseException | None = None, *, now: float | None = None) -> float:
-        """Count a failure; return the seconds to wait before the next attempt (also for :meth:`wait`).
+        """Count a failure; return the seconds to wait before the next attempt (also for :meth:`wait_turn`).
 
         ``err``: the failure, whose ``Retry-After`` (a 429 or 503 :class:`KubeError`) is honoured.
         """
@@ -119,7 +119,7 @@ class Backoff:
             return 0.0
         return self.failed(err)
 
-    def wait(self) -> bool:
+    def wait_turn(self) -> bool:
         """Sleep until the delay of the last failure is over; False when :meth:`stop` was called."""
         while not self._stop.is_set():
             left = self._not_before - time.monotonic()
@@ -129,7 +129,7 @@ class Backoff:
         return False
 
     def stop(self) -> None:
-        """End every :meth:`wait`, now and later (the loop is shutting down)."""
+        """End every :meth:`wait_turn`, now and later (the loop is shutting down)."""
         self._stop.set()
 
 

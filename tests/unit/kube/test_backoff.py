@@ -79,10 +79,10 @@ def test_a_watch_counts_as_a_success_only_when_it_ran_its_course(
 def test_wait_passes_without_a_failure_and_stop_ends_it() -> None:
     """The gate is open after a success; stop() ends a wait (and every later one) with False."""
     backoff = RetryPolicy(floor=30.0, cap=30.0).backoff()
-    assert backoff.wait()
+    assert backoff.wait_turn()
     backoff.failed()
     backoff.stop()
-    assert not backoff.wait()
+    assert not backoff.wait_turn()
 
 
 @pytest.mark.parametrize(
