@@ -96,7 +96,8 @@ class Fault:
 
     A request matches when its method is ``method`` (any when empty), its path contains
     ``path_contains`` and its query ``query_contains``; the fault answers ``times`` of them.
-    ``retry_after`` adds a ``Retry-After`` header (seconds) to the answer. ``watch`` plays a
+    ``retry_after`` adds a ``Retry-After`` header (seconds, or any text) to the answer; ``body``
+    answers these raw bytes instead of a Status object. ``watch`` plays a
     broken watch instead of ``status``: ``empty`` (200, no event, the stream ends), ``gone-event``
     (200, one ERROR event carrying a 410 Status, the end) or ``cut`` (200, one event, then the
     connection is closed without the stream's last chunk).
@@ -108,8 +109,9 @@ class Fault:
     times: int = 1
     delay: float = 0.0
     query_contains: str = ""
-    retry_after: int | None = None
+    retry_after: int | str | None = None
     watch: WatchFault = ""
+    body: bytes | None = None
 
 
 @dataclass(slots=True)
@@ -158,6 +160,8 @@ class FakeApiServer:
         self._faults: list[Fault] = []
         self._server: ThreadingHTTPServer | None = None
         self._conns: set[socket.socket] = set()
+        #: connections accepted so far (kept-alive requests share one)
+        self.connections = 0
         self._dir = tempfile.TemporaryDirectory(prefix="fakeapiserver-")
         self.kubeconfig_path = str(Path(self._dir.name) / "kubeconfig")
 
@@ -569,6 +573,7 @@ class _Server(ThreadingHTTPServer):
         request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as Go servers do: no 40 ms stalls
         with self.fake._cond:
             self.fake._conns.add(request)
+            self.fake.connections += 1
         super().process_request(request, client_address)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
@@ -609,6 +614,9 @@ class _Handler(BaseHTTPRequestHandler):
                 self.connection.shutdown(socket.SHUT_RDWR)
                 return
             headers = {} if fault.retry_after is None else {"Retry-After": str(fault.retry_after)}
+            if fault.body is not None:
+                self._reply_raw(fault.status, fault.body, headers)
+                return
             self._reply(fault.status, _status(fault.status, "Injected", "injected fault"), headers)
             return
         try:
@@ -643,6 +651,15 @@ class _Handler(BaseHTTPRequestHandler):
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
             self.wfile.write(b"0\r\n\r\n")
             return
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _reply_raw(self, code: int, data: bytes, headers: Mapping[str, str]) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        for name, value in headers.items():
+            self.send_header(name, value)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
