@@ -137,6 +137,9 @@ class _Paced:
     the pool sets ``deadline`` (monotonic) and ``read_timeout``; the socket counts the bytes of the
     answer (the resend rule needs to know whether any came), notices the server's EOF (a head cut
     off by it would otherwise read as whole) and charges the head's bytes to ``head_budget``.
+    Between :meth:`hold` and :meth:`release` it collects what is sent and sends it at once:
+    ``http.client`` writes a request's head and body apart, two TLS records for every status apply
+    where one does.
     """
 
     deadline = float("inf")
@@ -145,11 +148,23 @@ class _Paced:
     eof = False
     head_budget: int | None = None  # bytes the answer's head may still take; None: head done
     _armed = -1.0  # the socket's timeout as last set
+    _held: list[bytes] | None = None  # sent since hold(), not yet written
 
     def start_answer(self, deadline: float, read_timeout: float) -> None:
         """Arm for a new request: its deadline and per-read timeout, a fresh head budget."""
         self.deadline, self.read_timeout = deadline, read_timeout
         self.received, self.eof, self.head_budget = 0, False, MAX_HEAD
+        self._held = None
+
+    def hold(self) -> None:
+        """Collect what is sent from now on, until :meth:`release`."""
+        self._held = []
+
+    def release(self) -> None:
+        """Send what was collected since :meth:`hold`, in one write."""
+        held, self._held = self._held, None
+        if held:
+            self.sendall(b"".join(held))
 
     def arm(self) -> None:
         """Set the timeout of the next socket operation: the per-read one, cut at the deadline.
@@ -180,6 +195,9 @@ class _Paced:
         return count
 
     def sendall(self, data: Any, *args: Any) -> None:
+        if self._held is not None:
+            self._held.append(bytes(data))
+            return
         self.arm()
         try:
             super().sendall(data, *args)  # type: ignore[misc]
@@ -268,7 +286,9 @@ class _Connection:
                 conn.putheader(name, value)
             if body or method != "GET":
                 conn.putheader("Content-Length", str(len(body)))
+            sock.hold()
             conn.endheaders(body or None)
+            sock.release()  # the head and the body in one write
             answer = conn.getresponse()
             sock.head_budget = None
             if sock.eof:  # http.client takes a head cut off by EOF for a whole one
