@@ -83,7 +83,7 @@ class Backoff:
         """Failures in a row since the last success."""
         return self._failures
 
-    def failed(self, err: BaseException | None = None, *, now: float | None = None) -> float:
+    def failed(self, err: BaseException | None = None) -> float:
         """Count a failure; return the seconds to wait before the next attempt (also for :meth:`wait_turn`).
 
         ``err``: the failure, whose ``Retry-After`` (a 429 or 503 :class:`KubeError`) is honoured.
@@ -96,7 +96,7 @@ class Backoff:
             asked = _retry_after(err)
             if asked is not None:
                 delay = max(delay, min(policy.cap, asked))
-            self._not_before = (time.monotonic() if now is None else now) + delay
+            self._not_before = time.monotonic() + delay
         return delay
 
     def succeeded(self) -> None:

@@ -123,12 +123,8 @@ def _raise_for(
 
 def _transport_error(verb: str, resource: str, name: str, exc: BaseException) -> KubeError:
     """A KubeError for a call that got no HTTP answer (refused, reset, timed out)."""
-    cause = exc
-    reason = getattr(exc, "reason", None)  # urllib3 MaxRetryError wraps the real cause
-    if isinstance(reason, BaseException):
-        cause = reason
     err = KubeError(
-        f"{verb} {_target(resource, name)}: apiserver unreachable: {type(cause).__name__}: {cause}",
+        f"{verb} {_target(resource, name)}: apiserver unreachable: {type(exc).__name__}: {exc}",
         verb=verb,
         resource=resource,
         name=name,
