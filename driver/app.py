@@ -458,7 +458,7 @@ class App:
     def _start_background(self) -> None:
         """Steps 5-9: health, publishing, hot-plug, pinning, metrics."""
         from driver.health.taints import HealthTaints
-        from driver.kube.backoff import Backoff
+        from driver.kube.backoff import RetryPolicy
         from driver.slices.publisher import SlicePublisher
 
         cfg = self.config
@@ -470,7 +470,7 @@ class App:
             driver_name=cfg.driver_name,
             build=self._build_slices,
             on_error=self._on_publish_error,
-            backoff=Backoff(cap=cfg.publish_backoff_cap),
+            retry=RetryPolicy(cap=cfg.publish_backoff_cap),
             start_jitter=2.0,  # a restarted fleet LISTs over 2 s, not in one burst (docs/scale.md)
         )
         self.taints = HealthTaints(self.publisher, cfg.taint_unhealthy)

@@ -98,7 +98,8 @@ class KubeError(DriverError):
 
     ``status`` is the HTTP status (None when no answer came: refused, timeout, broken stream), so
     callers can tell "not found" (404) from "conflict" (409) without parsing text. ``transient``
-    says whether retrying the same call later may succeed (unreachable, 409, 429, 5xx).
+    says whether retrying the same call later may succeed (unreachable, 409, 429, 5xx);
+    ``retry_after`` the seconds the answer's ``Retry-After`` asked to wait (429, 503), if any.
     """
 
     def __init__(
@@ -110,6 +111,7 @@ class KubeError(DriverError):
         name: str = "",
         status: int | None = None,
         transient: bool = False,
+        retry_after: float | None = None,
     ) -> None:
         super().__init__(message)
         self.verb = verb
@@ -117,6 +119,7 @@ class KubeError(DriverError):
         self.name = name
         self.status = status
         self.transient = transient
+        self.retry_after = retry_after
 
 
 class ClaimError(DriverError):

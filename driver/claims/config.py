@@ -15,10 +15,11 @@ numadra.dev/v1alpha1``), one small object per device type::
 Decoding is strict: unknown fields, wrong types and non-objects are errors that quote the field,
 because a typo silently ignored is a misconfigured workload that looks fine.
 
-Precedence (resource API facts §3.3): class configs first, then claim configs, each in list order;
-a config applies to a result when its ``requests`` is empty, equals the result's request, or names
-the parent ``<req>`` of a ``<req>/<sub>`` result. A config only applies to the device types its
-kind names. Later configs override the fields they set (``mode``; ``env`` key by key).
+Precedence (as the kubelet and the scheduler read ``devices.config``): class configs first, then
+claim configs, each in list order; a config applies to a result when its ``requests`` is empty,
+equals the result's request, or names the parent ``<req>`` of a ``<req>/<sub>`` result. A config
+only applies to the device types its kind names. Later configs override the fields they set
+(``mode``; ``env`` key by key).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ After a prepare, every allocated result of our driver that we prepared gets an e
 and, for NICs, ``networkData``: the interface name and MAC as the host sees them now (names can
 change; the PCI function cannot) and the addresses in CIDR form. Written by server-side apply with
 our own field manager and ``force``, so entries of other drivers are untouched; an apply with an
-empty list (unprepare) removes exactly what we applied. API limits (resource-api-v1.md 3.6) are
+empty list (unprepare) removes exactly what we applied. The apiserver's validation limits of device status are
 enforced here: <= 8 conditions, <= 16 IPs, interface name <= 256 bytes, hardware address <= 128
 bytes, data <= 10 KiB. Needs the RBAC of deploy/ (``resourceclaims/status`` and the synthetic
 ``resourceclaims/driver`` with ``associated-node:patch``).
@@ -17,6 +17,11 @@ kubelet's health stream, the slice taint and ``status.devices`` tell the same st
 ``PciAerFatal`` shows on the claim as ``Healthy=False``, reason ``PciAerFatal``). The claims to
 update are the ones this process reported; claims prepared before a restart get the condition at
 their next prepare (the kubelet's reconcile after a restart re-prepares them).
+
+Retries: every apply waits until the backoff of the last transient failure (unreachable, 429,
+5xx) is over, under the driver's :class:`~driver.kube.backoff.RetryPolicy`, whoever calls it
+(the status worker's retries, the health loop over claims). While the apiserver fails, the writer
+thus sends one apply per backoff step, not one per queued write.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from driver.errors import KubeError
 from driver.health.netinfo import IpSource, host_ip_source, netdev_dir
 from driver.inventory.model import Gpu, Inventory, Nic, NumaNode
 from driver.inventory.sysfs import read_text
+from driver.kube.backoff import RetryPolicy
 from driver.kube.types import JsonObject, allocation_results
 from driver.log import get_logger
 from driver.plugin import DeviceHealth, HealthState, PreparedDevice
@@ -73,7 +79,11 @@ def _clip(text: str, max_bytes: int) -> str:
 
 
 class ClaimStatusWriter:
-    """Writes and clears our entries of ``status.devices`` for prepared claims."""
+    """Writes and clears our entries of ``status.devices`` for prepared claims.
+
+    ``retry`` paces the applies after transient failures (see the module docstring); :meth:`stop`
+    ends a wait for it at once, and every apply after it fails without being sent.
+    """
 
     def __init__(
         self,
@@ -84,8 +94,10 @@ class ClaimStatusWriter:
         host_root: str = "/",
         ip_source: IpSource | None = None,
         field_manager: str | None = None,
+        retry: RetryPolicy | None = None,
     ) -> None:
         self._api = api
+        self._backoff = (retry or RetryPolicy()).backoff()
         self.driver_name = driver_name
         self.field_manager = field_manager or driver_name
         self._inventory = inventory
@@ -175,14 +187,30 @@ class ClaimStatusWriter:
         others = [c for c in entry.get("conditions", []) if c.get("type") != "Healthy"]
         entry["conditions"] = [*others, condition][:MAX_CONDITIONS]
 
+    def stop(self) -> None:
+        """Stop waiting for the apiserver: a pending and every later apply fails unsent."""
+        self._backoff.stop()
+
     def _apply(self, namespace: str, name: str, entries: list[dict[str, Any]], uid: str) -> None:
+        """One apply, once the backoff of the last transient failure is over."""
+        if not self._backoff.wait_turn():
+            raise KubeError(
+                f"apply resourceclaims/status/{namespace}/{name}: not sent, the status writer stopped",
+                verb="apply",
+                resource="resourceclaims/status",
+                name=f"{namespace}/{name}",
+            )
         try:
             self._api.apply_claim_status(namespace, name, entries, self.field_manager)
         except KubeError as err:
             if err.status == 404:
+                self._backoff.succeeded()
                 _log.info("claim gone, no status to write", claim=f"{namespace}/{name}", claim_uid=uid)
                 return
+            if err.transient:
+                self._backoff.failed(err)
             raise
+        self._backoff.succeeded()
 
     def entries(self, claim: JsonObject, prepared: Sequence[PreparedDevice]) -> list[dict[str, Any]]:
         """The status entries for a claim (pure apart from reading the host's network state)."""

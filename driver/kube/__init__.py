@@ -1,4 +1,4 @@
-"""Access to the Kubernetes apiserver (official client, imported lazily, one shared client)."""
+"""Access to the Kubernetes apiserver: one shared client over one transport (see client.py)."""
 
 from __future__ import annotations
 

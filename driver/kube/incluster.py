@@ -1,10 +1,10 @@
 """The pod's own apiserver connection (in-cluster), read without importing the official client.
 
-Why: ``import kubernetes`` alone takes the process from 11 to 44 MiB of RSS (its package
-``__init__`` imports every API and model class), half of the driver's steady footprint, and the
-DaemonSet, the one way numadra runs on a node, needs none of its kubeconfig machinery: a service
-address from the environment, a CA file and a token file. The kubeconfig path (development,
-tests, the benches) still loads through the official client.
+Why: the DaemonSet, the one way numadra runs on a node, needs none of the kubeconfig machinery of
+the official ``kubernetes`` package, whose import alone is most of the driver's steady memory
+(figures: bench/README.md): a service address from the environment, a CA file, a token file, and
+the environment's proxy settings. The kubeconfig path (development, tests, the benches) loads
+through the official client instead (:mod:`driver.kube.kubeconfig`).
 
 The facts, as client-go's ``rest.InClusterConfig`` and the official client's
 ``load_incluster_config`` read them:
@@ -16,7 +16,9 @@ The facts, as client-go's ``rest.InClusterConfig`` and the official client's
   and read again once a minute: projected tokens are rotated by the kubelet (at 80% of their
   lifetime, an hour by default), and an old one stops working when it expires. A token that
   cannot be read again keeps the last good one (client-go does the same), so a passing hiccup of
-  the file does not fail calls while the old token is still valid.
+  the file does not fail calls while the old token is still valid. The token is read on demand,
+  by the request that needs it: no loop, nothing to retry;
+* ``HTTPS_PROXY``/``NO_PROXY`` as Go's ``net/http`` reads them (:mod:`driver.kube.proxy`).
 
 A token holding a line break or another control character would become a second header line
 (the token file is the kubelet's, but nothing is trusted for where it seems to come from): it is
@@ -33,6 +35,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from driver.errors import ConfigError
+from driver.kube.proxy import environment_proxy
 from driver.kube.transport import TransportSettings
 from driver.untrusted.files import read_file
 
@@ -51,7 +54,10 @@ _MAX_CA = 4 << 20
 
 
 class InCluster:
-    """The in-cluster settings and the ``Authorization`` header of right now (thread-safe)."""
+    """The in-cluster settings and the ``Authorization`` header of right now (thread-safe).
+
+    ``environ`` (default ``os.environ``) gives the service address and the proxy settings.
+    """
 
     def __init__(
         self,
@@ -79,8 +85,13 @@ class InCluster:
                 raise ConfigError(f"the service account CA file {ca_file} is empty")
         except OSError as exc:
             raise ConfigError(f"cannot read the service account CA file {ca_file}: {exc.strerror}") from exc
+        bare = host.strip("[]")
         self.settings = TransportSettings(
-            scheme="https", host=host.strip("[]"), port=int(port), ca_file=ca_file
+            scheme="https",
+            host=bare,
+            port=int(port),
+            ca_file=ca_file,
+            proxy=environment_proxy("https", bare, int(port), env),
         )
         self.token_file = token_file
         self._now = clock
@@ -93,6 +104,10 @@ class InCluster:
         """The server URL, as the official client would have it (for messages)."""
         host = f"[{self.settings.host}]" if ":" in self.settings.host else self.settings.host
         return f"https://{host}:{self.settings.port}"
+
+    def headers(self) -> dict[str, str]:
+        """The ``Authorization`` header of right now."""
+        return {"Authorization": self.authorization()}
 
     def authorization(self) -> str:
         """``Bearer <token>``, from a file read at most :data:`REFRESH_S` seconds ago if it could be."""

@@ -1,90 +1,77 @@
-"""A small keep-alive pool of stdlib ``http.client`` connections: every call of the apiserver client.
+"""Every apiserver request of the driver: a small pool of kept-alive ``http.client`` connections.
 
-Why it exists: one claim GET through the official client costs about 1 ms of our CPU, most of it
-decoding the answer into the client's models, not HTTP; these reads want the JSON dict. The claim
-status apply (a PATCH, answered with the claim) cost 0.95 ms of CPU through the official client's
-``call_api`` with the answer undecoded, 0.52 ms here (a claim GET here: 0.30 ms; real
-kube-apiserver over TLS, interleaved, issue 15): the difference is the client's serializer and
-urllib3's request and response machinery. The HTTP itself is ``http.client``'s since issue 15; it
-costs more than the hand-written HTTP/1.1 parser this module used to carry, and is one parser fewer
-to own and get wrong. Our CPU per claim GET on a kept-alive connection to the fake apiserver, both
-pools interleaved in one run: 37 us for the old parser vs 77 us for ``http.client`` (issue 15's
-measurement); 76 vs 131 us (1.7x) for this module against the old one on a loaded 2-core machine.
-The socket handling (pool, deadline, retry) stays ours:
+Why this shape (figures: bench/README.md, ``bench/transport.py``): the HTTP is the standard
+library's ``http.client``, used through its public API only (``putrequest``/``putheader``/
+``endheaders``/``getresponse``, ``set_tunnel`` for a proxy, ``connect`` overridden as
+``HTTPSConnection`` itself does). urllib3, which the official client brings along, was measured
+against this pool and costs more CPU per claim GET and status apply and more memory in the pod;
+it reads answers with the same ``http.client`` underneath, so it would not save the parts below,
+which are the reason this module exists:
 
-* :func:`settings_from_configuration` takes the host, TLS and socket settings from the official
-  client's ``Configuration`` and raises :class:`UnsupportedConfigError` for anything it cannot
-  honour (a proxy, a certificate name override, client-go style retries), so that the caller falls
-  back to the official client instead of silently dropping a setting.
-* The settings of a pod come from :mod:`driver.kube.incluster` instead, with no official client.
-* Authorization is the caller's: it passes the headers of each request, read through the
-  Configuration's own ``auth_settings()`` (token refresh hooks keep working) or the service
-  account's token file.
-* A watch (:meth:`Transport.stream`) gets a connection of its own and reads its answer line by
-  line as it comes, every read waiting up to the watch's own limit; :meth:`Stream.close` ends it
-  from another thread.
-* Connections are pooled last-in first-out (the warmest first), at most ``max_idle`` kept. An
-  idempotent request (a GET; a server-side apply, whose second application of the same body
-  changes nothing) that fails on a reused connection before any byte of the answer arrived (the
-  server closed it while it sat idle) is sent once more on a fresh connection. A request the
-  caller does not declare idempotent is never resent: the server may have acted on it.
-* Every request has an overall deadline besides the per-read timeout. A per-read timeout alone is
-  reset by every byte, so an apiserver (or a proxy in front of it) that trickles one byte a
-  second held a prepare call for minutes, past the kubelet's 45 s. ``http.client`` reads through
-  a buffered file over the socket; ours is one whose every ``recv`` waits at most until the
-  deadline. ``http.client`` itself skips ``100 Continue`` answers without limit (and takes any
-  other 1xx for the final answer); here at most ``_MAX_INTERIM`` interim answers of any 1xx kind
-  are skipped, then the read fails, long before the deadline.
+* An overall deadline per request. A per-read timeout alone is reset by every byte, so a server
+  (or a proxy in front of one) that trickles a byte a second held a prepare call for minutes.
+  The sockets are :class:`socket.socket` and :class:`ssl.SSLSocket` subclasses (the latter
+  through the documented ``SSLContext.sslsocket_class``) whose every ``recv_into`` and
+  ``sendall`` waits at most until the request's deadline.
+* Bounded answers: the head of an answer (interim ``1xx`` answers included, which ``http.client``
+  skips without limit) may take at most ``MAX_HEAD`` bytes, a body ``max_body`` bytes, a watch
+  line a limit of its own. An interim answer other than ``100 Continue`` (``http.client`` takes it
+  for the final one) is refused: nobody here asks for one.
+* Resending only what is safe: an idempotent request (a GET; a server-side apply of one body)
+  that fails on a reused connection before any byte of the answer arrived (the server closed it
+  while it sat idle) is sent once more on a fresh connection; a request the caller does not
+  declare idempotent is never resent, the server may have acted on it.
+* A watch (:meth:`Transport.stream`) reads line by line on a connection of its own, may be closed
+  from another thread, and tells an end from a cut: a chunked answer that stops before its last
+  chunk raises :class:`ConnectionClosedError` (``http.client``'s ``readline`` returns ``b""``).
+* A proxy is a ``CONNECT`` tunnel (:mod:`driver.kube.proxy` decides which).
 
-Failures are plain exceptions (the ``OSError`` family, :class:`ProtocolError`); the caller maps
-them to :class:`~driver.errors.KubeError` in one place.
+Connections are pooled last-in first-out (the warmest first), at most ``max_idle`` kept; one
+that the server closed while idle is noticed at checkout. Failures are plain exceptions (the
+``OSError`` family, :class:`ProtocolError`); :mod:`driver.kube.client` maps them to
+:class:`~driver.errors.KubeError` in one place.
 """
 
 from __future__ import annotations
 
 import contextlib
 import http.client
-import io
 import re
 import select
 import socket
 import ssl
 import threading
 import time
-import weakref
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
+
+from driver.kube.proxy import Proxy
 
 __all__ = [
+    "MAX_HEAD",
     "ConnectionClosedError",
     "ProtocolError",
     "Response",
     "Stream",
     "Transport",
     "TransportSettings",
-    "UnsupportedConfigError",
-    "configuration_key",
-    "settings_from_configuration",
 ]
 
-_RECV_SIZE = 65536
+#: bytes an answer's head may take, interim answers included: an apiserver's is well under 1 KiB
+#: (``http.client`` alone allows 100 lines of 64 KiB, and interim answers without end)
+MAX_HEAD = 256 * 1024
+#: bytes a body may take unless the transport says otherwise: far above a page of claims or a
+#: node's slices, far below what hurts the pod
+DEFAULT_MAX_BODY = 64 * 1024 * 1024
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")  # never allowed in a header value
-_CONTROL_OR_SPACE = re.compile(r"[\x00-\x20\x7f]")  # never allowed in a request target
-#: interim (1xx) answers read before the real one; a request gets none in practice (none sends
-#: ``Expect``), so more than a few is a server that will never answer
-_MAX_INTERIM = 8
+_CONTROL_OR_SPACE = re.compile(r"[\x00-\x20\x7f]")  # never allowed in a method, target or name
 #: a socket timeout is only reset when it would change by this much (seconds)
 _REARM = 0.1
 
 
-class UnsupportedConfigError(ValueError):
-    """The configuration asks for something this transport does not do; use the official client."""
-
-
 class ProtocolError(Exception):
-    """The server's answer is not the HTTP/1.1 this transport reads."""
+    """The server's answer is not the HTTP/1.1 this transport reads, or breaks one of its bounds."""
 
 
 class ConnectionClosedError(ConnectionError):
@@ -93,7 +80,7 @@ class ConnectionClosedError(ConnectionError):
 
 @dataclass(frozen=True, slots=True)
 class TransportSettings:
-    """Where to connect and how, as plain values (see :func:`settings_from_configuration`)."""
+    """Where to connect and how, as plain values (see driver/kube/incluster.py and kubeconfig.py)."""
 
     scheme: str  # "http" or "https"
     host: str  # a name or an IP address, without brackets
@@ -107,6 +94,7 @@ class TransportSettings:
     cert_file: str = ""  # client certificate (and key, when ``key_file`` is empty)
     key_file: str = ""
     socket_options: tuple[tuple[int, int, int | bytes], ...] = ()
+    proxy: Proxy | None = None  # tunnel through this HTTP proxy
 
     @property
     def host_header(self) -> str:
@@ -128,75 +116,8 @@ class TransportSettings:
         if self.cert_file:
             ctx.load_cert_chain(self.cert_file, self.key_file or None)
         ctx.set_alpn_protocols(["http/1.1"])
+        ctx.sslsocket_class = _PacedTlsSocket
         return ctx
-
-
-def settings_from_configuration(cfg: Any) -> TransportSettings:
-    """The settings of an official client ``Configuration``, or :class:`UnsupportedConfigError`.
-
-    Mirrors what ``kubernetes.client.rest.RESTClientObject`` does with the same fields, so both
-    transports talk to the same server the same way.
-    """
-    url = urlsplit(str(cfg.host))
-    if url.scheme not in ("http", "https"):
-        raise UnsupportedConfigError(f"server scheme {url.scheme!r}")
-    if not url.hostname or url.username or url.password or url.query or url.fragment:
-        raise UnsupportedConfigError(f"server URL {cfg.host!r}")
-    if cfg.proxy:
-        from kubernetes.client.rest import should_bypass_proxies
-
-        if not should_bypass_proxies(str(cfg.host), cfg.no_proxy or ""):
-            raise UnsupportedConfigError("a proxy is configured")
-    assert_hostname = cfg.assert_hostname
-    if assert_hostname not in (None, True, False):
-        raise UnsupportedConfigError("assert_hostname names a different host")
-    if getattr(cfg, "client_go_retries", False):
-        raise UnsupportedConfigError("client-go style retries are configured")
-    options: list[tuple[int, int, int | bytes]] = []
-    if cfg.socket_options is not None:
-        options = list(cfg.socket_options)
-    elif getattr(cfg, "keep_alive", False):
-        from kubernetes.utils.keepalive import tcp_keepalive_socket_options
-
-        options = list(tcp_keepalive_socket_options())
-    port = url.port or (443 if url.scheme == "https" else 80)
-    return TransportSettings(
-        scheme=url.scheme,
-        host=url.hostname,
-        port=port,
-        base_path=url.path.rstrip("/"),
-        verify=bool(cfg.verify_ssl),
-        check_hostname=assert_hostname is not False,
-        server_hostname=cfg.tls_server_name or "",
-        ca_file=cfg.ssl_ca_cert or "",
-        ca_data=cfg.ca_cert_data or "",
-        cert_file=cfg.cert_file or "",
-        key_file=cfg.key_file or "",
-        socket_options=tuple(options),
-    )
-
-
-def configuration_key(cfg: Any) -> tuple[Any, ...]:
-    """Every ``Configuration`` field :func:`settings_from_configuration` reads, to notice a change.
-
-    A refresh hook may swap them (an exec plugin returning a new client certificate); comparing
-    this key per request costs about a microsecond.
-    """
-    return (
-        cfg.host,
-        cfg.proxy,
-        cfg.no_proxy,
-        cfg.assert_hostname,
-        cfg.verify_ssl,
-        cfg.tls_server_name,
-        cfg.ssl_ca_cert,
-        cfg.ca_cert_data,
-        cfg.cert_file,
-        cfg.key_file,
-        cfg.socket_options,
-        getattr(cfg, "keep_alive", False),
-        getattr(cfg, "client_go_retries", False),
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,115 +130,155 @@ class Response:
     keep_alive: bool = True
 
 
-class _DeadlineRecv(io.RawIOBase):
-    """The connection's socket as a raw stream whose every ``recv`` ends by the deadline."""
+class _Paced:
+    """What the driver's sockets add: every receive and send ends by the request's deadline.
 
-    def __init__(self, conn: _Connection) -> None:
-        super().__init__()
-        self._conn = conn
+    Mixed into :class:`socket.socket` (plain http) and :class:`ssl.SSLSocket` (https). Per request
+    the pool sets ``deadline`` (monotonic) and ``read_timeout``; the socket counts the bytes of the
+    answer (the resend rule needs to know whether any came), notices the server's EOF (a head cut
+    off by it would otherwise read as whole) and charges the head's bytes to ``head_budget``.
+    Between :meth:`hold` and :meth:`release` it collects what is sent and sends it at once:
+    ``http.client`` writes a request's head and body apart, two TLS records for every status apply
+    where one does.
+    """
 
-    def readable(self) -> bool:
-        return True
+    deadline = float("inf")
+    read_timeout = 0.0
+    received = 0
+    eof = False
+    head_budget: int | None = None  # bytes the answer's head may still take; None: head done
+    _armed = -1.0  # the socket's timeout as last set
+    _held: list[bytes] | None = None  # sent since hold(), not yet written
 
-    def readinto(self, buffer: Any) -> int:
-        conn = self._conn
-        conn.arm()
-        count = conn.sock.recv_into(buffer)
-        conn.received += count
-        conn.eof = conn.eof or not count
+    def start_answer(self, deadline: float, read_timeout: float) -> None:
+        """Arm for a new request: its deadline and per-read timeout, a fresh head budget."""
+        self.deadline, self.read_timeout = deadline, read_timeout
+        self.received, self.eof, self.head_budget = 0, False, MAX_HEAD
+        self._held = None
+
+    def hold(self) -> None:
+        """Collect what is sent from now on, until :meth:`release`."""
+        self._held = []
+
+    def release(self) -> None:
+        """Send what was collected since :meth:`hold`, in one write."""
+        held, self._held = self._held, None
+        if held:
+            self.sendall(b"".join(held))
+
+    def arm(self) -> None:
+        """Set the timeout of the next socket operation: the per-read one, cut at the deadline.
+
+        ``settimeout`` is skipped while the value would change by less than 0.1 s, which is what a
+        fast answer sees (the deadline is then kept to within 0.1 s).
+        """
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"no complete answer by the deadline ({self.received} bytes received)")
+        timeout = min(self.read_timeout, left)
+        if not -_REARM < timeout - self._armed < _REARM:
+            self.settimeout(timeout)  # type: ignore[attr-defined]
+            self._armed = timeout
+
+    def recv_into(self, buffer: Any, *args: Any) -> int:
+        self.arm()
+        try:
+            count: int = super().recv_into(buffer, *args)  # type: ignore[misc]
+        except TimeoutError as exc:
+            raise TimeoutError(self._timeout_message()) from exc
+        self.received += count
+        self.eof = self.eof or not count
+        if self.head_budget is not None:
+            self.head_budget -= count
+            if self.head_budget < 0:
+                raise ProtocolError(f"the answer's head (interim answers included) is over {MAX_HEAD} bytes")
         return count
 
+    def sendall(self, data: Any, *args: Any) -> None:
+        if self._held is not None:
+            self._held.append(bytes(data))
+            return
+        self.arm()
+        try:
+            super().sendall(data, *args)  # type: ignore[misc]
+        except TimeoutError as exc:
+            raise TimeoutError(self._timeout_message()) from exc
 
-class _Answer(http.client.HTTPResponse):
-    """``http.client``'s response, skipping at most ``_MAX_INTERIM`` interim 1xx answers."""
-
-    _status_lines = 0
-
-    def _read_status(self) -> tuple[str, int, str]:
-        while True:
-            self._status_lines += 1
-            if self._status_lines > _MAX_INTERIM + 1:
-                raise ProtocolError(f"more than {_MAX_INTERIM} interim 1xx answers and no final one")
-            version, status, reason = super()._read_status()  # type: ignore[misc]
-            if status in (100, 101) or status >= 200:  # begin() skips a 100's head itself
-                return str(version), int(status), str(reason)
-            http.client.parse_headers(self.fp)  # 102, 103...: skip its head, read on
-
-
-class _Client(http.client.HTTPConnection):
-    """``http.client``'s connection, writing a request's head and body together.
-
-    ``http.client`` sends them in two writes: two TLS records and two system calls for every
-    status apply, where one does.
-    """
-
-    def _send_output(self, message_body: Any = None, encode_chunked: bool = False) -> None:
-        buffered: list[bytes] = self._buffer  # type: ignore[attr-defined]
-        buffered.extend((b"", b""))
-        head = b"\r\n".join(buffered)
-        del buffered[:]
-        self.send(head + bytes(message_body) if message_body else head)
+    def _timeout_message(self) -> str:
+        if time.monotonic() >= self.deadline - _REARM:
+            return f"no complete answer by the deadline ({self.received} bytes received)"
+        return f"no answer within the read timeout of {self.read_timeout:g} s"
 
 
-class _Wire:
-    """What ``http.client`` sees as its socket: sends and reads go through :meth:`_Connection.arm`.
+class _PacedSocket(_Paced, socket.socket):
+    """A plain TCP socket with the request's deadline (http servers: tests, benches)."""
 
-    Its ``close`` does nothing (``http.client`` closes "its socket" on ``Connection: close`` before
-    the body is read); the pool closes the real socket.
-    """
 
-    __slots__ = ("_conn",)
+class _PacedTlsSocket(_Paced, ssl.SSLSocket):
+    """A TLS socket with the request's deadline (made by ``SSLContext.wrap_socket``)."""
 
-    def __init__(self, conn: _Connection) -> None:
-        # a weak reference: no cycle, so a dropped pool's sockets close at once, not at the next GC
-        self._conn = weakref.proxy(conn)
 
-    def sendall(self, data: bytes) -> None:
-        self._conn.arm()
-        self._conn.sock.sendall(data)
+class _HttpConnection(http.client.HTTPConnection):
+    """``http.client``'s connection over a paced socket: TLS when the settings say https, through
+    a ``CONNECT`` tunnel when they name a proxy. Its ``connect`` does what ``HTTPSConnection``'s
+    does (the TCP connection and the tunnel by the base class, then the TLS handshake), with the
+    name to check taken from the settings (``tls-server-name``) instead of the URL's host."""
 
-    def makefile(self, mode: str) -> io.BufferedReader:
-        return io.BufferedReader(_DeadlineRecv(self._conn), _RECV_SIZE)
+    def __init__(
+        self, settings: TransportSettings, tls: ssl.SSLContext | None, connect_timeout: float
+    ) -> None:
+        proxy = settings.proxy
+        if proxy is None:
+            super().__init__(settings.host, settings.port, timeout=connect_timeout)
+        else:
+            super().__init__(proxy.host, proxy.port, timeout=connect_timeout)
+            self.set_tunnel(settings.host, settings.port, headers=proxy.tunnel_headers())
+        self.numadra_settings = settings
+        self.numadra_tls = tls
+        self.paced: _PacedSocket | _PacedTlsSocket | None = None
 
-    def close(self) -> None:
-        """Nothing: the connection's life is the pool's."""
+    def connect(self) -> None:
+        super().connect()
+        settings, plain = self.numadra_settings, self.sock
+        for level, option, value in settings.socket_options:
+            plain.setsockopt(level, option, value)
+        paced: _PacedSocket | _PacedTlsSocket
+        if self.numadra_tls is not None:
+            name = settings.server_hostname or settings.host
+            wrapped = self.numadra_tls.wrap_socket(plain, server_hostname=name)
+            assert isinstance(wrapped, _PacedTlsSocket)  # the context's sslsocket_class
+            paced = wrapped
+        else:
+            paced = _PacedSocket(fileno=plain.detach())
+        self.sock = self.paced = paced
 
 
 class _Connection:
-    """One socket and the ``http.client`` connection speaking over it; one thread at a time."""
+    """One pooled connection: ``http.client``'s, its paced socket, whether it served before."""
 
-    __slots__ = (
-        "__weakref__",
-        "_armed",
-        "_deadline",
-        "_timeout",
-        "eof",
-        "http",
-        "received",
-        "reused",
-        "sock",
-    )
+    __slots__ = ("http", "reused", "sock")
 
-    def __init__(self, sock: socket.socket, settings: TransportSettings, timeout: float) -> None:
-        self.sock = sock
+    def __init__(self, conn: _HttpConnection) -> None:
+        self.http = conn
+        assert conn.paced is not None
+        self.sock = conn.paced
         self.reused = False
-        self.received = 0  # bytes of the current answer so far (the retry rule needs it)
-        self.eof = False  # the server closed its side during the current answer
-        self._timeout = timeout  # per read
-        self._deadline = 0.0  # monotonic time by which the current answer must be complete
-        self._armed = -1.0  # the socket's timeout as last set
-        self.http = _Client(settings.host, settings.port)
-        self.http.auto_open = 0  # never reconnect behind the pool's back
-        self.http.response_class = _Answer
-        self.http.sock = _Wire(self)
 
     def start(
-        self, method: str, path: str, host: str, headers: Mapping[str, str], *, body: bytes, deadline: float
+        self,
+        method: str,
+        path: str,
+        headers: Mapping[str, str],
+        *,
+        host: str,
+        body: bytes,
+        deadline: float,
+        read_timeout: float,
     ) -> tuple[http.client.HTTPResponse, dict[str, str]]:
         """Send one request and read the head of its answer (status and fields) by ``deadline``."""
-        self.received, self.eof = 0, False
-        self._deadline = deadline
-        with self.translated(deadline):
+        sock = self.sock
+        sock.start_answer(deadline, read_timeout)
+        with _translated(sock):
             conn = self.http
             conn.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
             conn.putheader("Host", host)
@@ -325,12 +286,17 @@ class _Connection:
                 conn.putheader(name, value)
             if body or method != "GET":
                 conn.putheader("Content-Length", str(len(body)))
+            sock.hold()
             conn.endheaders(body or None)
+            sock.release()  # the head and the body in one write
             answer = conn.getresponse()
-            if self.eof:  # http.client takes a head cut off by EOF for a whole one
+            sock.head_budget = None
+            if sock.eof:  # http.client takes a head cut off by EOF for a whole one
                 raise http.client.IncompleteRead(b"")
             if answer.status == 101:
                 raise ProtocolError("the server switched protocols")
+            if answer.status < 200:
+                raise ProtocolError(f"an interim answer ({answer.status}) where the final one was due")
             fields: dict[str, str] = {}
             for name, value in answer.getheaders():
                 key = name.lower()
@@ -343,59 +309,44 @@ class _Connection:
                 raise ProtocolError(f"transfer-encoding {fields['transfer-encoding']!r}")
             return answer, fields
 
-    def exchange(
-        self, method: str, path: str, host: str, headers: Mapping[str, str], *, body: bytes, deadline: float
-    ) -> Response:
-        """Send one request and read its answer, all of it before ``deadline`` (monotonic)."""
-        answer, fields = self.start(method, path, host, headers, body=body, deadline=deadline)
-        with self.translated(deadline):
-            data = answer.read()
-        return Response(answer.status, data, fields, not answer.will_close)
-
-    @contextlib.contextmanager
-    def translated(self, deadline: float) -> Iterator[None]:
-        """``http.client``'s exceptions as this module's: what went wrong, in words that say so."""
-        try:
-            yield
-        except TimeoutError as exc:  # plain sockets say "timed out", TLS ones "The read operation..."
-            if time.monotonic() >= deadline:
-                raise TimeoutError(
-                    f"no complete answer by the deadline ({self.received} bytes received)"
-                ) from exc
-            raise TimeoutError(f"no answer within the read timeout of {self._timeout:g} s") from exc
-        except http.client.RemoteDisconnected as exc:
-            raise ConnectionClosedError("the server closed the connection without answering") from exc
-        except http.client.IncompleteRead as exc:
-            raise ConnectionClosedError(
-                f"the server closed the connection {self.received} bytes into the answer"
-            ) from exc
-        except http.client.HTTPException as exc:  # bad status line, a line or head too long...
-            raise ProtocolError(f"{type(exc).__name__}: {exc}"[:200]) from exc
-
-    def arm(self) -> None:
-        """Set the timeout of the next socket operation: the per-read one, cut at the deadline.
-
-        ``settimeout`` is a system call; it is skipped while the value would change by less than
-        0.1 s, which is what a fast answer sees (the deadline is then kept to within 0.1 s).
-        """
-        left = self._deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError("deadline passed")
-        timeout = min(self._timeout, left)
-        if not -_REARM < timeout - self._armed < _REARM:
-            self.sock.settimeout(timeout)
-            self._armed = timeout
-
     def looks_idle(self) -> bool:
         """Nothing is waiting to be read: a kept connection the server closed reads as EOF."""
-        if isinstance(self.sock, ssl.SSLSocket) and self.sock.pending():
+        sock = self.sock
+        if isinstance(sock, ssl.SSLSocket) and sock.pending():
             return False
         poller = select.poll()
-        poller.register(self.sock, select.POLLIN)
+        poller.register(sock.fileno(), select.POLLIN)
         return not poller.poll(0)
 
     def close(self) -> None:
-        self.sock.close()
+        self.http.close()
+
+
+def _cut(sock: _Paced, fields: Mapping[str, str]) -> bool:
+    """The server closed the connection before the answer's framing said it was over.
+
+    ``http.client`` hides this: a sized body read by amount comes back short, and ``readline``
+    returns ``b""`` for a chunked answer without its last chunk. But a complete framed answer is
+    read without asking the socket for one byte more, so an EOF seen while reading it means the
+    answer was cut. (An answer framed by the connection's end has no other end: not a cut.)
+    """
+    framed = "content-length" in fields or "chunked" in fields.get("transfer-encoding", "").lower()
+    return sock.eof and framed
+
+
+@contextlib.contextmanager
+def _translated(sock: _Paced) -> Iterator[None]:
+    """``http.client``'s exceptions as this module's: what went wrong, in words that say so."""
+    try:
+        yield
+    except http.client.RemoteDisconnected as exc:
+        raise ConnectionClosedError("the server closed the connection without answering") from exc
+    except http.client.IncompleteRead as exc:
+        raise ConnectionClosedError(
+            f"the server closed the connection {sock.received} bytes into the answer"
+        ) from exc
+    except http.client.HTTPException as exc:  # bad status line, a line or head too long...
+        raise ProtocolError(f"{type(exc).__name__}: {exc}"[:200]) from exc
 
 
 class Stream:
@@ -405,32 +356,36 @@ class Stream:
     another thread returns at once (that read then ends or raises; the caller knows it closed).
     """
 
-    def __init__(
-        self, conn: _Connection, answer: http.client.HTTPResponse, fields: dict[str, str], deadline: float
-    ) -> None:
+    def __init__(self, conn: _Connection, answer: http.client.HTTPResponse, fields: dict[str, str]) -> None:
         self.status = answer.status
         self.headers: Mapping[str, str] = fields
         self._conn = conn
         self._answer = answer
-        self._deadline = deadline
         self._closed = False
 
     def readline(self, limit: int = 16 << 20) -> bytes:
-        """The next line with its newline; ``b""`` once the server ended the answer.
+        """The next line with its newline; ``b""`` once the server ended the answer properly.
 
         ``limit`` bounds one line (a watch event is one object; 16 MiB is far above the 3 MiB an
-        etcd value may hold), so a server that never sends a newline cannot fill the memory.
+        etcd value may hold), so a server that never sends a newline cannot fill the memory. An
+        answer that stops before its end (a chunked one without its last chunk, a sized one short
+        of its length) raises :class:`ConnectionClosedError`.
         """
-        with self._conn.translated(self._deadline):
-            line = self._answer.readline(limit + 1)
+        answer = self._answer
+        with _translated(self._conn.sock):
+            line = answer.readline(limit + 1)
         if len(line) > limit:
             raise ProtocolError(f"a line of the answer is longer than {limit} bytes")
+        if not line and not self._closed and _cut(self._conn.sock, self.headers):
+            raise ConnectionClosedError(
+                f"the server ended the answer before its end ({self._conn.sock.received} bytes received)"
+            )
         return line
 
-    def read(self) -> bytes:
-        """The rest of the answer (an error's Status object)."""
-        with self._conn.translated(self._deadline):
-            return self._answer.read()
+    def read(self, limit: int = DEFAULT_MAX_BODY) -> bytes:
+        """The rest of the answer (an error's Status object), at most ``limit`` bytes."""
+        with _translated(self._conn.sock):
+            return self._answer.read(limit)
 
     def close(self) -> None:
         """End the answer and the connection (idempotent, thread-safe)."""
@@ -457,6 +412,7 @@ class Transport:
         timeout: float,
         deadline: float | None = None,
         max_idle: int = 16,
+        max_body: int = DEFAULT_MAX_BODY,
     ) -> None:
         self.settings = settings
         self.connect_timeout = connect_timeout
@@ -465,20 +421,11 @@ class Transport:
         #: call names its own
         self.deadline = deadline if deadline is not None else connect_timeout + timeout
         self.max_idle = max_idle
-        self.connections_opened = 0  # for tests and debugging: how often a new socket was needed
+        self.max_body = max_body
         self._tls = settings.tls_context()
         self._idle: list[_Connection] = []
         self._lock = threading.Lock()
         self._closed = False
-
-    def get(self, target: str, headers: Mapping[str, str], *, deadline: float | None = None) -> Response:
-        """GET ``target`` (path and query, already encoded) with ``headers``; any status is returned.
-
-        Raises ``OSError`` (refused, reset, ``TimeoutError``: also when the whole answer was not
-        there within ``deadline`` seconds, :attr:`deadline` by default), ``ssl.SSLError`` or
-        :class:`ProtocolError` when no complete answer came.
-        """
-        return self.request("GET", target, headers, idempotent=True, deadline=deadline)
 
     def request(
         self,
@@ -490,31 +437,32 @@ class Transport:
         idempotent: bool,
         deadline: float | None = None,
     ) -> Response:
-        """Send ``method`` to ``target`` with ``headers`` and ``body``; any status is returned.
+        """Send ``method`` to ``target`` (path and query, encoded) with ``headers`` and ``body``.
 
-        ``idempotent`` says that sending the request twice does what sending it once does (a GET;
-        a server-side apply of one body): only then is it resent, once, when a reused connection
-        turns out to have been closed by the server before any byte of the answer came. Raises
-        as :meth:`get` does.
+        Any status is returned. ``idempotent`` says that sending the request twice does what
+        sending it once does (a GET; a server-side apply of one body): only then is it resent,
+        once, when a reused connection turns out to have been closed by the server before any
+        byte of the answer came. Raises ``OSError`` (refused, reset, ``TimeoutError``: also when
+        the whole answer was not there within ``deadline`` seconds, :attr:`deadline` by default),
+        ``ssl.SSLError`` or :class:`ProtocolError` when no complete answer came.
         """
         if _CONTROL_OR_SPACE.search(method):
             raise ValueError(f"invalid method {method!r}")
         path = self._path(target, headers)
-        host = self.settings.host_header
         limit = self.deadline if deadline is None else deadline
         ends = time.monotonic() + limit
         try:
             conn = self._checkout(ends)
             try:
                 try:
-                    response = conn.exchange(method, path, host, headers, body=body, deadline=ends)
+                    response = self._exchange(conn, method, path, headers, body=body, ends=ends)
                 except (ConnectionError, ssl.SSLEOFError, ssl.SSLZeroReturnError):
                     conn.close()
-                    if not idempotent or not conn.reused or conn.received:
+                    if not idempotent or not conn.reused or conn.sock.received:
                         raise
                     self._drop_idle()  # the server closed one idle connection: likely the older ones
                     conn = self._connect(ends)
-                    response = conn.exchange(method, path, host, headers, body=body, deadline=ends)
+                    response = self._exchange(conn, method, path, headers, body=body, ends=ends)
             except BaseException:
                 conn.close()
                 raise
@@ -535,15 +483,21 @@ class Transport:
         """
         path = self._path(target, headers)
         ends = time.monotonic() + deadline
-        conn = self._connect(ends, read_timeout=deadline)
+        conn = self._connect(ends)
         try:
             answer, fields = conn.start(
-                "GET", path, self.settings.host_header, headers, body=b"", deadline=ends
+                "GET",
+                path,
+                headers,
+                host=self.settings.host_header,
+                body=b"",
+                deadline=ends,
+                read_timeout=deadline,
             )
         except BaseException:
             conn.close()
             raise
-        return Stream(conn, answer, fields, ends)
+        return Stream(conn, answer, fields)
 
     def close(self) -> None:
         """Close the kept connections; ones in use are closed when they come back."""
@@ -554,6 +508,34 @@ class Transport:
             conn.close()
 
     # -- internals -------------------------------------------------------------------------------
+    def _exchange(
+        self,
+        conn: _Connection,
+        method: str,
+        path: str,
+        headers: Mapping[str, str],
+        *,
+        body: bytes,
+        ends: float,
+    ) -> Response:
+        """One request and its whole answer, by ``ends``."""
+        answer, fields = conn.start(
+            method,
+            path,
+            headers,
+            host=self.settings.host_header,
+            body=body,
+            deadline=ends,
+            read_timeout=self.timeout,
+        )
+        with _translated(conn.sock):
+            data = answer.read(self.max_body + 1)  # a chunked body cut short raises here
+            if len(data) > self.max_body:
+                raise ProtocolError(f"the answer's body is over {self.max_body} bytes")
+            if _cut(conn.sock, fields):  # a sized one cut short comes back short
+                raise http.client.IncompleteRead(data)
+        return Response(answer.status, data, fields, not answer.will_close)
+
     def _path(self, target: str, headers: Mapping[str, str]) -> str:
         """The request path; raises ValueError for control characters anywhere in the request
         (a token file's newline must never split a header), before anything is sent."""
@@ -589,26 +571,17 @@ class Transport:
         for conn in idle:
             conn.close()
 
-    def _connect(self, deadline: float, *, read_timeout: float | None = None) -> _Connection:
-        settings = self.settings
+    def _connect(self, deadline: float) -> _Connection:
         timeout = min(self.connect_timeout, deadline - time.monotonic())
         if timeout <= 0:
             raise TimeoutError("no time left to connect")
+        conn = _HttpConnection(self.settings, self._tls, timeout)
         try:
-            sock = socket.create_connection((settings.host, settings.port), timeout=timeout)
-            try:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                for level, option, value in settings.socket_options:
-                    sock.setsockopt(level, option, value)
-                if self._tls is not None:  # the handshake runs under the connect timeout
-                    sock = self._tls.wrap_socket(
-                        sock, server_hostname=settings.server_hostname or settings.host
-                    )
-            except BaseException:
-                sock.close()
-                raise
+            conn.connect()
         except TimeoutError as exc:
+            conn.close()
             raise TimeoutError(f"connect timed out after {timeout:g} s") from exc
-        with self._lock:
-            self.connections_opened += 1
-        return _Connection(sock, settings, self.timeout if read_timeout is None else read_timeout)
+        except BaseException:
+            conn.close()
+            raise
+        return _Connection(conn)

@@ -1,22 +1,12 @@
 """Make the apiserver's ResourceSlices of this node match the desired ones, with the fewest writes.
 
-How (facts: kubelet-dra-protocol.md section 4.4, resource-api-v1.md section 1.2):
-
-* :func:`plan_sync` is pure: desired vs stored slices -> deletes, updates, creates. Nothing changed
-  means an empty plan, so a republish of the same inventory costs one LIST and zero writes. Slices
-  are matched by their deterministic names; taint ``timeAdded`` and server-set metadata are ignored
-  and carried over.
-* ``pool.generation`` starts at the highest stored one and goes up by one when slices are added or
-  removed or more than one slice changes; then every slice of the pool carries the new generation
-  and the same ``resourceSliceCount``. One changed slice keeps the generation (one write is atomic
-  for consumers), as the Go resourceslice controller does.
-* Writes go delete obsolete -> update -> create, so a consumer never sees more slices than
-  ``resourceSliceCount`` promises at the new generation.
+* What to write is decided by :func:`driver.slices.plan.plan_sync` (pure: generations, write
+  order, zero writes when nothing changed); this module runs it against the apiserver.
 * :class:`SlicePublisher` runs the plan on a background thread, never blocking its callers: the
   kubelet servers come up and register while the apiserver is unreachable, and the publisher
-  retries with capped, jittered backoff. A watch on our own slices notices the kubelet's wipe
-  (at kubelet start, or 30 s after we became unreachable) and re-creates them at once instead of
-  after the Go controller's 30 s delay.
+  retries under the driver's :class:`~driver.kube.backoff.RetryPolicy`. A watch on our own slices
+  notices the kubelet's wipe (at kubelet start, or 30 s after we became unreachable) and
+  re-creates them at once instead of after the Go controller's 30 s delay.
 * Periodic traffic is jittered so that a fleet started together does not stay in lockstep (the
   5,000 nodes of a large cluster would otherwise renew their watches in the same second every five
   minutes). Each watch asks for a timeout drawn from ``[watch_timeout, 2 * watch_timeout)``, as
@@ -24,37 +14,39 @@ How (facts: kubelet-dra-protocol.md section 4.4, resource-api-v1.md section 1.2)
   restarted fleet does not LIST in one burst.
 * There is no periodic re-LIST while the watch is open: the watch starts at the LIST's
   resourceVersion and resumes from the last event or bookmark it saw, so every change to our slices
-  reaches us in order, and a 410 (history compacted) forces a fresh LIST. A LIST every
+  reaches us in order, and a 410 (history compacted) calls for a fresh LIST. A LIST every
   ``resync_interval`` (jittered up to +50 %) is armed only while the watch cannot be opened (a
   forbidden or failing watch), the one case where the view could go stale.
+* A watch the server ends before it ran its course (an empty answer, a 410, an ERROR event, a
+  stream cut in the middle) is a failure: the next one waits its backoff step, and a 410's re-LIST
+  comes once per step. A fleet behind one broken proxy thus sends a bounded number of requests a
+  minute, not a storm (tests/integration/publisher/test_retry_bounds.py counts them).
 """
 
 from __future__ import annotations
 
 import copy
-import json
 import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from driver.errors import KubeError, SliceError, recoverable
 from driver.inventory.model import Inventory
-from driver.kube.backoff import Backoff
+from driver.kube.backoff import RetryPolicy
 from driver.kube.client import SliceWatch, error_kind, slice_field_selector
 from driver.log import get_logger
+from driver.slices.plan import SlicePlan, plan_sync, slice_content
 
 __all__ = [
     "PublisherStats",
     "SliceApi",
-    "SlicePlan",
     "SlicePublisher",
     "Taints",
     "jittered",
-    "plan_sync",
     "watch_timeout_seconds",
 ]
 
@@ -98,124 +90,8 @@ class SliceApi(Protocol):
     ) -> SliceWatch: ...
 
 
-@dataclass(frozen=True, slots=True)
-class SlicePlan:
-    """The writes that make the stored slices match the desired ones, in execution order."""
-
-    deletes: tuple[Obj, ...] = ()  # stored objects (uid + resourceVersion used as preconditions)
-    updates: tuple[Obj, ...] = ()  # full objects carrying the stored resourceVersion
-    creates: tuple[Obj, ...] = ()
-    generation: int = 0
-
-    @property
-    def empty(self) -> bool:
-        """True when the API already matches: no write at all."""
-        return not (self.deletes or self.updates or self.creates)
-
-
 def _owner(node_name: str, node_uid: str) -> Obj:
     return {"apiVersion": "v1", "kind": "Node", "name": node_name, "uid": node_uid, "controller": True}
-
-
-def _content(obj: Mapping[str, Any], *, with_generation: bool = True) -> str:
-    """What we own of a slice, canonically: spec (minus taint timeAdded), owners, labels.
-
-    Runs for every desired and stored slice on every sync, so it copies only what it changes
-    (a deep copy of a full slice cost more than the JSON encoding itself).
-    """
-    spec = dict(obj.get("spec") or {})
-    spec["devices"] = [_without_time_added(device) for device in spec.get("devices") or []]
-    if not with_generation:
-        spec["pool"] = {**(spec.get("pool") or {}), "generation": 0}
-    meta = obj.get("metadata") or {}
-    owners = [
-        {k: ref.get(k) for k in ("apiVersion", "kind", "name", "uid", "controller")}
-        for ref in meta.get("ownerReferences") or []
-    ]
-    return json.dumps([spec, owners, meta.get("labels") or {}], sort_keys=True)
-
-
-def _without_time_added(device: Mapping[str, Any]) -> Mapping[str, Any]:
-    """The device as compared: its taints without ``timeAdded`` (the apiserver sets it)."""
-    taints = device.get("taints")
-    if not taints:
-        return device
-    return {**device, "taints": [{k: v for k, v in t.items() if k != "timeAdded"} for t in taints]}
-
-
-def _generation(obj: Mapping[str, Any]) -> int:
-    return int(((obj.get("spec") or {}).get("pool") or {}).get("generation", 0))
-
-
-def _taints(obj: Mapping[str, Any]) -> Iterator[tuple[tuple[str, str, str, str], dict[str, Any]]]:
-    """(device name, key, value, effect) and the taint dict, for every taint of a slice."""
-    for device in (obj.get("spec") or {}).get("devices") or []:
-        for taint in device.get("taints") or []:
-            identity = (device.get("name", ""), taint.get("key", ""), taint.get("value", ""))
-            yield (*identity, taint.get("effect", "")), taint
-
-
-def _carry_time_added(desired: Obj, stored: Mapping[str, Any]) -> None:
-    """Keep each taint's ``timeAdded`` (NoExecute tolerations count from it) across updates."""
-    known = {key: taint["timeAdded"] for key, taint in _taints(stored) if taint.get("timeAdded")}
-    for key, taint in _taints(desired):
-        if key in known and not taint.get("timeAdded"):
-            taint["timeAdded"] = known[key]
-
-
-def plan_sync(
-    desired: Sequence[Mapping[str, Any]],
-    stored: Sequence[Mapping[str, Any]],
-    *,
-    owner: Mapping[str, Any] | None = None,
-    accepted: Mapping[str, tuple[str, str]] | None = None,
-) -> SlicePlan:
-    """Pure diff of desired vs stored slices (see the module docstring for the rules).
-
-    ``owner`` is added as the only owner reference. ``accepted`` maps a slice name to (content we
-    sent, content the apiserver kept), both without the generation, when the two differed (fields
-    dropped for disabled features): that pair counts as "unchanged", so it is not rewritten in a loop.
-    """
-    accepted = accepted or {}
-    by_name = {str(s["metadata"]["name"]): s for s in stored}
-    wanted: list[Obj] = []
-    for obj in desired:
-        want = copy.deepcopy(dict(obj))
-        meta = want.setdefault("metadata", {})
-        if owner is not None:
-            meta["ownerReferences"] = [dict(owner)]
-        want["spec"].setdefault("pool", {})["resourceSliceCount"] = len(desired)
-        wanted.append(want)
-    names = {str(w["metadata"]["name"]) for w in wanted}
-    obsolete = [s for name, s in sorted(by_name.items()) if name not in names]
-    stored_gens = [_generation(s) for s in stored]
-    wanted_gens = [int(w["spec"]["pool"].get("generation", 1)) for w in wanted]
-    base = max([1, *stored_gens, *wanted_gens])
-
-    def same_content(name: str, want: Obj, have: Mapping[str, Any]) -> bool:
-        mine, theirs = _content(want, with_generation=False), _content(have, with_generation=False)
-        return mine == theirs or accepted.get(name) == (mine, theirs)
-
-    creates = [w for w in wanted if w["metadata"]["name"] not in by_name]
-    changed = {
-        name
-        for w in wanted
-        if (name := str(w["metadata"]["name"])) in by_name and not same_content(name, w, by_name[name])
-    }
-    generation = base + 1 if stored and (creates or obsolete or len(changed) > 1) else base
-    updates: list[Obj] = []
-    for want in wanted:
-        want["spec"]["pool"]["generation"] = generation
-        name = str(want["metadata"]["name"])
-        have = by_name.get(name)
-        if have is None or (name not in changed and _generation(have) == generation):
-            continue
-        _carry_time_added(want, have)
-        want["metadata"]["resourceVersion"] = have["metadata"]["resourceVersion"]
-        updates.append(want)
-    return SlicePlan(
-        tuple(copy.deepcopy(dict(o)) for o in obsolete), tuple(updates), tuple(creates), generation
-    )
 
 
 @dataclass(slots=True)
@@ -235,7 +111,8 @@ class SlicePublisher:
 
     ``publish`` / ``republish`` / ``set_taints`` only record the wish and wake the loop. Errors go
     to ``on_error`` marked recoverable (the driver keeps running); ``published`` is set after the
-    first successful sync (readiness). ``rng`` draws every jitter (tests pass a seeded one).
+    first successful sync (readiness). ``retry`` paces both loops (the sync and the watch, each
+    with its own count of failures); ``rng`` draws every jitter (tests pass a seeded one).
     """
 
     def __init__(
@@ -246,7 +123,7 @@ class SlicePublisher:
         driver_name: str,
         build: BuildFn | None = None,
         on_error: Callable[[BaseException], None] | None = None,
-        backoff: Backoff | None = None,
+        retry: RetryPolicy | None = None,
         resync_interval: float = 600.0,
         watch_timeout: int = 300,
         start_jitter: float = 0.0,
@@ -257,12 +134,13 @@ class SlicePublisher:
         self.driver_name = driver_name
         self._build = build or self._default_build
         self._on_error = on_error
-        self._backoff = backoff or Backoff()
-        self._watch_backoff = replace(self._backoff)  # same settings, its own failure count
+        self._rng = rng or random.Random()  # noqa: S311 - spreads load, guards no secret
+        policy = retry or RetryPolicy()
+        self._sync_backoff = policy.backoff(self._rng)
+        self._watch_backoff = policy.backoff(self._rng)
         self._resync_interval = resync_interval
         self._watch_timeout = watch_timeout
         self._start_jitter = start_jitter
-        self._rng = rng or random.Random()  # noqa: S311 - spreads load, guards no secret
         self._not_before = 0.0  # the first sync waits for its start jitter
         self._selector = slice_field_selector(node_name, driver_name)
         self.published = threading.Event()
@@ -381,7 +259,7 @@ class SlicePublisher:
         try:
             self.sync(desired)
         except KubeError as err:
-            delay = self._backoff.next_delay()
+            delay = self._sync_backoff.failed(err)
             with self._cond:
                 self.stats.errors[error_kind(err)] += 1
                 self.stats.last_error = str(err)
@@ -389,7 +267,7 @@ class SlicePublisher:
             _log.warning("slice sync failed", error=str(err), retry_in=round(delay, 2), node=self.node_name)
             self._report(err)
             return
-        self._backoff.reset()
+        self._sync_backoff.succeeded()
         with self._cond:
             self.stats.syncs += 1
             self.stats.last_sync_seconds = time.monotonic() - start
@@ -438,11 +316,11 @@ class SlicePublisher:
                     raise
             self._count("delete")
         for obj in plan.updates:
-            self._note_sent(obj["metadata"]["name"], _content(obj))
+            self._note_sent(obj["metadata"]["name"], slice_content(obj))
             self._check_kept(obj, self._api.update_resource_slice(obj))
             self._count("update")
         for obj in plan.creates:
-            self._note_sent(obj["metadata"]["name"], _content(obj))
+            self._note_sent(obj["metadata"]["name"], slice_content(obj))
             self._check_kept(obj, self._api.create_resource_slice(obj))
             self._count("create")
         return plan
@@ -459,19 +337,19 @@ class SlicePublisher:
     def _check_kept(self, sent: Obj, stored: Obj) -> None:
         """Notice fields the apiserver dropped, and accept what it kept (no rewrite loop)."""
         name = str(stored["metadata"]["name"])
-        mine, kept = _content(sent, with_generation=False), _content(stored, with_generation=False)
+        mine, kept = slice_content(sent, with_generation=False), slice_content(stored, with_generation=False)
         if mine == kept:
             self._accepted.pop(name, None)
         elif self._accepted.get(name) != (mine, kept):
             self._accepted[name] = (mine, kept)
-            self._note_sent(name, _content(stored))
+            self._note_sent(name, slice_content(stored))
             self._report(
                 SliceError(f"apiserver dropped fields of slice {name} (feature gate off?); kept as stored")
             )
 
     # -- watch --------------------------------------------------------------------------------------
     def _watch_loop(self) -> None:
-        backoff = self._watch_backoff
+        """Watch from the last LIST's resourceVersion; every watch that ends early waits its step."""
         while True:
             with self._cond:
                 while not self._stopping and not self._list_rv:
@@ -480,6 +358,8 @@ class SlicePublisher:
                     return
                 rv = self._list_rv
             timeout = watch_timeout_seconds(self._watch_timeout, self._rng)
+            opened = time.monotonic()
+            error: KubeError | None = None
             try:
                 watch = self._api.watch_resource_slices(
                     field_selector=self._selector, resource_version=rv, timeout_seconds=timeout
@@ -491,19 +371,34 @@ class SlicePublisher:
                         watch.close()
                 for kind, obj in watch:
                     self._on_event(kind, obj)
-                backoff.reset()
             except KubeError as err:
-                with self._cond:
-                    self._watch = None
-                    if self._resync_at == float("inf"):
-                        self._resync_at = self._next_resync()
-                    self.stats.errors[f"watch_{error_kind(err)}"] += 1
-                    if err.status == 410:  # history gone: the next sync re-lists and restarts us
-                        self._list_rv = ""
-                        self._version += 1
-                        self._cond.notify_all()
-                        continue
-                    self._cond.wait(backoff.next_delay())
+                error = err
+            delay = self._watch_backoff.watch_ended(time.monotonic() - opened, timeout, error)
+            if delay > 0:
+                self._watch_failed(error, delay)
+
+    def _watch_failed(self, error: KubeError | None, delay: float) -> None:
+        """Count a watch that ended early, keep the view true by LISTs, wait ``delay`` seconds.
+
+        A 410 (history gone) drops the resourceVersion after the wait: the sync loop LISTs
+        again and the next watch starts from that LIST, once per backoff step.
+        """
+        with self._cond:
+            self._watch = None
+            if self._stopping:
+                return
+            if self._resync_at == float("inf"):
+                self._resync_at = self._next_resync()
+            self.stats.errors[f"watch_{error_kind(error)}" if error else "watch_ended_early"] += 1
+            until = time.monotonic() + delay
+            while not self._stopping and (left := until - time.monotonic()) > 0:
+                self._cond.wait(left)  # other events wake this wait too: wait out the step
+            if error is not None and error.status == 410:
+                self._list_rv = ""
+                self._version += 1
+                self._cond.notify_all()
+        if error is not None:
+            _log.info("slice watch failed", error=str(error), retry_in=round(delay, 2), node=self.node_name)
 
     def _on_event(self, kind: str, obj: Mapping[str, Any]) -> None:
         meta = obj.get("metadata") or {}
@@ -514,7 +409,7 @@ class SlicePublisher:
             if kind == "BOOKMARK":
                 return
             sent = self._sent.get(name)
-            if sent is not None and sent == ("" if kind == "DELETED" else _content(obj)):
+            if sent is not None and sent == ("" if kind == "DELETED" else slice_content(obj)):
                 return  # the echo of our own write
             if kind == "DELETED":
                 self.stats.foreign_deletions += 1

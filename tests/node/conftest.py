@@ -500,7 +500,7 @@ class NodeCluster:
             )
         except (AssertionError, ApiError, OSError) as exc:
             print(f"node teardown: deleting pods: {exc}")
-        # 2. the kubelet, then whatever sandbox is left, then the rest (node-stack.md's order)
+        # 2. the kubelet, then whatever sandbox is left, then the rest (the order that leaves the host clean)
         self.kubelet.stop()
         _teardown_containerd_pods(self.containerd)
         self.stop_driver()

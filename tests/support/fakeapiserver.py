@@ -34,14 +34,14 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import yaml
 
 from driver.kube.types import allocation_results
 
-__all__ = ["FakeApiServer", "Fault", "RecordedRequest"]
+__all__ = ["FakeApiServer", "Fault", "RecordedRequest", "WatchFault"]
 
 Obj = dict[str, Any]
 _KINDS = {
@@ -92,15 +92,32 @@ class RecordedRequest:
         return self.method in ("POST", "PUT", "PATCH", "DELETE")
 
 
+#: hostile answers to a watch, each ending it at once (:attr:`Fault.watch`)
+WatchFault = Literal["", "empty", "gone-event", "cut"]
+
+
 @dataclass(slots=True)
 class Fault:
-    """Answer matching requests with ``status`` (0: drop the connection) after ``delay`` seconds."""
+    """Answer matching requests with ``status`` (0: drop the connection) after ``delay`` seconds.
+
+    A request matches when its method is ``method`` (any when empty), its path contains
+    ``path_contains`` and its query ``query_contains``; the fault answers ``times`` of them.
+    ``retry_after`` adds a ``Retry-After`` header (seconds, or any text) to the answer; ``body``
+    answers these raw bytes instead of a Status object. ``watch`` plays a
+    broken watch instead of ``status``: ``empty`` (200, no event, the stream ends), ``gone-event``
+    (200, one ERROR event carrying a 410 Status, the end) or ``cut`` (200, one event, then the
+    connection is closed without the stream's last chunk).
+    """
 
     status: int
     method: str = ""
     path_contains: str = ""
     times: int = 1
     delay: float = 0.0
+    query_contains: str = ""
+    retry_after: int | str | None = None
+    watch: WatchFault = ""
+    body: bytes | None = None
 
 
 @dataclass(slots=True)
@@ -149,6 +166,8 @@ class FakeApiServer:
         self._faults: list[Fault] = []
         self._server: ThreadingHTTPServer | None = None
         self._conns: set[socket.socket] = set()
+        #: connections accepted so far (kept-alive requests share one)
+        self.connections = 0
         self._dir = tempfile.TemporaryDirectory(prefix="fakeapiserver-")
         self.kubeconfig_path = str(Path(self._dir.name) / "kubeconfig")
 
@@ -294,9 +313,9 @@ class FakeApiServer:
             self._delete(key)
         return len(keys)
 
-    def _take_fault(self, method: str, path: str) -> Fault | None:
+    def _take_fault(self, method: str, path: str, query: str) -> Fault | None:
         for fault in self._faults:
-            if fault.method in ("", method) and fault.path_contains in path:
+            if fault.method in ("", method) and fault.path_contains in path and fault.query_contains in query:
                 fault.times -= 1
                 if fault.times <= 0:
                     self._faults.remove(fault)
@@ -574,6 +593,7 @@ class _Server(ThreadingHTTPServer):
         request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as Go servers do: no 40 ms stalls
         with self.fake._cond:
             self.fake._conns.add(request)
+            self.fake.connections += 1
         super().process_request(request, client_address)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
@@ -603,14 +623,21 @@ class _Handler(BaseHTTPRequestHandler):
         raw = self.rfile.read(length) if length else b""
         with fake._cond:
             fake._requests.append(RecordedRequest(self.command, parts.path, parts.query))
-            fault = fake._take_fault(self.command, parts.path)
+            fault = fake._take_fault(self.command, parts.path, parts.query)
         if fault is not None:
             time.sleep(fault.delay)
+            if fault.watch:
+                self._broken_watch(fault.watch)
+                return
             if fault.status == 0:
                 self.close_connection = True
                 self.connection.shutdown(socket.SHUT_RDWR)
                 return
-            self._reply(fault.status, _status(fault.status, "Injected", "injected fault"))
+            headers = {} if fault.retry_after is None else {"Retry-After": str(fault.retry_after)}
+            if fault.body is not None:
+                self._reply_raw(fault.status, fault.body, headers)
+                return
+            self._reply(fault.status, _status(fault.status, "Injected", "injected fault"), headers)
             return
         try:
             body = yaml.safe_load(raw) if raw else None  # JSON is YAML: covers apply-patch+yaml too
@@ -630,10 +657,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve  # noqa: N815
 
-    def _reply(self, code: int, obj: Obj) -> None:
+    def _reply(self, code: int, obj: Obj, headers: Mapping[str, str] | None = None) -> None:
         data = json.dumps(obj).encode()
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         if obj.get("kind") == "ResourceClaimList" and len(data) > _CHUNKED_ABOVE:
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
@@ -642,6 +671,15 @@ class _Handler(BaseHTTPRequestHandler):
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
             self.wfile.write(b"0\r\n\r\n")
             return
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _reply_raw(self, code: int, data: bytes, headers: Mapping[str, str]) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        for name, value in headers.items():
+            self.send_header(name, value)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
@@ -655,6 +693,28 @@ class _Handler(BaseHTTPRequestHandler):
             return not readable or self.connection.recv(1, socket.MSG_PEEK) != b""
         except OSError:
             return False
+
+    def _broken_watch(self, kind: WatchFault) -> None:
+        """A watch answer that ends at once, the hostile way ``kind`` names (see :class:`Fault`)."""
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self.close_connection = True
+        try:
+            if kind == "gone-event":
+                gone = _status(410, "Expired", "too old resource version: 1 (2)")
+                line = json.dumps({"type": "ERROR", "object": gone}).encode() + b"\n"
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+            if kind == "cut":  # a whole event, then the connection ends without the last chunk
+                line = json.dumps({"type": "BOOKMARK", "object": {"metadata": {}}}).encode() + b"\n"
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+                self.wfile.flush()
+                self.connection.shutdown(socket.SHUT_RDWR)
+                return
+            self.wfile.write(b"0\r\n\r\n")
+        except OSError:
+            return
 
     def _watch(self, query: dict[str, str]) -> None:
         self.send_response(200)

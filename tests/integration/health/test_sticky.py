@@ -23,7 +23,7 @@ from driver.health.signals import SignalReader
 from driver.health.taints import HealthTaints
 from driver.inventory.discovery import discover
 from driver.inventory.model import DeviceKind, Inventory, pci_device_name
-from driver.kube.backoff import Backoff
+from driver.kube.backoff import RetryPolicy
 from driver.kube.client import KubeClient
 from driver.plugin import HealthState, PreparedDevice
 from driver.slices.publisher import SlicePublisher
@@ -71,7 +71,7 @@ def node(tmp_path: Path, api: FakeApiServer, client: KubeClient) -> Iterator[Nod
     root = write_host_tree(tmp_path / "host", health_topology(1))
     inventory = discover(root, use_nvml=False)
     publisher = SlicePublisher(
-        client, node_name=NODE, driver_name=DRIVER, backoff=Backoff(initial=0.05, cap=0.3)
+        client, node_name=NODE, driver_name=DRIVER, retry=RetryPolicy(floor=0.05, cap=0.3)
     )
     publisher.start()
     publisher.republish(inventory)

@@ -26,7 +26,8 @@ _CLAIMS = "/apis/resource.k8s.io/v1/namespaces/"
 
 @dataclass(frozen=True)
 class Pki:
-    """Paths of a throwaway CA, a serving certificate (127.0.0.1, localhost) and a client one."""
+    """Paths of a throwaway CA, a serving certificate (127.0.0.1, localhost, kubernetes.default.svc)
+    and a client one."""
 
     ca: Path
     server_cert: Path
@@ -46,7 +47,9 @@ def make_pki(directory: Path) -> Pki:
     for ca in ("ca", "other-ca"):
         _openssl("req", "-x509", *ec, "-keyout", f"{ca}.key", "-out", f"{ca}.crt", "-days", "1",
                  "-subj", f"/CN=numadra-test-{ca}", cwd=directory)  # fmt: skip
-    (directory / "server.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    (directory / "server.ext").write_text(
+        "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc\n"
+    )
     (directory / "client.ext").write_text("extendedKeyUsage=clientAuth\n")
     for name, subject in (("server", "/CN=kube-apiserver"), ("client", "/CN=numadra-test-client/O=test")):
         _openssl("req", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", subject, cwd=directory)

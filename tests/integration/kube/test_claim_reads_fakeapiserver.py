@@ -1,4 +1,4 @@
-"""Claim GET and LIST against the fake apiserver over real HTTP: paging, chunking, failures, fallback."""
+"""Claim GET and LIST against the fake apiserver over real HTTP: paging, chunking, failures, proxy."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 
 from driver.errors import KubeError
 from driver.kube.client import KubeClient, error_kind
+from tests.support.connectproxy import ConnectProxy
 from tests.support.fakeapiserver import FakeApiServer, Fault
 
 from .fake_tls_api import write_kubeconfig
@@ -107,37 +108,37 @@ def test_fake_refuses_a_claim_watch(api: FakeApiServer) -> None:
 
 
 @pytest.mark.parametrize(
-    ("fault", "name"),
+    ("fault", "name", "status", "transient", "message"),
     [
-        pytest.param(None, "missing", id="404"),
-        pytest.param(Fault(403), "c1", id="403"),
-        pytest.param(Fault(500), "c1", id="500"),
-        pytest.param(Fault(429), "c1", id="429"),
+        pytest.param(None, "missing", 404, False, 'resourceclaims "missing" not found', id="404"),
+        pytest.param(Fault(403), "c1", 403, False, "injected fault", id="403"),
+        pytest.param(Fault(500), "c1", 500, True, "injected fault", id="500"),
+        pytest.param(Fault(429), "c1", 429, True, "injected fault", id="429"),
     ],
 )
-def test_errors_read_as_on_the_official_client(
-    api: FakeApiServer, client: KubeClient, fault: Fault | None, name: str
+def test_error_answers_map_to_kube_errors(
+    api: FakeApiServer,
+    client: KubeClient,
+    fault: Fault | None,
+    name: str,
+    status: int,
+    transient: bool,
+    message: str,
 ) -> None:
-    """An error answer gives the same KubeError (message, status, transient) on both transports."""
+    """An error answer gives a KubeError naming the claim, with status, transience and the
+    apiserver's own message."""
     api.put_object(_claim("ns", "c1"))
-
-    def lean() -> object:
-        return client.get_resource_claim("ns", name)
-
-    def official() -> object:
-        return client._send(
-            "get", "resourceclaims", f"ns/{name}", "GET", f"{CLAIMS}/ns/resourceclaims/{name}"
-        )
-
-    errors = []
-    for read in (lean, official):
-        if fault is not None:
-            api.inject_fault(Fault(fault.status))
-        with pytest.raises(KubeError) as info:
-            read()
-        errors.append((str(info.value), info.value.status, info.value.transient, info.value.name))
-    assert errors[0] == errors[1]
-    assert errors[0][0].startswith(f"get resourceclaims/ns/{name}: HTTP ")
+    if fault is not None:
+        api.inject_fault(fault)
+    with pytest.raises(KubeError) as info:
+        client.get_resource_claim("ns", name)
+    err = info.value
+    assert (str(err), err.status, err.transient, err.name) == (
+        f"get resourceclaims/ns/{name}: HTTP {status}: {message}",
+        status,
+        transient,
+        f"ns/{name}",
+    )
 
 
 def test_dropped_request_on_a_kept_connection_is_resent_once(api: FakeApiServer, client: KubeClient) -> None:
@@ -168,20 +169,22 @@ def test_stopped_apiserver_then_back(api: FakeApiServer, client: KubeClient) -> 
     assert client.get_resource_claim("ns", "c1")["metadata"]["name"] == "c1"
 
 
-def test_proxy_is_honoured_by_falling_back(api: FakeApiServer, tmp_path: Path) -> None:
-    """With a proxy configured, claim reads go through it (the official client) instead of ignoring it."""
+def test_reads_go_through_a_proxy(api: FakeApiServer, tmp_path: Path) -> None:
+    """With a proxy-url, claim GETs and LISTs tunnel through it (the made-up server name resolves
+    only there), over the one transport every call uses."""
     api.put_object(_claim("ns", "c1"))
-    # the server address is a closed port: only the proxy (the fake, which serves absolute URLs) answers
+    proxy = ConnectProxy(routes={"apiserver.test": ("127.0.0.1", api.port)})
     path = write_kubeconfig(
         tmp_path / "kubeconfig",
-        "http://127.0.0.1:9",
-        cluster={"proxy-url": api.url},
+        f"http://apiserver.test:{api.port}",
+        cluster={"proxy-url": proxy.url},
         user={"token": "t"},
     )
     client = KubeClient(path, timeout=2.0, connect_timeout=0.5)
     try:
         assert client.get_resource_claim("ns", "c1")["metadata"]["name"] == "c1"
         assert _names(client.list_resource_claims("ns")[0]) == ["c1"]
-        assert client._reads is not None and client._reads[1] is None
     finally:
         client.close()
+        proxy.close()
+    assert proxy.tunnels == [f"apiserver.test:{api.port}"]  # one kept-alive tunnel for both

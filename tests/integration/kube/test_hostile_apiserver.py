@@ -15,6 +15,7 @@ import pytest
 
 from driver.errors import KubeError
 from driver.kube.client import KubeClient, error_kind
+from tests.support.connectproxy import ConnectProxy
 
 from .fake_tls_api import write_kubeconfig
 from .hostile_api import HostileApiServer, Mode
@@ -70,15 +71,17 @@ def test_a_read_ends_by_its_deadline(hostile: HostileApiServer, tmp_path: Path, 
 
 @pytest.mark.parametrize("hostile", [("trickle-body", 0.1)], indirect=True)
 def test_reads_through_a_proxy_end_by_the_deadline_too(hostile: HostileApiServer, tmp_path: Path) -> None:
-    """With a proxy the official client reads (per-read timeouts only): the caller stops waiting at
-    the deadline all the same."""
-    client = _client(tmp_path, "http://127.0.0.1:9", **{"proxy-url": hostile.url})
+    """Through a CONNECT proxy the deadline holds the same: the tunnel is just bytes."""
+    port = int(hostile.url.rsplit(":", 1)[1])
+    proxy = ConnectProxy(routes={"apiserver.test": ("127.0.0.1", port)})
+    client = _client(tmp_path, f"http://apiserver.test:{port}", **{"proxy-url": proxy.url})
     started = time.monotonic()
     try:
         with pytest.raises(KubeError, match="deadline of 1 s") as info:
             client.get_resource_claim("ns", "c1")
-        assert client._reads is not None and client._reads[1] is None  # really the official client
     finally:
         client.close()
+        proxy.close()
     assert time.monotonic() - started < PER_READ / 3
     assert error_kind(info.value) == "timeout"
+    assert proxy.tunnels == [f"apiserver.test:{port}"]

@@ -1,9 +1,8 @@
-"""The claim status apply over the lean transport: wire form, auth, errors, resend, deadline, fallback.
+"""The claim status apply: wire form, auth, errors, resend, deadline, proxy.
 
-Issue 15 moved ``KubeClient.apply_claim_status`` from the official client's ``call_api`` onto the
-kept-alive ``http.client`` pool the claim reads use. These tests hold it to what the official
-client did (the same KubeError for the same answer, the token of the moment, a proxy honoured) and
-to what the reads do (one resend on a connection the server closed, an overall deadline).
+The apply rides the same kept-alive pool as the claim reads: one resend on a connection the
+server closed (a forced apply of one body is idempotent), an overall deadline, the token of the
+moment, and the same KubeError for the same answer as every other call.
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ import pytest
 
 from driver.errors import KubeError
 from driver.kube.client import RESOURCE_API, KubeClient, error_kind
-from driver.kube.transport import Transport
+from tests.support.connectproxy import ConnectProxy
 from tests.support.fakeapiserver import FakeApiServer, Fault
 
 from .fake_tls_api import FakeTlsApiServer, Pki, write_kubeconfig
@@ -38,12 +37,6 @@ def _claim(namespace: str = "ns1", name: str = "c1") -> dict[str, Any]:
         "spec": {},
         "status": {"allocation": {"devices": {"results": [result]}}},
     }
-
-
-def _lean(client: KubeClient) -> Transport:
-    reads = client._reads
-    assert reads is not None and reads[1] is not None, "the lean transport was not used"
-    return reads[1]
 
 
 @pytest.fixture
@@ -66,7 +59,7 @@ def test_apply_is_a_forced_server_side_apply_on_the_kept_connection(
         client.get_resource_claim("ns1", "c1")
         client.apply_claim_status("ns1", "c1", [ENTRY], DRIVER)
         client.apply_claim_status("ns1", "c1", [], DRIVER)
-        assert _lean(client).connections_opened == 1 and tls_api.connections == 1
+        assert tls_api.connections == 1
     finally:
         client.close()
     get, apply, clear = tls_api.seen
@@ -101,7 +94,7 @@ def test_apply_takes_the_token_of_the_moment(pki: Pki, tls_api: FakeTlsApiServer
         client.configure()  # tok-1
         for _ in range(3):
             client.apply_claim_status("ns1", "c1", [ENTRY], DRIVER)
-        assert _lean(client).connections_opened == 1
+        assert tls_api.connections == 1
     finally:
         client.close()
     assert [s.authorization for s in tls_api.seen] == ["Bearer tok-2", "Bearer tok-3", "Bearer tok-4"]
@@ -133,42 +126,30 @@ def test_apply_writes_the_claim_status(api: FakeApiServer, client: KubeClient) -
     client.apply_claim_status("ns1", "c1", [], DRIVER)
     stored = api.get_object("ResourceClaim", "c1", "ns1")
     assert stored is not None and not stored["status"].get("devices")
-    assert _lean(client).connections_opened == 1
+    assert api.connections == 1
 
 
-@pytest.mark.parametrize("status", [404, 403, 409, 422, 429, 500])
-def test_apply_errors_read_as_on_the_official_client(
-    api: FakeApiServer, client: KubeClient, status: int
+@pytest.mark.parametrize(
+    ("status", "transient"), [(404, False), (403, False), (409, True), (422, False), (429, True), (500, True)]
+)
+def test_apply_errors_map_to_kube_errors(
+    api: FakeApiServer, client: KubeClient, status: int, transient: bool
 ) -> None:
-    """The same answer gives the same KubeError (message, verb, resource, name, status, transient)
-    on the lean transport as through the official client's call_api (the path before issue 15)."""
+    """An error answer is a KubeError naming the call (verb, resource, ns/name), with the status,
+    whether it may pass, and the apiserver's message."""
     api.put_object(_claim())
-
-    def official() -> None:
-        client._send(
-            "apply",
-            "resourceclaims/status",
-            "ns1/c1",
-            "PATCH",
-            STATUS_PATH,
-            query=[("fieldManager", DRIVER), ("force", "true")],
-            body={"status": {"devices": [ENTRY]}},
-            content_type="application/apply-patch+yaml",
-        )
-
-    def lean() -> None:
+    api.inject_fault(Fault(status, method="PATCH"))
+    with pytest.raises(KubeError) as info:
         client.apply_claim_status("ns1", "c1", [ENTRY], DRIVER)
-
-    errors = []
-    for call in (lean, official):
-        api.inject_fault(Fault(status, method="PATCH"))
-        with pytest.raises(KubeError) as info:
-            call()
-        err = info.value
-        errors.append((str(err), err.verb, err.resource, err.name, err.status, err.transient))
-    assert errors[0] == errors[1]
-    assert errors[0][0].startswith(f"apply resourceclaims/status/ns1/c1: HTTP {status}: ")
-    assert errors[0][4] == status
+    err = info.value
+    assert str(err) == f"apply resourceclaims/status/ns1/c1: HTTP {status}: injected fault"
+    assert (err.verb, err.resource, err.name, err.status, err.transient) == (
+        "apply",
+        "resourceclaims/status",
+        "ns1/c1",
+        status,
+        transient,
+    )
 
 
 def test_apply_that_gets_no_answer_twice_is_unreachable(api: FakeApiServer, client: KubeClient) -> None:
@@ -186,27 +167,32 @@ def test_apply_that_gets_no_answer_twice_is_unreachable(api: FakeApiServer, clie
     assert [r.method for r in api.requests].count("PATCH") == 2
 
 
-def test_apply_through_a_proxy_uses_the_official_client(api: FakeApiServer, tmp_path: Path) -> None:
-    """A proxy the lean transport cannot honour: the apply goes through it all the same."""
+def test_apply_through_a_proxy(api: FakeApiServer, tmp_path: Path) -> None:
+    """A kubeconfig proxy-url carries the apply too (the only way the made-up name resolves)."""
     api.put_object(_claim())
+    proxy = ConnectProxy(routes={"apiserver.test": ("127.0.0.1", api.port)})
     path = write_kubeconfig(
-        tmp_path / "kubeconfig", "http://127.0.0.1:9", cluster={"proxy-url": api.url}, user={"token": "t"}
+        tmp_path / "kubeconfig",
+        f"http://apiserver.test:{api.port}",
+        cluster={"proxy-url": proxy.url},
+        user={"token": "t"},
     )
     client = KubeClient(path, timeout=2.0, connect_timeout=0.5)
     try:
         client.apply_claim_status("ns1", "c1", [ENTRY], DRIVER)
-        assert client._reads is not None and client._reads[1] is None  # really the official client
     finally:
         client.close()
+        proxy.close()
     stored = api.get_object("ResourceClaim", "c1", "ns1")
     assert stored is not None and stored["status"]["devices"] == [ENTRY]
+    assert proxy.tunnels == [f"apiserver.test:{api.port}"]
 
 
 @pytest.mark.fault
 def test_apply_ends_by_its_deadline_on_a_trickling_server(tmp_path: Path) -> None:
     """One byte every 0.1 s never trips the 1 s per-read timeout; the apply still ends, by its
-    deadline of connect + read timeout (1.5 s). Through call_api it lasted as long as the server
-    liked, holding every queued status write behind it."""
+    deadline of connect + read timeout (1.5 s), instead of lasting as long as the server likes and
+    holding every queued status write behind it."""
     hostile = HostileApiServer("trickle-body", 0.1)
     path = write_kubeconfig(tmp_path / "kubeconfig", hostile.url, cluster={}, user={"token": "t"})
     client = KubeClient(path, timeout=1.0, connect_timeout=0.5)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import http.client
 import threading
 import time
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
 
@@ -193,12 +195,9 @@ def test_label_selector_and_delete_collection(api: FakeApiServer, client: KubeCl
     client.create_resource_slice(_slice("plain"))
     items, _ = client.list_resource_slices(label_selector="tier=a")
     assert [i["metadata"]["name"] for i in items] == ["labelled"]
-    client._send(
-        "wipe",
-        "resourceslices",
-        "",
-        "DELETE",
-        "/apis/resource.k8s.io/v1/resourceslices",
-        query=[("fieldSelector", slice_field_selector(NODE, DRIVER))],
-    )
+    conn = http.client.HTTPConnection(api.host, api.port)  # the kubelet's wipe, as it sends it
+    selector = urlencode({"fieldSelector": slice_field_selector(NODE, DRIVER)})
+    conn.request("DELETE", f"/apis/resource.k8s.io/v1/resourceslices?{selector}")
+    assert conn.getresponse().status == 200
+    conn.close()
     assert api.objects("ResourceSlice") == []

@@ -11,7 +11,7 @@ import pytest
 
 from driver.errors import is_recoverable
 from driver.inventory.model import Inventory
-from driver.kube.backoff import Backoff
+from driver.kube.backoff import RetryPolicy
 from driver.kube.client import KubeClient
 from driver.slices.builder import build_slices
 from driver.slices.publisher import SlicePublisher
@@ -35,7 +35,7 @@ def publisher(client: KubeClient, errors: list[BaseException]) -> Iterator[Slice
         node_name=NODE,
         driver_name=DRIVER,
         on_error=errors.append,
-        backoff=Backoff(initial=0.05, cap=0.3),
+        retry=RetryPolicy(floor=0.05, cap=0.3),
     )
     pub.start()
     yield pub
@@ -167,7 +167,7 @@ def test_apiserver_down_at_start_never_blocks_and_recovers(
         node_name=NODE,
         driver_name=DRIVER,
         on_error=errors.append,
-        backoff=Backoff(initial=0.05, cap=0.2),
+        retry=RetryPolicy(floor=0.05, cap=0.2),
     )
     pub.start()
     try:

@@ -10,7 +10,7 @@ from urllib.parse import parse_qs
 import pytest
 
 from driver.errors import KubeError
-from driver.kube.backoff import Backoff
+from driver.kube.backoff import RetryPolicy
 from driver.kube.client import KubeClient, SliceWatch
 from driver.slices.builder import build_slices
 from driver.slices.publisher import SlicePublisher
@@ -39,7 +39,7 @@ def _publisher(client: KubeClient, **kw: object) -> SlicePublisher:
         client,
         node_name=NODE,
         driver_name=DRIVER,
-        backoff=Backoff(initial=0.05, cap=0.2),
+        retry=RetryPolicy(floor=0.05, cap=0.2),
         rng=random.Random(11),
         **kw,  # type: ignore[arg-type]
     )

@@ -1,4 +1,4 @@
-"""The async claim status writer: one worker, call order kept, failures logged and skipped."""
+"""The async claim status writer: one worker, call order kept, transient failures tried again."""
 
 from __future__ import annotations
 
@@ -6,9 +6,11 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
+import pytest
 from structlog.testing import capture_logs
 
 from driver.claims.statusqueue import AsyncStatusWriter
+from driver.errors import KubeError
 from driver.inventory.model import Inventory
 from driver.plugin import PreparedDevice
 
@@ -157,3 +159,51 @@ def test_a_report_being_written_is_not_dropped_by_its_clear() -> None:
     writer.release.set()
     status.close()
     assert writer.calls == [("report", "hold@u0"), ("clear", "hold")]
+
+
+class _FlakyWriter(_RecordingWriter):
+    """Fails the first ``failures`` reports with ``error``, then records as usual."""
+
+    def __init__(self, failures: int, error: KubeError) -> None:
+        super().__init__()
+        self.failures, self.error, self.tries = failures, error, 0
+
+    def report_prepared(self, claim: Mapping[str, Any], devices: Sequence[PreparedDevice]) -> None:
+        self.tries += 1
+        if self.tries <= self.failures:
+            raise self.error
+        super().report_prepared(claim, devices)
+
+
+UNREACHABLE = KubeError("apply: apiserver unreachable", status=None, transient=True)
+
+
+def test_a_transient_failure_is_tried_again_until_the_write_lands() -> None:
+    writer = _FlakyWriter(2, UNREACHABLE)
+    status = AsyncStatusWriter(lambda: cast(Any, writer), attempts=3)
+    status.report_prepared(_claim("a", "u1"), ())
+    status.clear("ns", "b", "u2")
+    assert writer.done.wait(5)
+    status.close()
+    assert (writer.tries, writer.calls) == (3, [("report", "a"), ("clear", "b")])
+
+
+@pytest.mark.parametrize(
+    ("error", "tries"),
+    [
+        pytest.param(UNREACHABLE, 3, id="transient-until-the-attempts-run-out"),
+        pytest.param(KubeError("HTTP 422", status=422), 1, id="refused-for-good-once"),
+    ],
+)
+def test_a_write_is_given_up_after_its_attempts_and_logged(error: KubeError, tries: int) -> None:
+    """Never more tries than ``attempts``, and one try only for what will never succeed."""
+    writer = _FlakyWriter(99, error)
+    status = AsyncStatusWriter(lambda: cast(Any, writer), attempts=3)
+    with capture_logs() as logs:
+        status.report_prepared(_claim("a", "u1"), ())
+        status.clear("ns", "b", "u2")
+        assert writer.done.wait(5)
+        status.close()
+    failed = [e for e in logs if e["event"] == "claim status write failed"]
+    assert writer.tries == tries
+    assert [(e["claim_uid"], e["attempts"]) for e in failed] == [("u1", tries)]

@@ -39,17 +39,6 @@ _NOT_SOURCES = frozenset(
 )
 #: Markdown names that may appear without being repository files, each with why (none today)
 EXTERNAL_NAMES: dict[str, str] = {}
-#: (file, name) pairs that cite a doc outside the repository in files this check does not own yet;
-#: each must be replaced by the fact it stands for, and its entry removed (a stale entry fails)
-PENDING: frozenset[tuple[str, str]] = frozenset(
-    {
-        ("driver/claims/status.py", "resource-api-v1" + MD),
-        ("driver/slices/publisher.py", "kubelet-dra-protocol" + MD),
-        ("driver/slices/publisher.py", "resource-api-v1" + MD),
-        ("tests/node/README" + MD, "node-stack" + MD),
-        ("tests/node/conftest.py", "node-stack" + MD),
-    }
-)
 
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _CODE_SPAN = re.compile(r"(`+)(?!`).*?(?<!`)\1(?!`)")
@@ -237,8 +226,7 @@ def test_every_relative_link_resolves(files: list[Path]) -> None:
 def test_no_file_names_a_missing_markdown_file(files: list[Path]) -> None:
     """Docs, code, comments and config name only Markdown files the repository holds."""
     found = set(name_problems(ROOT, files))
-    assert sorted(found - PENDING) == [], "cite the fact, or a doc in the repository"
-    assert sorted(PENDING - found) == [], "fixed: remove these entries from PENDING"
+    assert sorted(found) == [], "cite the fact, or a doc in the repository"
 
 
 # --- the checks can fail ----------------------------------------------------------------------

@@ -1,8 +1,10 @@
-"""Which connection a KubeClient takes: the pod's own, or the official client's configuration."""
+"""Which settings a KubeClient takes: the pod's own (no official client), or a kubeconfig's."""
 
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,24 +16,22 @@ from driver.kube.incluster import InCluster
 POD_ENV = {"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": "1"}
 
 
-@pytest.fixture(autouse=True)
-def no_proxy_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
-        monkeypatch.delenv(name, raising=False)
-
-
-def test_without_a_kubeconfig_and_a_proxy_the_pod_settings_are_used() -> None:
-    assert KubeClient()._pod_mode()
-    assert not KubeClient("/some/kubeconfig")._pod_mode()
-
-
-@pytest.mark.parametrize("variable", ["HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"])
-def test_a_proxy_in_the_environment_hands_the_pod_to_the_official_client(
-    monkeypatch: pytest.MonkeyPatch, variable: str
-) -> None:
-    """The lean pool connects directly; a proxy (and its NO_PROXY rules) is the official client's."""
-    monkeypatch.setenv(variable, "http://proxy.example:3128")
-    assert not KubeClient()._pod_mode()
+def test_a_pod_imports_no_official_client_even_behind_a_proxy(tmp_path: Path) -> None:
+    """Without a kubeconfig the service account's settings are used, a proxy in the environment
+    included, and ``kubernetes`` (with urllib3 and pydantic) is never imported."""
+    (tmp_path / "token").write_text("t")
+    (tmp_path / "ca.crt").write_text("-----BEGIN CERTIFICATE-----\n")
+    env = {**POD_ENV, "KUBERNETES_SERVICE_HOST": "10.96.0.1", "HTTPS_PROXY": "http://proxy.example:3128"}
+    files = f"token_file={str(tmp_path / 'token')!r}, ca_file={str(tmp_path / 'ca.crt')!r}"
+    code = (
+        "import sys; from driver.kube.client import KubeClient; "
+        "from driver.kube.incluster import InCluster; "
+        f"pod = InCluster({env!r}, {files}); "
+        "KubeClient(in_cluster=pod); print(pod.settings.proxy); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('kubernetes', 'urllib3', 'pydantic')))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.splitlines() == ["Proxy(host='proxy.example', port=3128, authorization='')", "[]"]
 
 
 def test_outside_a_pod_configure_says_what_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,13 +1,12 @@
-"""Pure parts of the kube client: metric labels for errors, selectors, and the KubeError fields."""
+"""The kube client's error mapping: metric labels, selectors, the KubeError fields, bad answers."""
 
 from __future__ import annotations
-
-from typing import Any
 
 import pytest
 
 from driver.errors import KubeError
 from driver.kube.client import KubeClient, error_kind, slice_field_selector
+from tests.support.fakeapiserver import FakeApiServer, Fault
 
 
 @pytest.mark.parametrize(
@@ -43,17 +42,6 @@ def test_slice_field_selector_names_node_and_driver() -> None:
     assert slice_field_selector("n1", "numadra.dev") == "spec.nodeName=n1,spec.driver=numadra.dev"
 
 
-class _FakeAnswerClient(KubeClient):
-    """A client whose apiserver (a fake at the transport boundary) answers 200 with ``body``."""
-
-    def __init__(self, body: bytes) -> None:
-        super().__init__()
-        self._body = body
-
-    def _call(self, *args: Any, **kwargs: Any) -> bytes:
-        return self._body
-
-
 @pytest.mark.parametrize(
     ("body", "message"),
     [
@@ -63,6 +51,33 @@ class _FakeAnswerClient(KubeClient):
 )
 def test_bad_answer_to_a_list_names_the_collection(body: bytes, message: str) -> None:
     """A LIST (no object name) is named "resourceslices", not "resourceslices/"."""
-    with pytest.raises(KubeError) as info:
-        _FakeAnswerClient(body).list_resource_slices()
+    with FakeApiServer() as api:
+        api.inject_fault(Fault(200, path_contains="/resourceslices", body=body))
+        client = KubeClient(api.kubeconfig_path)
+        try:
+            with pytest.raises(KubeError) as info:
+                client.list_resource_slices()
+        finally:
+            client.close()
     assert str(info.value) == message
+
+
+@pytest.mark.parametrize(
+    ("retry_after", "seconds"),
+    [
+        pytest.param("7", 7.0, id="seconds"),
+        pytest.param("Fri, 31 Dec 2027 23:59:59 GMT", None, id="date-ignored"),
+    ],
+)
+def test_a_throttled_answer_carries_its_retry_after(retry_after: str, seconds: float | None) -> None:
+    """429 + Retry-After: the KubeError says how long the apiserver asked to wait (delta-seconds,
+    as client-go reads it), for the retry policy."""
+    with FakeApiServer() as api:
+        api.inject_fault(Fault(429, retry_after=retry_after))
+        client = KubeClient(api.kubeconfig_path)
+        try:
+            with pytest.raises(KubeError) as info:
+                client.get_node("n1")
+        finally:
+            client.close()
+    assert (info.value.status, info.value.transient, info.value.retry_after) == (429, True, seconds)

@@ -1,4 +1,6 @@
-"""The lean transport's connection reuse and its one retry, against a scripted server on loopback."""
+"""The transport's connection reuse and its one resend, against a scripted server on loopback.
+
+Connections are counted where they arrive: ``accepted`` at the server."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from driver.kube.transport import ConnectionClosedError, Transport, TransportSettings
+from driver.kube.transport import ConnectionClosedError, Response, Transport, TransportSettings
 
 ANSWER = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"
 
@@ -109,67 +111,71 @@ def _client(
     return server, Transport(settings, connect_timeout=1.0, timeout=timeout)
 
 
+def _get(transport: Transport, target: str = "/x") -> Response:
+    return transport.request("GET", target, {}, idempotent=True)
+
+
 def test_answers_reuse_one_connection(scripted: list[_ScriptedServer]) -> None:
     """Sequential GETs travel on one kept-alive connection."""
     server, transport = _client(scripted, ["answer"] * 3)
-    assert [transport.get("/x", {}).body for _ in range(3)] == [b"{}"] * 3
-    assert (transport.connections_opened, server.requests) == (1, 3)
+    assert [_get(transport).body for _ in range(3)] == [b"{}"] * 3
+    assert (server.accepted, server.requests) == (1, 3)
 
 
 def test_stale_connection_is_retried_once_on_a_fresh_one(scripted: list[_ScriptedServer]) -> None:
     """A reused connection that dies before answering: the GET is sent again on a new connection."""
     server, transport = _client(scripted, ["answer", "drop"], ["answer"])
-    transport.get("/x", {})
-    assert transport.get("/x", {}).status == 200
-    assert (transport.connections_opened, server.requests) == (2, 3)
+    _get(transport)
+    assert _get(transport).status == 200
+    assert (server.accepted, server.requests) == (2, 3)
 
 
 def test_retry_happens_only_once(scripted: list[_ScriptedServer]) -> None:
     """If the fresh connection fails too, the error comes out (no loop)."""
     server, transport = _client(scripted, ["answer", "drop"], ["drop"], ["answer"])
-    transport.get("/x", {})
+    _get(transport)
     with pytest.raises(ConnectionClosedError, match="without answering"):
-        transport.get("/x", {})
-    assert (transport.connections_opened, server.requests) == (2, 3)
+        _get(transport)
+    assert (server.accepted, server.requests) == (2, 3)
 
 
 def test_fresh_connection_failure_is_not_retried(scripted: list[_ScriptedServer]) -> None:
     """A new connection that dies before answering is a real failure, not a stale keep-alive."""
     server, transport = _client(scripted, ["drop"], ["answer"])
     with pytest.raises(ConnectionClosedError):
-        transport.get("/x", {})
-    assert (transport.connections_opened, server.requests) == (1, 1)
+        _get(transport)
+    assert (server.accepted, server.requests) == (1, 1)
 
 
 def test_partial_answer_is_not_retried(scripted: list[_ScriptedServer]) -> None:
     """Once the server said something, a broken answer is reported, not resent."""
     server, transport = _client(scripted, ["answer", "partial"], ["answer"])
-    transport.get("/x", {})
+    _get(transport)
     with pytest.raises(ConnectionClosedError, match="bytes into the answer"):
-        transport.get("/x", {})
-    assert (transport.connections_opened, server.requests) == (1, 2)
+        _get(transport)
+    assert (server.accepted, server.requests) == (1, 2)
 
 
 def test_timeout_is_not_retried_and_names_the_limit(scripted: list[_ScriptedServer]) -> None:
     """A slow answer on a reused connection times out once, with a message naming the limit."""
     server, transport = _client(scripted, ["answer", "slow"], ["answer"], timeout=0.1)
-    transport.get("/x", {})
+    _get(transport)
     start = time.monotonic()
     with pytest.raises(TimeoutError, match=r"read timeout of 0\.1 s"):
-        transport.get("/x", {})
+        _get(transport)
     assert time.monotonic() - start < 0.25
-    assert (transport.connections_opened, server.requests) == (1, 2)
+    assert (server.accepted, server.requests) == (1, 2)
 
 
 def test_idle_connection_closed_by_the_server_is_not_used(scripted: list[_ScriptedServer]) -> None:
     """A kept connection the server has since closed is noticed at checkout: no request is lost on it."""
     server, transport = _client(scripted, ["answer"], ["answer"])
-    transport.get("/x", {})
+    _get(transport)
     deadline = time.monotonic() + 2
     while server._threads[0].is_alive() and time.monotonic() < deadline:  # the server closes it
         time.sleep(0.01)
-    assert transport.get("/x", {}).status == 200
-    assert (transport.connections_opened, server.requests) == (2, 2)
+    assert _get(transport).status == 200
+    assert (server.accepted, server.requests) == (2, 2)
 
 
 def test_connection_refused_raises_at_once() -> None:
@@ -178,26 +184,26 @@ def test_connection_refused_raises_at_once() -> None:
         port = probe.getsockname()[1]
     transport = Transport(TransportSettings("http", "127.0.0.1", port), connect_timeout=1.0, timeout=1.0)
     with pytest.raises(ConnectionRefusedError):
-        transport.get("/x", {})
+        _get(transport)
 
 
 def test_pool_keeps_at_most_max_idle(scripted: list[_ScriptedServer]) -> None:
     """Concurrent callers each get a connection; only ``max_idle`` stay open afterwards."""
     server, transport = _client(scripted, *(["together", "answer"] for _ in range(4)), together=4)
     transport.max_idle = 2
-    threads = [threading.Thread(target=transport.get, args=("/x", {})) for _ in range(4)]
+    threads = [threading.Thread(target=_get, args=(transport,)) for _ in range(4)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(3)
-    assert (transport.connections_opened, server.requests) == (4, 4)
+    assert (server.accepted, server.requests) == (4, 4)
     assert server.open_connections(2) == 2
 
 
 def test_close_closes_idle_connections(scripted: list[_ScriptedServer]) -> None:
     """close() closes the kept connections at once."""
     server, transport = _client(scripted, ["answer", "answer"])
-    transport.get("/x", {})
+    _get(transport)
     assert server.open_connections(1) == 1
     transport.close()
     assert server.open_connections(0) == 0
@@ -206,8 +212,8 @@ def test_close_closes_idle_connections(scripted: list[_ScriptedServer]) -> None:
 def test_connection_in_use_at_close_is_not_kept(scripted: list[_ScriptedServer]) -> None:
     """A connection busy during close() is closed when its GET is done, not put back."""
     server, transport = _client(scripted, ["answer", "slow", "answer"])
-    transport.get("/x", {})
-    slow = threading.Thread(target=transport.get, args=("/x", {}))
+    _get(transport)
+    slow = threading.Thread(target=_get, args=(transport,))
     slow.start()
     time.sleep(0.1)
     transport.close()
@@ -224,27 +230,27 @@ def test_request_sends_its_body_framed_by_content_length(scripted: list[_Scripte
     server, transport = _client(scripted, ["answer", "answer"])
     headers = {"Content-Type": "application/apply-patch+yaml"}
     assert transport.request("PATCH", "/x/status", headers, APPLY, idempotent=True).status == 200
-    assert transport.get("/x", {}).status == 200
+    assert _get(transport).status == 200
     assert server.bodies == [APPLY, b""]
-    assert (transport.connections_opened, server.requests) == (1, 2)
+    assert (server.accepted, server.requests) == (1, 2)
 
 
 def test_idempotent_request_is_resent_once_with_its_body(scripted: list[_ScriptedServer]) -> None:
     """An apply on a kept connection the server dropped is sent again, whole, on a fresh one."""
     server, transport = _client(scripted, ["answer", "drop"], ["answer"])
-    transport.get("/x", {})
+    _get(transport)
     assert transport.request("PATCH", "/x/status", {}, APPLY, idempotent=True).status == 200
     assert server.bodies == [b"", APPLY, APPLY]
-    assert (transport.connections_opened, server.requests) == (2, 3)
+    assert (server.accepted, server.requests) == (2, 3)
 
 
 def test_request_not_declared_idempotent_is_never_resent(scripted: list[_ScriptedServer]) -> None:
     """The server may have acted on a dropped request: one that is not idempotent fails instead."""
     server, transport = _client(scripted, ["answer", "drop"], ["answer"])
-    transport.get("/x", {})
+    _get(transport)
     with pytest.raises(ConnectionClosedError, match="without answering"):
         transport.request("POST", "/x", {}, b"{}", idempotent=False)
-    assert (transport.connections_opened, server.requests) == (1, 2)
+    assert (server.accepted, server.requests) == (1, 2)
 
 
 def test_a_request_names_its_own_deadline(scripted: list[_ScriptedServer]) -> None:
@@ -260,4 +266,4 @@ def test_method_with_control_characters_is_refused_before_sending(scripted: list
     server, transport = _client(scripted, ["answer"])
     with pytest.raises(ValueError, match="invalid method"):
         transport.request("GET /y HTTP/1.1\r\nX:", "/x", {}, idempotent=True)
-    assert (transport.connections_opened, server.requests) == (0, 0)
+    assert (server.accepted, server.requests) == (0, 0)

@@ -1,4 +1,5 @@
-"""A watch on the lean transport: lines as they come, a close from another thread, and limits.
+"""A watch on the transport: lines as they come, a close from another thread, an end told from a cut,
+and limits.
 
 A loopback server plays the apiserver's watch answer byte for byte: a chunked head, events in
 chunks that split lines anywhere, silences, and an end or a connection it keeps open.
@@ -13,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from driver.kube.transport import ProtocolError, Transport, TransportSettings
+from driver.kube.transport import ConnectionClosedError, ProtocolError, Transport, TransportSettings
 
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
 
@@ -24,10 +25,13 @@ def _chunk(data: bytes) -> bytes:
 
 class _Watcher:
     """Answers one request with ``parts`` (each sent after ``pause`` s), then ends the body or,
-    with ``hold``, keeps the connection open until the client goes."""
+    with ``hold``, keeps the connection open until the client goes, or with ``cut`` closes it
+    without the last chunk."""
 
-    def __init__(self, parts: list[bytes], *, pause: float = 0.0, hold: bool = False) -> None:
-        self.parts, self.pause, self.hold = parts, pause, hold
+    def __init__(
+        self, parts: list[bytes], *, pause: float = 0.0, hold: bool = False, cut: bool = False
+    ) -> None:
+        self.parts, self.pause, self.hold, self.cut = parts, pause, hold, cut
         self.request = b""
         self.client_gone = threading.Event()
         self._listener = socket.create_server(("127.0.0.1", 0))
@@ -45,6 +49,8 @@ class _Watcher:
             for part in self.parts:
                 time.sleep(self.pause)
                 conn.sendall(part)
+            if self.cut:
+                return
             if not self.hold:
                 conn.sendall(b"0\r\n\r\n")
                 return
@@ -133,4 +139,32 @@ def test_a_line_without_end_is_refused_not_buffered_forever(watchers: list[_Watc
     stream = _transport(watcher).stream("/w", {}, deadline=5.0)
     with pytest.raises(ProtocolError, match="longer than 1024 bytes"):
         stream.readline(limit=1024)
+    stream.close()
+
+
+@pytest.mark.parametrize(
+    "parts",
+    [
+        pytest.param([_chunk(b'{"type":"ADDED"}\n')], id="between-chunks"),
+        pytest.param([b"10\r\n" + b'{"type":"ADD'], id="inside-a-chunk"),
+    ],
+)
+def test_a_stream_cut_before_its_last_chunk_is_an_error(watchers: list[_Watcher], parts: list[bytes]) -> None:
+    """The server (or a proxy) closing the watch without the last chunk is not a clean end:
+    http.client's readline returns b"" for it, the stream raises (the watch is then retried
+    under the backoff, not renewed at once)."""
+    watcher = _Watcher(parts, cut=True)
+    watchers.append(watcher)
+    stream = _transport(watcher).stream("/w", {}, deadline=5.0)
+    with pytest.raises(ConnectionClosedError, match=r"before its end|into the answer"):
+        while stream.readline():
+            pass
+    stream.close()
+
+
+def test_a_stream_that_ends_with_its_last_chunk_ends_cleanly(watchers: list[_Watcher]) -> None:
+    watcher = _Watcher([_chunk(b'{"type":"ADDED"}\n')])
+    watchers.append(watcher)
+    stream = _transport(watcher).stream("/w", {}, deadline=5.0)
+    assert [stream.readline(), stream.readline()] == [b'{"type":"ADDED"}\n', b""]
     stream.close()

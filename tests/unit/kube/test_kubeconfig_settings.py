@@ -1,4 +1,4 @@
-"""The transport's settings: what it takes from the official client's Configuration, the Host header."""
+"""The transport's settings: what a kubeconfig's Configuration gives them, the Host header."""
 
 from __future__ import annotations
 
@@ -7,12 +7,10 @@ import socket
 import pytest
 from kubernetes.client import Configuration
 
-from driver.kube.transport import (
-    TransportSettings,
-    UnsupportedConfigError,
-    configuration_key,
-    settings_from_configuration,
-)
+from driver.errors import ConfigError
+from driver.kube.kubeconfig import configuration_key, settings_from_configuration
+from driver.kube.proxy import Proxy
+from driver.kube.transport import TransportSettings
 
 
 @pytest.mark.parametrize(
@@ -79,7 +77,8 @@ def test_settings_carry_socket_options() -> None:
 @pytest.mark.parametrize(
     ("cfg", "reason"),
     [
-        pytest.param(_cfg(proxy="http://proxy:3128"), "proxy", id="proxy"),
+        pytest.param(_cfg(proxy="https://proxy:3128"), "proxy scheme 'https'", id="https-proxy"),
+        pytest.param(_cfg(proxy="socks5://proxy:1080"), "proxy scheme 'socks5'", id="socks-proxy"),
         pytest.param(_cfg(assert_hostname="other.example"), "assert_hostname", id="assert-hostname"),
         pytest.param(_cfg(client_go_retries=True), "retries", id="client-go-retries"),
         pytest.param(_cfg("unix:///run/api.sock"), "scheme", id="unix"),
@@ -87,15 +86,22 @@ def test_settings_carry_socket_options() -> None:
     ],
 )
 def test_settings_refuse_what_they_cannot_honour(cfg: Configuration, reason: str) -> None:
-    """A setting the transport cannot apply is reported, never dropped (the caller falls back)."""
-    with pytest.raises(UnsupportedConfigError, match=reason):
+    """A setting the transport cannot apply fails the configuration, naming it; never dropped."""
+    with pytest.raises(ConfigError, match=reason):
         settings_from_configuration(cfg)
 
 
-def test_proxy_bypassed_by_no_proxy_is_fine() -> None:
+def test_a_proxy_url_becomes_a_tunnel_with_its_credentials() -> None:
+    """proxy-url http://user:pw@proxy:3128: the transport tunnels through it, authenticated."""
+    settings = settings_from_configuration(_cfg(proxy="http://user:pw@proxy.example:3128"))
+    assert settings.proxy == Proxy("proxy.example", 3128, "Basic dXNlcjpwdw==")
+    assert settings.host == "10.0.0.1"  # still the server the requests name
+
+
+def test_proxy_bypassed_by_no_proxy_is_not_used() -> None:
     """A proxy that no_proxy excludes for this host is not in the way."""
     cfg = _cfg(proxy="http://proxy:3128", no_proxy="10.0.0.0/8")
-    assert settings_from_configuration(cfg).host == "10.0.0.1"
+    assert settings_from_configuration(cfg).proxy is None
 
 
 def test_configuration_key_sees_a_new_client_certificate() -> None:
