@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from cdi.spec import Hook
+from driver import defaults
 from driver.errors import PinningError
 from driver.log import get_logger
 from driver.pinning.backend import PinningKind, PinTarget
@@ -68,7 +69,7 @@ __all__ = [
 ]
 
 #: where the DaemonSet installs the numadra executable on the host (the runtime execs host paths)
-DEFAULT_HOOK_PATH = "/opt/numadra/bin/numadra"
+DEFAULT_HOOK_PATH = defaults.HOOK_PATH
 #: seconds the runtime waits for the hook before failing the container
 HOOK_TIMEOUT_S = 5
 #: OCI annotations naming the container's pod: containerd's CRI ones, then the kubelet's labels
