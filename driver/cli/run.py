@@ -3,10 +3,9 @@
 Every flag has an environment variable, so a DaemonSet can set values through ``env`` as well
 as ``args``; a flag on the command line wins. The documented ones keep their names (``NODE_NAME``,
 ``POD_UID``, from the downward API); the others are ``NUMADRA_<FLAG>``. ``--kubeconfig`` also
-reads ``KUBECONFIG``; without either the in-cluster service account is used.
-
-Values from the environment get the same checks as flags: a bad one exits 2 with one line that
-names both the flag and the variable.
+reads ``KUBECONFIG``; without either the in-cluster service account is used. Values from the
+environment get the same checks as flags: a bad one exits 2 with one line that names both the
+flag and the variable.
 """
 
 from __future__ import annotations
@@ -17,13 +16,12 @@ import logging
 import os
 import resource
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from driver import DEFAULT_DRIVER_NAME
+from driver import defaults
+from driver.cli.options import SHARED, Option, parent
 from driver.errors import ConfigError, DriverError
-from driver.kubelet.paths import DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRAR_DIR
 
 if TYPE_CHECKING:
     from driver.app import HotplugSource, RunConfig
@@ -31,7 +29,7 @@ if TYPE_CHECKING:
     from driver.inventory.model import IsolatedCpus
     from driver.log import LogFormat
 
-__all__ = ["FLAGS", "MIN_OPEN_FILES", "Flag", "check_open_files", "config_from_args", "register"]
+__all__ = ["MIN_OPEN_FILES", "OPTIONS", "check_open_files", "config_from_args", "register"]
 
 #: the service account credential the in-cluster config reads
 _IN_POD_CREDENTIAL = "/var/run/secrets/kubernetes.io/serviceaccount/token"
@@ -39,151 +37,104 @@ _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off", ""})
 
 
-@dataclass(frozen=True, slots=True)
-class Flag:
-    """One ``run`` option: its flag, environment variable, default and help."""
-
-    flag: str
-    env: str
-    default: str
-    help: str
-    choices: tuple[str, ...] = ()
-    boolean: bool = False
-
-    @property
-    def dest(self) -> str:
-        """The argparse attribute name."""
-        return self.flag.removeprefix("--").replace("-", "_")
+def _text(value: object) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def _env(flag: str) -> str:
-    return "NUMADRA_" + flag.removeprefix("--").replace("-", "_").upper()
-
-
-def _flag(flag: str, default: str, help: str, *, env: str = "", choices: tuple[str, ...] = ()) -> Flag:
-    return Flag(flag, env or _env(flag), default, help, choices)
-
-
-#: every option of ``numadra run``, in ``--help`` order
-FLAGS: tuple[Flag, ...] = (
-    _flag("--node-name", "", "node and pool name (default: the host name)", env="NODE_NAME"),
-    _flag("--driver-name", DEFAULT_DRIVER_NAME, "DRA driver name"),
-    _flag("--host-root", "/", "where the host's /sys, /proc and /dev are mounted"),
-    _flag("--kubeconfig", "", "kubeconfig file (also $KUBECONFIG); default: in-cluster service account"),
-    _flag("--registrar-dir", str(DEFAULT_REGISTRAR_DIR), "kubelet plugin registration directory"),
-    _flag("--plugin-dir", "", f"sockets, journal and metadata (default {DEFAULT_PLUGINS_DIR}/<driver>)"),
-    _flag("--cdi-dir", "/var/run/cdi", "where the per-claim CDI specs are written"),
-    _flag("--pod-uid", "", "this pod's UID: unique socket names for rolling updates", env="POD_UID"),
-    _flag("--pinning", "off", "CPU/memory pinning backend", choices=("nri", "hook", "cgroupfs", "off")),
-    _flag("--metrics-address", "", "host:port for /metrics, /healthz, /readyz (default: off)"),
-    _flag("--log-format", "console", "log format", choices=("json", "console")),
-    _flag("--log-level", "info", "log level", choices=("debug", "info", "warning", "error")),
-    _flag("--reserved-cpus", "", 'CPUs never handed out, kernel list format ("0-1,64")'),
-    _flag(
-        "--isolated-cpus",
-        "include",
-        "whether the kernel's isolcpus= CPUs count in the cpus capacity and are handed out",
-        choices=("include", "exclude"),
+#: the options of ``numadra run`` besides the shared ones, in ``--help`` order
+_OWN: tuple[Option, ...] = (
+    Option("--registrar-dir", "kubelet plugin registration directory", str(defaults.REGISTRAR_DIR)),
+    Option("--pod-uid", "this pod's UID: unique socket names for rolling updates", env=("POD_UID",)),
+    Option(
+        "--pinning",
+        "CPU/memory pinning backend",
+        defaults.PINNING,
+        choices=("nri", "hook", "cgroupfs", "off"),
     ),
-    Flag(
-        "--node-allocatable",
-        _env("--node-allocatable"),
-        "false",
-        "publish nodeAllocatableResources on cpu devices (KEP-5517, alpha)",
-        boolean=True,
-    ),
-    _flag(
+    Option("--metrics-address", "host:port for /metrics, /healthz, /readyz (default: off)"),
+    Option("--log-format", "log format", defaults.LOG_FORMAT, choices=("json", "console")),
+    Option("--log-level", "log level", defaults.LOG_LEVEL, choices=("debug", "info", "warning", "error")),
+    Option(
         "--taint-unhealthy",
-        "NoSchedule",
         "taint effect for unhealthy devices",
+        defaults.TAINT_UNHEALTHY,
         choices=("NoSchedule", "NoExecute", "none"),
     ),
-    _flag("--nri-socket", "/var/run/nri/nri.sock", "the runtime's NRI socket (--pinning nri)"),
-    Flag(
+    Option("--nri-socket", "the runtime's NRI socket (--pinning nri)", str(defaults.NRI_SOCKET)),
+    Option(
         "--nri-shared-pool",
-        _env("--nri-shared-pool"),
-        "false",
         "confine containers without a claim to the CPUs no claim holds (--pinning nri)",
+        _text(defaults.NRI_SHARED_POOL),
         boolean=True,
     ),
-    _flag("--health-interval", "2", "seconds between device health polls"),
-    _flag("--rescan-interval", "300", "seconds between host rescans (0: only on hot-plug and SIGHUP)"),
-    _flag("--hotplug", "udev", "hot-plug events to watch", choices=("udev", "kernel", "off")),
-    _flag(
-        "--hook-path", "/opt/numadra/bin/numadra", "host path of numadra that CDI hooks run (--pinning hook)"
+    Option("--health-interval", "seconds between device health polls", f"{defaults.HEALTH_INTERVAL:g}"),
+    Option(
+        "--rescan-interval",
+        "seconds between host rescans (0: only on hot-plug and SIGHUP)",
+        f"{defaults.RESCAN_INTERVAL:g}",
     ),
-    _flag(
+    Option("--hotplug", "hot-plug events to watch", defaults.HOTPLUG, choices=("udev", "kernel", "off")),
+    Option("--hook-path", "host path of numadra that CDI hooks run (--pinning hook)", defaults.HOOK_PATH),
+    Option(
         "--claim-read-timeout",
-        "10",
         "seconds a claim GET or LIST may take in all, slow answers included (at most 20: a prepare "
         "makes up to two reads in a row within the kubelet's 45 s)",
+        f"{defaults.CLAIM_READ_TIMEOUT:g}",
     ),
-    Flag(
+    Option(
         "--claim-status",
-        _env("--claim-status"),
-        "true",
         "write status.devices of prepared claims (needs the resourceclaims/status RBAC)",
+        _text(defaults.CLAIM_STATUS),
         boolean=True,
     ),
 )
+
+#: every option of ``numadra run``: the shared ones, then its own
+OPTIONS: tuple[Option, ...] = (*SHARED.values(), *_OWN)
+_BY_DEST: dict[str, Option] = {o.dest: o for o in OPTIONS}
 
 
 def register(sub: Any) -> None:
     """Add the ``run`` subcommand."""
     p: argparse.ArgumentParser = sub.add_parser(
         "run",
+        parents=[parent(*SHARED, with_env=True)],
         help="run the kubelet plugin (the DaemonSet entrypoint)",
         description="Serve the kubelet (registration, DRA, health), publish ResourceSlices, pin CPUs.",
         epilog="Every flag can also be set by the environment variable shown with it; the flag wins.",
     )
-    for f in FLAGS:
-        shown = f"{f.help} [env {f.env}]"
-        if f.boolean:
-            p.add_argument(
-                f.flag, dest=f.dest, action=argparse.BooleanOptionalAction, default=None, help=shown
-            )
-        else:
-            p.add_argument(
-                f.flag,
-                dest=f.dest,
-                default=None,
-                metavar=f"{{{','.join(f.choices)}}}" if f.choices else f.dest.upper(),
-                help=f"{shown} (default {f.default})" if f.default else shown,
-            )
+    for option in _OWN:
+        option.add_to(p, with_env=True)
     p.set_defaults(handler=_run)
 
 
+# -- flags and environment -> RunConfig ----------------------------------------------------------
+
+
 def _raw(args: argparse.Namespace, env: Mapping[str, str]) -> dict[str, str]:
-    """Each option as text: the flag if given, else its environment variable, else the default."""
+    """Each option as text: the flag if given, else its first environment variable set, else the default."""
     out: dict[str, str] = {}
-    for f in FLAGS:
-        given = getattr(args, f.dest, None)
+    for option in OPTIONS:
+        given = getattr(args, option.dest, None)
         if given is not None:
-            out[f.dest] = ("true" if given else "false") if f.boolean else str(given)
+            out[option.dest] = _text(given)
             continue
-        value = env.get(f.env)
-        if value is None and f.flag == "--kubeconfig":
-            value = env.get("KUBECONFIG")
-        out[f.dest] = value if value is not None else f.default
+        value = next((env[v] for v in option.variables if v in env), None)
+        out[option.dest] = value if value is not None else option.default
     return out
 
 
-_BY_DEST: dict[str, Flag] = {f.dest: f for f in FLAGS}
-
-
 def _where(dest: str) -> str:
-    """How an error names an option: its flag and its environment variable."""
-    f = _BY_DEST[dest]
-    return f"{f.flag} (env {f.env})"
+    return _BY_DEST[dest].where
 
 
 def _check(raw: Mapping[str, str]) -> None:
-    for f in FLAGS:
-        value = raw[f.dest]
-        if f.choices and value not in f.choices:
-            raise ConfigError(f"{_where(f.dest)} must be one of {'|'.join(f.choices)}, got {value!r}")
-        if f.boolean and value.lower() not in _TRUE | _FALSE:
-            raise ConfigError(f"{_where(f.dest)} must be true or false, got {value!r}")
+    for option in OPTIONS:
+        value = raw[option.dest]
+        if option.choices and value not in option.choices:
+            raise ConfigError(f"{option.where} must be one of {'|'.join(option.choices)}, got {value!r}")
+        if option.boolean and value.lower() not in _TRUE | _FALSE:
+            raise ConfigError(f"{option.where} must be true or false, got {value!r}")
 
 
 def _seconds(raw: Mapping[str, str], dest: str, *, zero_ok: bool) -> float:
@@ -215,7 +166,7 @@ def _check_cluster_access(kubeconfig: str | None, env: Mapping[str, str]) -> Non
     """Fail at start, not in a background thread: the kubeconfig exists, or we run in a pod."""
     if kubeconfig is not None:
         if not Path(kubeconfig).is_file():
-            raise ConfigError(f"--kubeconfig (env NUMADRA_KUBECONFIG, KUBECONFIG) {kubeconfig} is not a file")
+            raise ConfigError(f"{_where('kubeconfig')} {kubeconfig} is not a file")
         return
     if not env.get("KUBERNETES_SERVICE_HOST") or not Path(_IN_POD_CREDENTIAL).is_file():
         raise ConfigError(
@@ -280,8 +231,7 @@ def config_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = N
 
 #: descriptors ``numadra run`` needs at the least: gRPC (epoll, wakeups, two listening sockets and
 #: one per kubelet connection), the journal (two), the lock, the apiserver connections, the NRI
-#: socket, metrics connections and udev; an idle driver holds about 40, and bursts of claim reads
-#: add one per connection
+#: socket, metrics connections and udev, with room for bursts of claim reads (one per connection)
 MIN_OPEN_FILES = 256
 
 
