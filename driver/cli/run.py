@@ -1,4 +1,13 @@
-"""``numadra run``: the DaemonSet entrypoint (DESIGN.md section 3).
+"""``numadra run``: the DaemonSet entrypoint. Flags, signals, the main loop and the exit code.
+
+What it does, top down (:func:`serve`): :func:`driver.app.build` builds the parts that serve the
+kubelet and :class:`~driver.lifecycle.Lifecycle` starts them (the registration socket appears);
+then it waits for the kubelet's registration, at most ``registration_wait``, builds the background
+parts (:func:`driver.app.build_background`: slices, health thread, metrics, pinning) and starts
+them; then it serves until SIGTERM or SIGINT (exit 0) or a fatal background error (exit 1), and
+stops every started part in reverse. SIGHUP rediscovers the host. :mod:`driver.app` says why the
+start is split at the registration; the cyclic garbage collector stays off until the start is
+over, and the start-up heap is frozen then (:mod:`driver.heap`).
 
 Every flag has an environment variable, so a DaemonSet can set values through ``env`` as well
 as ``args``; a flag on the command line wins. The documented ones keep their names (``NODE_NAME``,
@@ -12,29 +21,50 @@ from __future__ import annotations
 
 import argparse
 import errno
+import gc
 import logging
 import os
 import resource
-from collections.abc import Mapping
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING, Any, cast
 
 from driver import defaults
 from driver.cli.options import SHARED, Option, parent
 from driver.errors import ConfigError, DriverError
+from driver.lifecycle import Lifecycle
+from driver.log import get_logger
 
 if TYPE_CHECKING:
-    from driver.app import HotplugSource, RunConfig
+    from driver.config import HotplugSource, RunConfig
     from driver.health.taints import TaintEffect
     from driver.inventory.model import IsolatedCpus
     from driver.log import LogFormat
 
-__all__ = ["MIN_OPEN_FILES", "OPTIONS", "check_open_files", "config_from_args", "register"]
+__all__ = [
+    "MIN_OPEN_FILES",
+    "OPTIONS",
+    "Shutdown",
+    "Signals",
+    "check_open_files",
+    "config_from_args",
+    "register",
+    "serve",
+]
 
 #: the service account credential the in-cluster config reads
 _IN_POD_CREDENTIAL = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off", ""})
+#: how soon the main loop acts on a signal the handler noted (seconds)
+SIGNAL_POLL = 0.1
+
+_log = get_logger("run")
 
 
 def _text(value: object) -> str:
@@ -176,9 +206,9 @@ def _check_cluster_access(kubeconfig: str | None, env: Mapping[str, str]) -> Non
 
 
 def config_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> RunConfig:
-    """Flags + environment -> a checked :class:`~driver.app.RunConfig`; ConfigError names the bad one."""
-    from driver.app import RunConfig
+    """Flags + environment -> a checked :class:`~driver.config.RunConfig`; ConfigError names the bad one."""
     from driver.cli.discover import check_driver_name, check_node_name, default_node_name
+    from driver.config import RunConfig
     from driver.observability.address import parse_address
     from driver.pinning.backend import PinningKind
     from driver.pinning.types import parse_cpulist
@@ -252,15 +282,133 @@ def check_open_files(minimum: int = MIN_OPEN_FILES) -> None:
     )
 
 
+# -- signals and the main loop --------------------------------------------------------------------
+
+
+class Signals:
+    """SIGTERM, SIGINT and SIGHUP, noted by the handler and acted on by the main loop.
+
+    The handler runs in the main thread between any two bytecodes, maybe while that thread holds
+    the log's lock or an Event's. A log line or ``Event.set()`` in the handler would take that
+    lock again and wait for it forever (a SIGTERM that landed while the main thread logged hung
+    the process so). So :meth:`note`, the handler, only appends to a list, which takes no lock,
+    and :func:`serve` acts on what :meth:`take` returns every :data:`SIGNAL_POLL`.
+    """
+
+    HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+    def __init__(self) -> None:
+        self._noted: list[int] = []
+
+    def note(self, signum: int, _frame: FrameType | None = None) -> None:
+        """The signal handler: remember ``signum``, nothing else."""
+        self._noted.append(signum)
+
+    def take(self) -> list[int]:
+        """The signals noted since the last call, oldest first."""
+        taken: list[int] = []
+        while self._noted:
+            taken.append(self._noted.pop(0))
+        return taken
+
+    @contextmanager
+    def installed(self) -> Iterator[Signals]:
+        """Handle :attr:`HANDLED` with :meth:`note` inside the block (the main thread only)."""
+        previous = {sig: signal.signal(sig, self.note) for sig in self.HANDLED}
+        try:
+            yield self
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
+class Shutdown:
+    """Whether ``numadra run`` is to stop, and why: a signal (exit 0) or a fatal error (exit 1)."""
+
+    def __init__(self) -> None:
+        self._requested = threading.Event()
+        self._fatal = ""
+
+    @property
+    def requested(self) -> bool:
+        """True once a stop was asked for."""
+        return self._requested.is_set()
+
+    @property
+    def fatal(self) -> str:
+        """The first fatal error that asked for the stop ("" for a signal)."""
+        return self._fatal
+
+    def request(self, fatal: str = "") -> None:
+        """Stop; ``fatal`` says which background error made the driver unable to go on."""
+        if fatal and not self._fatal:
+            self._fatal = fatal
+        self._requested.set()
+
+    def wait(self, timeout: float) -> bool:
+        """True once a stop was asked for, False after ``timeout`` seconds."""
+        return self._requested.wait(timeout)
+
+
+def _acted_on(signals: Signals, shutdown: Shutdown, rescan: Callable[[], None]) -> bool:
+    """Act on the noted signals (SIGHUP: rescan; the others: stop); True once a stop is asked for."""
+    for signum in signals.take():
+        if signum == signal.SIGHUP:
+            rescan()
+            continue
+        _log.info("signal received", signal=signal.Signals(signum).name)
+        shutdown.request()
+    return shutdown.requested
+
+
+def serve(config: RunConfig, signals: Signals, shutdown: Shutdown | None = None) -> int:
+    """Build, start, serve until SIGTERM/SIGINT, stop: 0; a fatal background error: DriverError.
+
+    Whatever started is stopped on the way out, also after a failed start (the exception goes on).
+    """
+    from driver.app import build, build_background
+    from driver.heap import freeze_startup_heap
+
+    shutdown = shutdown if shutdown is not None else Shutdown()
+    lifecycle = Lifecycle()
+    t0 = time.monotonic()
+    gc.disable()  # until the start is over (driver.cli says why)
+    try:
+        core = build(config, on_fatal=shutdown.request)
+        lifecycle.start(core.steps)
+        _log.info("kubelet plugin serving", ms=round((time.monotonic() - t0) * 1000, 1))
+
+        def stop_asked() -> bool:
+            return _acted_on(signals, shutdown, core.housekeeping.request_rescan)
+
+        core.kubelet.wait_registered(config.registration_wait, until=stop_asked)
+        if not stop_asked():
+            lifecycle.start(build_background(core).steps)
+            frozen = freeze_startup_heap()  # the start-up objects never become garbage
+            _log.info("numadra started", ms=round((time.monotonic() - t0) * 1000, 1), gc_frozen=frozen)
+        gc.enable()
+        while not stop_asked():
+            shutdown.wait(SIGNAL_POLL)
+        _log.info("stopping", reason=shutdown.fatal or "signal")
+    finally:
+        gc.enable()
+        lifecycle.stop()
+    if shutdown.fatal:
+        raise DriverError(shutdown.fatal)
+    _log.info("numadra stopped")
+    return 0
+
+
 def _run(args: argparse.Namespace) -> int:
-    from driver.app import App
     from driver.log import configure_logging
 
     config = config_from_args(args)
     check_open_files()
     configure_logging(config.log_format, getattr(logging, config.log_level.upper()))
+    signals = Signals()
     try:
-        return App(config).run()
+        with signals.installed():
+            return serve(config, signals)
     except OSError as exc:
         if exc.errno in (errno.EMFILE, errno.ENFILE):  # the limit reached later, under load
             raise DriverError(f"out of file descriptors: {exc}; raise the open file limit") from exc

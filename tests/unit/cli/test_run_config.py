@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from driver import defaults
-from driver.app import RunConfig
 from driver.cli import EXIT_OK, EXIT_USAGE, build_parser, main
 from driver.cli.run import OPTIONS, config_from_args
+from driver.config import RunConfig
 from driver.errors import ConfigError
 from driver.health.taints import TAINT_EFFECTS
 from driver.pinning.backend import PinningKind
