@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
+from driver.defaults import DRIVER_NAME as DEFAULT_DRIVER_NAME
+
 __all__ = ["DEFAULT_DRIVER_NAME", "__version__"]
 
 __version__ = "0.1.0"
-
-#: Default DRA driver name (``--driver-name``); DeviceClasses in deploy/ select on it.
-DEFAULT_DRIVER_NAME = "numadra.dev"

@@ -1,11 +1,11 @@
 """Keep Python's cyclic garbage collector off the prepare path's tail latency.
 
-After start-up the process holds ~50,000 long-lived objects (grpc, the official kubernetes client,
-protobuf descriptors, structlog). Every full collection walks all of them: measured 27 ms on the
-2-core CI machine, landing inside whichever prepare happened to allocate the object that crossed
-the threshold. None of them will ever be garbage, so once start-up is done we move them to the
-permanent generation (:func:`gc.freeze`); collections then walk only what was made since, and
-nothing else about garbage collection changes.
+After start-up the process holds tens of thousands of long-lived objects (grpc, the kubernetes
+client, protobuf descriptors, structlog). Every full collection walks all of them, and lands
+inside whichever prepare happened to allocate the object that crossed the threshold. None of them
+will ever be garbage, so once start-up is done we move them to the permanent generation
+(:func:`gc.freeze`); collections then walk only what was made since, and nothing else about
+garbage collection changes. ``bench/prepare.py`` freezes the heap as ``numadra run`` does.
 """
 
 from __future__ import annotations

@@ -2,11 +2,12 @@
 
 Every round, in this order: refresh the prepared-claims index (:mod:`driver.state.index`) when a
 prepare or unprepare changed the journal, rediscover the host when asked (SIGHUP, a udev event)
-or when the rescan period is over, then run the ``after`` callback (``numadra run`` refreshes its
-metrics there). A round starts when something asks for one (:meth:`Housekeeping.wake`,
-:meth:`Housekeeping.request_rescan`) and at least every 5 s, so the metrics are never older than
-that. One failing round is logged and the next one runs: a broken rescan must not stop the index
-from following the journal.
+or when the rescan period is over, then run the tasks given to
+:meth:`Housekeeping.after_each_round` (``numadra run`` refreshes its metrics there). A round
+starts when something asks for one (:meth:`Housekeeping.wake`, :meth:`Housekeeping.request_rescan`)
+and at least every :data:`ROUND_INTERVAL`, which bounds how old the metrics get. One failing round
+is logged and the next one runs: a broken rescan must not stop the index from following the
+journal.
 """
 
 from __future__ import annotations
@@ -33,24 +34,36 @@ _log = get_logger("claims.housekeeping")
 
 
 class Housekeeping:
-    """The housekeeping thread (see the module docstring); runs until ``shutdown`` is set.
+    """The housekeeping thread (see the module docstring), between :meth:`start` and :meth:`stop`.
 
     ``rescan_interval`` <= 0 disables the periodic rescan (requests still rescan). Requests made
     before :meth:`start` are kept and served by the first round.
     """
 
     def __init__(
-        self, *, shutdown: threading.Event, rescan_interval: float, log: FilteringBoundLogger | None = None
+        self,
+        *,
+        index: PreparedIndex,
+        rescan: Callable[[], object],
+        rescan_interval: float,
+        log: FilteringBoundLogger | None = None,
     ) -> None:
-        self._shutdown = shutdown
+        self._index = index
+        self._rescan = rescan
         self._rescan_interval = rescan_interval
+        self._after: list[Callable[[], None]] = []
+        self._stopping = threading.Event()
         self._wake = threading.Event()
         self._rescan_requested = False
-        self._thread: threading.Thread | None = None
+        self._thread = threading.Thread(target=self._loop, name="app-housekeeping", daemon=True)
         self._log = log if log is not None else _log
 
+    def after_each_round(self, task: Callable[[], None]) -> None:
+        """Run ``task`` at the end of every round (``numadra run`` refreshes its metrics there)."""
+        self._after.append(task)
+
     def wake(self) -> None:
-        """Run a round now (the journal changed, or the process is stopping)."""
+        """Run a round now (the journal changed)."""
         self._wake.set()
 
     def request_rescan(self) -> None:
@@ -58,40 +71,33 @@ class Housekeeping:
         self._rescan_requested = True
         self._wake.set()
 
-    def start(
-        self,
-        *,
-        index: PreparedIndex,
-        rescan: Callable[[], object],
-        after: Callable[[], None],
-    ) -> None:
-        """Start the thread (``app-housekeeping``) over these components."""
-        thread = threading.Thread(
-            target=self._loop, args=(index, rescan, after), name="app-housekeeping", daemon=True
-        )
-        self._thread = thread
-        thread.start()
+    def start(self) -> None:
+        """Start the thread (``app-housekeeping``)."""
+        self._thread.start()
 
-    def join(self, timeout: float) -> None:
-        """Wait for the thread to end (after ``shutdown`` was set and :meth:`wake` called)."""
-        if self._thread is not None:
+    def stop(self, timeout: float = 5.0) -> None:
+        """End the thread: a round under way finishes, no other one starts."""
+        self._stopping.set()
+        self._wake.set()
+        if self._thread.is_alive():
             self._thread.join(timeout)
 
-    def _loop(self, index: PreparedIndex, rescan: Callable[[], object], after: Callable[[], None]) -> None:
+    def _loop(self) -> None:
         next_rescan = self._next_rescan()
-        while not self._shutdown.is_set():
+        while not self._stopping.is_set():
             self._wake.wait(min(ROUND_INTERVAL, max(0.0, next_rescan - time.monotonic())))
             self._wake.clear()
-            if self._shutdown.is_set():
+            if self._stopping.is_set():
                 return
             try:
-                if index.stale:
-                    index.refresh()
+                if self._index.stale:
+                    self._index.refresh()
                 if self._rescan_requested or time.monotonic() >= next_rescan:
                     self._rescan_requested = False
                     next_rescan = self._next_rescan()
-                    rescan()
-                after()
+                    self._rescan()
+                for task in self._after:
+                    task()
             except DriverError as exc:
                 self._log.error("housekeeping failed", error=str(exc))
             except Exception:

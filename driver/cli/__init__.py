@@ -6,11 +6,11 @@ parsed namespace and returning the exit code). Exit codes: 0 ok, 2 bad usage/con
 reason on stderr), 1 runtime failure.
 
 Start-up runs without the cyclic garbage collector: importing what ``numadra run`` needs makes
-tens of thousands of objects that live as long as the process (about 63,000 once started), and
-the collector ran about 90 times over them before the registration socket appeared (about 20 ms
-of CPU on the 2-core CI machine), and 50 ms more while the kubernetes client was imported after.
+tens of thousands of objects that live as long as the process, and the collector, triggered by
+allocation counts, walked all of them again and again before the registration socket appeared,
+and again while the kubernetes client was imported after it (bench/startup.py measures the start).
 :func:`main` turns it off first; ``run`` turns it on when its start-up is over
-(:meth:`driver.app.App.start`, after freezing the start-up heap), every other command before its
+(:func:`driver.cli.run.serve`, after freezing the start-up heap), every other command before its
 handler runs.
 """
 

@@ -9,7 +9,7 @@ import socket
 import sys
 from typing import Any
 
-from driver import DEFAULT_DRIVER_NAME
+from driver.cli.options import parent
 from driver.errors import ConfigError
 from driver.pinning.types import parse_cpulist
 
@@ -42,50 +42,22 @@ def check_driver_name(name: str, where: str = "--driver-name") -> str:
 
 def register(sub: Any) -> None:
     """Add the ``discover`` subcommand."""
+    shared = parent(
+        "--host-root",
+        "--node-name",
+        "--driver-name",
+        "--reserved-cpus",
+        "--isolated-cpus",
+        "--node-allocatable",
+        "--numa-node-list",
+        "--cdi-dir",
+        "--nvidia-driver-root",
+    )
     p: argparse.ArgumentParser = sub.add_parser(
         "discover",
+        parents=[shared],
         help="print this node's devices as ResourceSlices (json/yaml) or as a topology table",
         description="Discover GPUs, NICs, CPUs and memory with their NUMA topology; needs no cluster.",
-    )
-    p.add_argument("--host-root", default="/", help="where the host's /sys, /proc and /dev are (default /)")
-    p.add_argument(
-        "--node-name", default=None, help="node and pool name (default: $NODE_NAME, else hostname)"
-    )
-    p.add_argument(
-        "--driver-name", default=DEFAULT_DRIVER_NAME, help=f"DRA driver name (default {DEFAULT_DRIVER_NAME})"
-    )
-    p.add_argument(
-        "--reserved-cpus",
-        default="",
-        metavar="LIST",
-        help='CPUs kept out of the "cpus" capacity, kernel list format ("0-1,64")',
-    )
-    p.add_argument(
-        "--isolated-cpus",
-        choices=("include", "exclude"),
-        default="include",
-        help="whether isolcpus= CPUs count in the cpus capacity (default include)",
-    )
-    p.add_argument(
-        "--node-allocatable",
-        action="store_true",
-        help="add the alpha nodeAllocatableResources mapping (KEP-5517) to cpu devices",
-    )
-    p.add_argument(
-        "--numa-node-list",
-        action="store_true",
-        help="numaNode as the KEP-6072 list: the node, then same-socket nodes at the minimum SLIT "
-        "distance (needs the DRAListTypeAttributes gate)",
-    )
-    p.add_argument(
-        "--cdi-dir",
-        default="/var/run/cdi",
-        help="the CDI dir numadra run writes to, searched for the NVIDIA toolkit's spec (table only)",
-    )
-    p.add_argument(
-        "--nvidia-driver-root",
-        default=os.environ.get("NUMADRA_NVIDIA_DRIVER_ROOT") or "/",
-        help="host path of the NVIDIA driver's files (default $NUMADRA_NVIDIA_DRIVER_ROOT, else /)",
     )
     p.add_argument(
         "-o",
@@ -106,7 +78,7 @@ def _run(args: argparse.Namespace) -> int:
     node_name = check_node_name(args.node_name or default_node_name())
     check_driver_name(args.driver_name)
     try:
-        reserved = parse_cpulist(args.reserved_cpus)
+        reserved = parse_cpulist(args.reserved_cpus or "")
     except ValueError as exc:
         raise ConfigError(f"--reserved-cpus {args.reserved_cpus!r}: {exc}") from exc
     inventory = discover(args.host_root)
@@ -120,7 +92,7 @@ def _run(args: argparse.Namespace) -> int:
             edits = HostEdits(
                 host_root=str(args.host_root),
                 driver_root=args.nvidia_driver_root,
-                cdi_dir=args.cdi_dir,
+                cdi_dir=str(args.cdi_dir),
                 claim_kind=claim_cdi_kind(args.driver_name),
             )
             userspace = edits.choose(inventory.gpus)

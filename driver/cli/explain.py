@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from driver import DEFAULT_DRIVER_NAME
+from driver.cli.options import parent
 from driver.errors import ConfigError, JournalError
 from driver.untrusted.files import MAX_USER_FILE_BYTES, read_file_text
 
@@ -29,6 +29,7 @@ def register(sub: Any) -> None:
     """Add the ``explain`` subcommand."""
     p: argparse.ArgumentParser = sub.add_parser(
         "explain",
+        parents=[parent("--kubeconfig", "--host-root", "--node-name", "--driver-name", "--plugin-dir")],
         help="explain which devices of this node can serve a claim's requests, and why others cannot",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -39,24 +40,8 @@ def register(sub: Any) -> None:
     )
     src.add_argument("-n", "--namespace", help="namespace of the claim to GET from the apiserver")
     src.add_argument("--name", help="claim name (with --namespace: from the apiserver; with -f: pick it)")
-    src.add_argument(
-        "--kubeconfig", default=None, help="kubeconfig for --namespace/--name (default: in-cluster)"
-    )
     devs = p.add_argument_group("devices (default: discover --host-root)")
     devs.add_argument("--slices", type=Path, help="ResourceSlices file (numadra discover -o json output)")
-    devs.add_argument("--host-root", default="/", help="where the host's /sys and /proc are (default /)")
-    devs.add_argument(
-        "--node-name", default=None, help="node and pool name (default: $NODE_NAME, else hostname)"
-    )
-    p.add_argument(
-        "--driver-name", default=DEFAULT_DRIVER_NAME, help=f"DRA driver name (default {DEFAULT_DRIVER_NAME})"
-    )
-    p.add_argument(
-        "--plugin-dir",
-        type=Path,
-        default=None,
-        help="plugin dir holding the journal of prepared claims (default /var/lib/kubelet/plugins/<driver>)",
-    )
     p.add_argument("--no-journal", action="store_true", help="ignore prepared claims (as on an empty node)")
     p.add_argument(
         "--device-classes",

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from driver import DEFAULT_DRIVER_NAME
+from driver.cli.options import parent
 
 __all__ = ["register"]
 
@@ -27,20 +27,12 @@ def register(sub: Any) -> None:
     verbs.required = True
     clear = verbs.add_parser(
         "clear",
+        parents=[parent("--driver-name", "--plugin-dir")],
         help="clear the sticky fatal fault of a repaired device",
         description="Ask the running driver to clear a device's sticky fatal fault (AER, critical Xid).",
     )
     clear.add_argument("device", help="published device name, e.g. gpu-0000-18-00-0")
     clear.add_argument("--note", default="", help="why (kept in the driver's log), at most 256 characters")
-    clear.add_argument(
-        "--driver-name", default=DEFAULT_DRIVER_NAME, help=f"DRA driver name (default {DEFAULT_DRIVER_NAME})"
-    )
-    clear.add_argument(
-        "--plugin-dir",
-        type=Path,
-        default=None,
-        help="the driver's plugin dir (default /var/lib/kubelet/plugins/<driver>)",
-    )
     clear.set_defaults(handler=_clear)
 
 

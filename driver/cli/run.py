@@ -1,209 +1,177 @@
-"""``numadra run``: the DaemonSet entrypoint (its contract: docs/design.md, "Command line").
+"""``numadra run``: the DaemonSet entrypoint. Flags, signals, the main loop and the exit code.
+
+What it does, top down (:func:`serve`): :func:`driver.app.build` builds the parts that serve the
+kubelet and :class:`~driver.lifecycle.Lifecycle` starts them (the registration socket appears);
+then it waits for the kubelet's registration, at most ``registration_wait``, builds the background
+parts (:func:`driver.app.build_background`: slices, health thread, metrics, pinning) and starts
+them; then it serves until SIGTERM or SIGINT (exit 0) or a fatal background error (exit 1), and
+stops every started part in reverse. SIGHUP rediscovers the host. :mod:`driver.app` says why the
+start is split at the registration; the cyclic garbage collector stays off until the start is
+over, and the start-up heap is frozen then (:mod:`driver.heap`).
 
 Every flag has an environment variable, so a DaemonSet can set values through ``env`` as well
 as ``args``; a flag on the command line wins. The documented ones keep their names (``NODE_NAME``,
 ``POD_UID``, from the downward API); the others are ``NUMADRA_<FLAG>``. ``--kubeconfig`` also
-reads ``KUBECONFIG``; without either the in-cluster service account is used.
-
-Values from the environment get the same checks as flags: a bad one exits 2 with one line that
-names both the flag and the variable.
+reads ``KUBECONFIG``; without either the in-cluster service account is used. Values from the
+environment get the same checks as flags: a bad one exits 2 with one line that names both the
+flag and the variable.
 """
 
 from __future__ import annotations
 
 import argparse
 import errno
+import gc
 import logging
 import os
 import resource
-from collections.abc import Mapping
-from dataclasses import dataclass
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING, Any, cast
 
-from driver import DEFAULT_DRIVER_NAME
+from driver import defaults
+from driver.cli.options import SHARED, Option, parent
 from driver.errors import ConfigError, DriverError
-from driver.kubelet.paths import DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRAR_DIR
+from driver.lifecycle import Lifecycle
+from driver.log import get_logger
 
 if TYPE_CHECKING:
-    from driver.app import HotplugSource, RunConfig
+    from driver.config import HotplugSource, RunConfig
     from driver.health.taints import TaintEffect
     from driver.inventory.model import IsolatedCpus
     from driver.log import LogFormat
 
-__all__ = ["FLAGS", "MIN_OPEN_FILES", "Flag", "check_open_files", "config_from_args", "register"]
+__all__ = [
+    "MIN_OPEN_FILES",
+    "OPTIONS",
+    "Shutdown",
+    "Signals",
+    "check_open_files",
+    "config_from_args",
+    "register",
+    "serve",
+]
 
 #: the service account credential the in-cluster config reads
 _IN_POD_CREDENTIAL = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off", ""})
+#: how soon the main loop acts on a signal the handler noted (seconds)
+SIGNAL_POLL = 0.1
+
+_log = get_logger("run")
 
 
-@dataclass(frozen=True, slots=True)
-class Flag:
-    """One ``run`` option: its flag, environment variable, default and help."""
-
-    flag: str
-    env: str
-    default: str
-    help: str
-    choices: tuple[str, ...] = ()
-    boolean: bool = False
-
-    @property
-    def dest(self) -> str:
-        """The argparse attribute name."""
-        return self.flag.removeprefix("--").replace("-", "_")
+def _text(value: object) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def _env(flag: str) -> str:
-    return "NUMADRA_" + flag.removeprefix("--").replace("-", "_").upper()
-
-
-def _flag(flag: str, default: str, help: str, *, env: str = "", choices: tuple[str, ...] = ()) -> Flag:
-    return Flag(flag, env or _env(flag), default, help, choices)
-
-
-#: every option of ``numadra run``, in ``--help`` order
-FLAGS: tuple[Flag, ...] = (
-    _flag("--node-name", "", "node and pool name (default: the host name)", env="NODE_NAME"),
-    _flag("--driver-name", DEFAULT_DRIVER_NAME, "DRA driver name"),
-    _flag("--host-root", "/", "where the host's /sys, /proc and /dev are mounted"),
-    _flag("--kubeconfig", "", "kubeconfig file (also $KUBECONFIG); default: in-cluster service account"),
-    _flag("--registrar-dir", str(DEFAULT_REGISTRAR_DIR), "kubelet plugin registration directory"),
-    _flag("--plugin-dir", "", f"sockets, journal and metadata (default {DEFAULT_PLUGINS_DIR}/<driver>)"),
-    _flag("--cdi-dir", "/var/run/cdi", "where the per-claim CDI specs are written"),
-    _flag("--pod-uid", "", "this pod's UID: unique socket names for rolling updates", env="POD_UID"),
-    _flag("--pinning", "off", "CPU/memory pinning backend", choices=("nri", "hook", "cgroupfs", "off")),
-    _flag("--metrics-address", "", "host:port for /metrics, /healthz, /readyz (default: off)"),
-    _flag("--log-format", "console", "log format", choices=("json", "console")),
-    _flag("--log-level", "info", "log level", choices=("debug", "info", "warning", "error")),
-    _flag("--reserved-cpus", "", 'CPUs never handed out, kernel list format ("0-1,64")'),
-    _flag(
-        "--isolated-cpus",
-        "include",
-        "whether the kernel's isolcpus= CPUs count in the cpus capacity and are handed out",
-        choices=("include", "exclude"),
+#: the options of ``numadra run`` besides the shared ones, in ``--help`` order
+_OWN: tuple[Option, ...] = (
+    Option("--registrar-dir", "kubelet plugin registration directory", str(defaults.REGISTRAR_DIR)),
+    Option("--pod-uid", "this pod's UID: unique socket names for rolling updates", env=("POD_UID",)),
+    Option(
+        "--pinning",
+        "CPU/memory pinning backend",
+        defaults.PINNING,
+        choices=("nri", "hook", "cgroupfs", "off"),
     ),
-    Flag(
-        "--node-allocatable",
-        _env("--node-allocatable"),
-        "false",
-        "publish nodeAllocatableResources on cpu devices (KEP-5517, alpha)",
-        boolean=True,
-    ),
-    Flag(
-        "--numa-node-list",
-        _env("--numa-node-list"),
-        "false",
-        "publish resource.kubernetes.io/numaNode as the KEP-6072 list (needs DRAListTypeAttributes)",
-        boolean=True,
-    ),
-    _flag(
+    Option("--metrics-address", "host:port for /metrics, /healthz, /readyz (default: off)"),
+    Option("--log-format", "log format", defaults.LOG_FORMAT, choices=("json", "console")),
+    Option("--log-level", "log level", defaults.LOG_LEVEL, choices=("debug", "info", "warning", "error")),
+    Option(
         "--taint-unhealthy",
-        "NoSchedule",
         "taint effect for unhealthy devices",
+        defaults.TAINT_UNHEALTHY,
         choices=("NoSchedule", "NoExecute", "none"),
     ),
-    _flag("--nri-socket", "/var/run/nri/nri.sock", "the runtime's NRI socket (--pinning nri)"),
-    Flag(
+    Option("--nri-socket", "the runtime's NRI socket (--pinning nri)", str(defaults.NRI_SOCKET)),
+    Option(
         "--nri-shared-pool",
-        _env("--nri-shared-pool"),
-        "false",
         "confine containers without a claim to the CPUs no claim holds (--pinning nri)",
+        _text(defaults.NRI_SHARED_POOL),
         boolean=True,
     ),
-    _flag("--health-interval", "2", "seconds between device health polls"),
-    _flag("--rescan-interval", "300", "seconds between host rescans (0: only on hot-plug and SIGHUP)"),
-    _flag("--hotplug", "udev", "hot-plug events to watch", choices=("udev", "kernel", "off")),
-    _flag(
-        "--hook-path", "/opt/numadra/bin/numadra", "host path of numadra that CDI hooks run (--pinning hook)"
+    Option("--health-interval", "seconds between device health polls", f"{defaults.HEALTH_INTERVAL:g}"),
+    Option(
+        "--rescan-interval",
+        "seconds between host rescans (0: only on hot-plug and SIGHUP)",
+        f"{defaults.RESCAN_INTERVAL:g}",
     ),
-    _flag(
+    Option("--hotplug", "hot-plug events to watch", defaults.HOTPLUG, choices=("udev", "kernel", "off")),
+    Option("--hook-path", "host path of numadra that CDI hooks run (--pinning hook)", defaults.HOOK_PATH),
+    Option(
         "--claim-read-timeout",
-        "10",
         "seconds a claim GET or LIST may take in all, slow answers included (at most 20: a prepare "
         "makes up to two reads in a row within the kubelet's 45 s)",
+        f"{defaults.CLAIM_READ_TIMEOUT:g}",
     ),
-    Flag(
+    Option(
         "--claim-status",
-        _env("--claim-status"),
-        "true",
         "write status.devices of prepared claims (needs the resourceclaims/status RBAC)",
+        _text(defaults.CLAIM_STATUS),
         boolean=True,
     ),
-    _flag(
-        "--nvidia-driver-root",
-        "/",
-        "host path of the NVIDIA driver's files, mounted into CUDA containers without the toolkit's spec",
-    ),
-    Flag(
+    Option(
         "--device-groups",
-        _env("--device-groups"),
-        "true",
         "give containers the group of a device node only its group may open (CDI additionalGids, "
         "cdiVersion 0.7.0; false for runtimes whose CDI library is older)",
+        _text(defaults.DEVICE_GROUPS),
         boolean=True,
     ),
 )
+
+#: every option of ``numadra run``: the shared ones, then its own
+OPTIONS: tuple[Option, ...] = (*SHARED.values(), *_OWN)
+_BY_DEST: dict[str, Option] = {o.dest: o for o in OPTIONS}
 
 
 def register(sub: Any) -> None:
     """Add the ``run`` subcommand."""
     p: argparse.ArgumentParser = sub.add_parser(
         "run",
+        parents=[parent(*SHARED, with_env=True)],
         help="run the kubelet plugin (the DaemonSet entrypoint)",
         description="Serve the kubelet (registration, DRA, health), publish ResourceSlices, pin CPUs.",
         epilog="Every flag can also be set by the environment variable shown with it; the flag wins.",
     )
-    for f in FLAGS:
-        shown = f"{f.help} [env {f.env}]"
-        if f.boolean:
-            p.add_argument(
-                f.flag, dest=f.dest, action=argparse.BooleanOptionalAction, default=None, help=shown
-            )
-        else:
-            p.add_argument(
-                f.flag,
-                dest=f.dest,
-                default=None,
-                metavar=f"{{{','.join(f.choices)}}}" if f.choices else f.dest.upper(),
-                help=f"{shown} (default {f.default})" if f.default else shown,
-            )
+    for option in _OWN:
+        option.add_to(p, with_env=True)
     p.set_defaults(handler=_run)
 
 
+# -- flags and environment -> RunConfig ----------------------------------------------------------
+
+
 def _raw(args: argparse.Namespace, env: Mapping[str, str]) -> dict[str, str]:
-    """Each option as text: the flag if given, else its environment variable, else the default."""
+    """Each option as text: the flag if given, else its first environment variable set, else the default."""
     out: dict[str, str] = {}
-    for f in FLAGS:
-        given = getattr(args, f.dest, None)
+    for option in OPTIONS:
+        given = getattr(args, option.dest, None)
         if given is not None:
-            out[f.dest] = ("true" if given else "false") if f.boolean else str(given)
+            out[option.dest] = _text(given)
             continue
-        value = env.get(f.env)
-        if value is None and f.flag == "--kubeconfig":
-            value = env.get("KUBECONFIG")
-        out[f.dest] = value if value is not None else f.default
+        value = next((env[v] for v in option.variables if v in env), None)
+        out[option.dest] = value if value is not None else option.default
     return out
 
 
-_BY_DEST: dict[str, Flag] = {f.dest: f for f in FLAGS}
-
-
 def _where(dest: str) -> str:
-    """How an error names an option: its flag and its environment variable."""
-    f = _BY_DEST[dest]
-    return f"{f.flag} (env {f.env})"
+    return _BY_DEST[dest].where
 
 
 def _check(raw: Mapping[str, str]) -> None:
-    for f in FLAGS:
-        value = raw[f.dest]
-        if f.choices and value not in f.choices:
-            raise ConfigError(f"{_where(f.dest)} must be one of {'|'.join(f.choices)}, got {value!r}")
-        if f.boolean and value.lower() not in _TRUE | _FALSE:
-            raise ConfigError(f"{_where(f.dest)} must be true or false, got {value!r}")
+    for option in OPTIONS:
+        value = raw[option.dest]
+        if option.choices and value not in option.choices:
+            raise ConfigError(f"{option.where} must be one of {'|'.join(option.choices)}, got {value!r}")
+        if option.boolean and value.lower() not in _TRUE | _FALSE:
+            raise ConfigError(f"{option.where} must be true or false, got {value!r}")
 
 
 def _seconds(raw: Mapping[str, str], dest: str, *, zero_ok: bool) -> float:
@@ -235,7 +203,7 @@ def _check_cluster_access(kubeconfig: str | None, env: Mapping[str, str]) -> Non
     """Fail at start, not in a background thread: the kubeconfig exists, or we run in a pod."""
     if kubeconfig is not None:
         if not Path(kubeconfig).is_file():
-            raise ConfigError(f"--kubeconfig (env NUMADRA_KUBECONFIG, KUBECONFIG) {kubeconfig} is not a file")
+            raise ConfigError(f"{_where('kubeconfig')} {kubeconfig} is not a file")
         return
     if not env.get("KUBERNETES_SERVICE_HOST") or not Path(_IN_POD_CREDENTIAL).is_file():
         raise ConfigError(
@@ -245,9 +213,9 @@ def _check_cluster_access(kubeconfig: str | None, env: Mapping[str, str]) -> Non
 
 
 def config_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> RunConfig:
-    """Flags + environment -> a checked :class:`~driver.app.RunConfig`; ConfigError names the bad one."""
-    from driver.app import RunConfig
+    """Flags + environment -> a checked :class:`~driver.config.RunConfig`; ConfigError names the bad one."""
     from driver.cli.discover import check_driver_name, check_node_name, default_node_name
+    from driver.config import RunConfig
     from driver.observability.address import parse_address
     from driver.pinning.backend import PinningKind
     from driver.pinning.types import parse_cpulist
@@ -304,8 +272,7 @@ def config_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = N
 
 #: descriptors ``numadra run`` needs at the least: gRPC (epoll, wakeups, two listening sockets and
 #: one per kubelet connection), the journal (two), the lock, the apiserver connections, the NRI
-#: socket, metrics connections and udev; an idle driver holds about 40, and bursts of claim reads
-#: add one per connection
+#: socket, metrics connections and udev, with room for bursts of claim reads (one per connection)
 MIN_OPEN_FILES = 256
 
 
@@ -326,15 +293,133 @@ def check_open_files(minimum: int = MIN_OPEN_FILES) -> None:
     )
 
 
+# -- signals and the main loop --------------------------------------------------------------------
+
+
+class Signals:
+    """SIGTERM, SIGINT and SIGHUP, noted by the handler and acted on by the main loop.
+
+    The handler runs in the main thread between any two bytecodes, maybe while that thread holds
+    the log's lock or an Event's. A log line or ``Event.set()`` in the handler would take that
+    lock again and wait for it forever (a SIGTERM that landed while the main thread logged hung
+    the process so). So :meth:`note`, the handler, only appends to a list, which takes no lock,
+    and :func:`serve` acts on what :meth:`take` returns every :data:`SIGNAL_POLL`.
+    """
+
+    HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+    def __init__(self) -> None:
+        self._noted: list[int] = []
+
+    def note(self, signum: int, _frame: FrameType | None = None) -> None:
+        """The signal handler: remember ``signum``, nothing else."""
+        self._noted.append(signum)
+
+    def take(self) -> list[int]:
+        """The signals noted since the last call, oldest first."""
+        taken: list[int] = []
+        while self._noted:
+            taken.append(self._noted.pop(0))
+        return taken
+
+    @contextmanager
+    def installed(self) -> Iterator[Signals]:
+        """Handle :attr:`HANDLED` with :meth:`note` inside the block (the main thread only)."""
+        previous = {sig: signal.signal(sig, self.note) for sig in self.HANDLED}
+        try:
+            yield self
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
+class Shutdown:
+    """Whether ``numadra run`` is to stop, and why: a signal (exit 0) or a fatal error (exit 1)."""
+
+    def __init__(self) -> None:
+        self._requested = threading.Event()
+        self._fatal = ""
+
+    @property
+    def requested(self) -> bool:
+        """True once a stop was asked for."""
+        return self._requested.is_set()
+
+    @property
+    def fatal(self) -> str:
+        """The first fatal error that asked for the stop ("" for a signal)."""
+        return self._fatal
+
+    def request(self, fatal: str = "") -> None:
+        """Stop; ``fatal`` says which background error made the driver unable to go on."""
+        if fatal and not self._fatal:
+            self._fatal = fatal
+        self._requested.set()
+
+    def wait(self, timeout: float) -> bool:
+        """True once a stop was asked for, False after ``timeout`` seconds."""
+        return self._requested.wait(timeout)
+
+
+def _acted_on(signals: Signals, shutdown: Shutdown, rescan: Callable[[], None]) -> bool:
+    """Act on the noted signals (SIGHUP: rescan; the others: stop); True once a stop is asked for."""
+    for signum in signals.take():
+        if signum == signal.SIGHUP:
+            rescan()
+            continue
+        _log.info("signal received", signal=signal.Signals(signum).name)
+        shutdown.request()
+    return shutdown.requested
+
+
+def serve(config: RunConfig, signals: Signals, shutdown: Shutdown | None = None) -> int:
+    """Build, start, serve until SIGTERM/SIGINT, stop: 0; a fatal background error: DriverError.
+
+    Whatever started is stopped on the way out, also after a failed start (the exception goes on).
+    """
+    from driver.app import build, build_background
+    from driver.heap import freeze_startup_heap
+
+    shutdown = shutdown if shutdown is not None else Shutdown()
+    lifecycle = Lifecycle()
+    t0 = time.monotonic()
+    gc.disable()  # until the start is over (driver.cli says why)
+    try:
+        core = build(config, on_fatal=shutdown.request)
+        lifecycle.start(core.steps)
+        _log.info("kubelet plugin serving", ms=round((time.monotonic() - t0) * 1000, 1))
+
+        def stop_asked() -> bool:
+            return _acted_on(signals, shutdown, core.housekeeping.request_rescan)
+
+        core.kubelet.wait_registered(config.registration_wait, until=stop_asked)
+        if not stop_asked():
+            lifecycle.start(build_background(core).steps)
+            frozen = freeze_startup_heap()  # the start-up objects never become garbage
+            _log.info("numadra started", ms=round((time.monotonic() - t0) * 1000, 1), gc_frozen=frozen)
+        gc.enable()
+        while not stop_asked():
+            shutdown.wait(SIGNAL_POLL)
+        _log.info("stopping", reason=shutdown.fatal or "signal")
+    finally:
+        gc.enable()
+        lifecycle.stop()
+    if shutdown.fatal:
+        raise DriverError(shutdown.fatal)
+    _log.info("numadra stopped")
+    return 0
+
+
 def _run(args: argparse.Namespace) -> int:
-    from driver.app import App
     from driver.log import configure_logging
 
     config = config_from_args(args)
     check_open_files()
     configure_logging(config.log_format, getattr(logging, config.log_level.upper()))
+    signals = Signals()
     try:
-        return App(config).run()
+        with signals.installed():
+            return serve(config, signals)
     except OSError as exc:
         if exc.errno in (errno.EMFILE, errno.ENFILE):  # the limit reached later, under load
             raise DriverError(f"out of file descriptors: {exc}; raise the open file limit") from exc

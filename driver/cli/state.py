@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from driver import DEFAULT_DRIVER_NAME
+from driver.cli.options import parent
 
 if TYPE_CHECKING:
     from driver.state.evidence import Found
@@ -30,27 +30,10 @@ __all__ = ["load_journal", "register"]
 def register(sub: Any) -> None:
     """Add the ``state`` subcommand."""
     p: argparse.ArgumentParser = sub.add_parser(
-        "state", help="list the claims prepared on this node (from the journal)", description=__doc__
-    )
-    p.add_argument(
-        "--driver-name", default=DEFAULT_DRIVER_NAME, help=f"DRA driver name (default {DEFAULT_DRIVER_NAME})"
-    )
-    p.add_argument(
-        "--plugin-dir",
-        type=Path,
-        default=None,
-        help="plugin dir holding the journal (default /var/lib/kubelet/plugins/<driver>)",
-    )
-    p.add_argument(
-        "--cdi-dir",
-        type=Path,
-        default=Path("/var/run/cdi"),
-        help="where the driver writes CDI specs, cross-checked with the journal (default /var/run/cdi)",
-    )
-    p.add_argument(
-        "--node-name",
-        default="",
-        help="the driver's pool (node) name, for devices rebuilt from CDI specs (default: the host name)",
+        "state",
+        parents=[parent("--driver-name", "--plugin-dir", "--cdi-dir", "--node-name", "--host-root")],
+        help="list the claims prepared on this node (from the journal)",
+        description=__doc__,
     )
     p.add_argument(
         "-o",
@@ -59,7 +42,6 @@ def register(sub: Any) -> None:
         default="text",
         help="output format (default text); svg/html draw the node with the claims' CPUs and devices",
     )
-    p.add_argument("--host-root", default="/", help="for svg/html: where the host's /sys is (default /)")
     p.set_defaults(handler=_run)
 
 

@@ -24,6 +24,7 @@ __all__ = [
     "DEFAULT_DEBOUNCE_S",
     "WATCHED_SUBSYSTEMS",
     "Debouncer",
+    "HotplugWatcher",
     "NoopWatcher",
     "UdevWatcher",
     "Watcher",
@@ -172,3 +173,20 @@ def start_watcher(
     observer.daemon = True
     observer.start()
     return UdevWatcher(observer, debouncer)
+
+
+class HotplugWatcher:
+    """:func:`start_watcher` as a part with ``start()`` and ``stop()`` (``numadra run``'s udev watcher)."""
+
+    def __init__(self, on_change: Callable[[], None], *, source: str = "udev") -> None:
+        self._on_change = on_change
+        self._source = source
+        self._watcher: Watcher = NoopWatcher()
+
+    def start(self) -> None:
+        """Start watching (a no-op watcher where udev cannot be watched)."""
+        self._watcher = start_watcher(self._on_change, source=self._source)
+
+    def stop(self) -> None:
+        """Stop watching; no callback runs after this returns."""
+        self._watcher.stop()

@@ -22,6 +22,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from driver import defaults
 from driver.errors import ConfigError
 
 __all__ = [
@@ -41,9 +42,9 @@ __all__ = [
 ]
 
 #: where the kubelet watches for registration sockets
-DEFAULT_REGISTRAR_DIR = Path("/var/lib/kubelet/plugins_registry")
+DEFAULT_REGISTRAR_DIR = defaults.REGISTRAR_DIR
 #: the kubelet's per-plugin directories; ours is ``<this>/<driver name>``
-DEFAULT_PLUGINS_DIR = Path("/var/lib/kubelet/plugins")
+DEFAULT_PLUGINS_DIR = defaults.PLUGINS_DIR
 #: sun_path is 108 bytes including the terminating NUL
 MAX_SOCKET_PATH_BYTES = 107
 DRA_SOCKET_NAME = "dra.sock"

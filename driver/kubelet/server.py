@@ -20,6 +20,7 @@ import socket
 import stat
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import ModuleType, TracebackType
@@ -58,6 +59,9 @@ from driver.plugin import DriverPlugin, HealthSource
 __all__ = ["KubeletPluginServer"]
 
 _log = get_logger("kubelet.server")
+
+#: how often :meth:`KubeletPluginServer.wait_registered` asks its ``until`` (seconds)
+UNTIL_POLL = 0.1
 
 
 def _remove_stale_socket(path: Path) -> None:
@@ -183,9 +187,30 @@ class KubeletPluginServer:
         """Set while the kubelet's last verdict was a successful registration."""
         return self._registration.registered
 
-    def wait_registered(self, timeout: float | None = None) -> bool:
-        """True once the kubelet reported a successful registration, False after ``timeout`` s."""
-        return self._registration.registered.wait(timeout)
+    def wait_registered(
+        self,
+        timeout: float | None = None,
+        *,
+        until: Callable[[], bool] | None = None,
+        poll: float = UNTIL_POLL,
+    ) -> bool:
+        """True once the kubelet reported a successful registration; False after ``timeout`` s.
+
+        ``until``: asked every ``poll`` s meanwhile; the wait ends (False) once it answers True.
+        ``numadra run`` waits here before its background start and hands in its stop check: its
+        signal handler only notes a signal, so the main thread must look for one while it waits.
+        """
+        registered = self._registration.registered
+        if until is None:
+            return registered.wait(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not until():
+            left = poll if deadline is None else min(poll, deadline - time.monotonic())
+            if left <= 0:
+                return registered.is_set()
+            if registered.wait(left):
+                return True
+        return False
 
     def start(self) -> None:
         """Bring up the DRA server, then the registration socket. Raises on any failure."""

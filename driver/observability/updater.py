@@ -4,8 +4,9 @@ The components count what happens to them in plain attributes (the publisher's w
 transitions, the claims' state recoveries) or can answer a question (how many claims are prepared,
 which CPUs they hold, what each device's health is); none of them knows prometheus. The
 housekeeping thread of ``numadra run`` (:class:`driver.claims.housekeeping.Housekeeping`) calls
-:meth:`MetricsUpdater.update` after every round (at least every 5 s), and ``numadra run`` calls it
-once when the metrics are created, so the first scrape already sees every family.
+:meth:`MetricsUpdater.update` after every round, and ``numadra run`` calls it once when the
+metrics are created, so the first scrape already sees every family. The publisher's failed writes
+reach the metrics as they happen instead, through :func:`publish_error_handler`.
 
 Components of the layers above this one (the kubelet server, the claims driver) are passed as the
 plain values the metrics need: the registration event and a callable for the state recoveries.
@@ -18,6 +19,8 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
+from driver.errors import KubeError, RecoverableError
+
 if TYPE_CHECKING:
     from driver.health.monitor import HealthMonitor
     from driver.health.taints import HealthTaints
@@ -27,7 +30,10 @@ if TYPE_CHECKING:
     from driver.slices.publisher import SlicePublisher
     from driver.state.index import PreparedIndex
 
-__all__ = ["MetricsUpdater"]
+__all__ = ["MetricsUpdater", "publish_error_handler"]
+
+#: the publisher's writes, the operations of ``numadra_publish_errors_total``
+_WRITES = frozenset({"create", "update", "delete"})
 
 
 class MetricsUpdater:
@@ -82,3 +88,20 @@ class MetricsUpdater:
         metrics.set_device_counts(counts)
         metrics.set_taint_transitions(self._taints.transitions)
         metrics.set_publish_writes(self._publisher.stats.writes)
+
+
+def publish_error_handler(
+    metrics: Metrics, other: Callable[[BaseException, str], None]
+) -> Callable[[BaseException], None]:
+    """The publisher's ``on_error``: a failed write is counted by operation (the publisher already
+    logged it and retries); any other error goes to ``other`` (the driver's ``handle_error``)."""
+
+    def on_error(err: BaseException) -> None:
+        cause = err.__cause__ if isinstance(err, RecoverableError) and err.__cause__ is not None else err
+        if isinstance(cause, KubeError):
+            if cause.verb in _WRITES:
+                metrics.count_publish(cause.verb, error=True)
+            return
+        other(err, "slice publishing")
+
+    return on_error

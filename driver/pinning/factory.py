@@ -1,77 +1,89 @@
-"""Build the enforcement backend that ``--pinning`` names.
+"""The pinning backend that runs inside ``numadra run``: the NRI plugin, on a thread of its own.
 
-Kept apart from ``backend.py`` so the interface module imports no backend (no import cycles) and
-so that ``run`` wiring is one call. The NRI plugin comes back unconnected: the caller runs
-``serve_forever`` in a thread, since the runtime may start after the driver.
+Only ``--pinning nri`` has a part in the driver's process. ``hook`` pins from a CDI createRuntime
+hook that the runtime runs (``numadra hook create-runtime`` builds its backend there), and
+``cgroupfs`` and ``off`` only put the marker env into the claims' CDI specs. The NRI plugin
+connects in the background and reconnects, since the runtime may start after the driver, so it
+needs a thread; :class:`NriService` owns that thread and gives the plugin the ``start``/``stop``
+of every other long-lived part of ``numadra run``.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 
 from driver.errors import ConfigError
-from driver.pinning.backend import NoopBackend, PinningBackend, PinningKind
-from driver.pinning.cgroupfs import CgroupfsBackend, CpusetHierarchy
 from driver.pinning.consumers import ConsumerCheck
 from driver.pinning.failures import PinFailureSink
-from driver.pinning.hook import HookBackend
-from driver.pinning.nri import DEFAULT_NRI_SOCKET, ClaimLookup, NriPlugin, SharedPool
+from driver.pinning.nri import ClaimLookup, NriPlugin, SharedPool
 from driver.pinning.nri.plugin import ENV_PLUGIN_SOCKET
 
-__all__ = ["build_backend"]
+__all__ = ["NriService", "nri_service"]
+
+#: how long :meth:`NriService.stop` waits for the plugin's thread (seconds)
+STOP_TIMEOUT = 5.0
 
 
-def build_backend(
-    kind: PinningKind | str,
+class NriService:
+    """Runs ``plugin.serve_forever`` on the ``nri-plugin`` thread between :meth:`start` and :meth:`stop`."""
+
+    def __init__(self, plugin: NriPlugin) -> None:
+        self.plugin = plugin
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(
+            target=plugin.serve_forever, args=(self._stopping,), name="nri-plugin", daemon=True
+        )
+
+    def start(self) -> None:
+        """Start connecting to the runtime; returns at once."""
+        self._thread.start()
+
+    def stop(self, timeout: float = STOP_TIMEOUT) -> None:
+        """Let go of the runtime connection and end the thread; idempotent."""
+        self._stopping.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+        self.plugin.close()
+
+
+def nri_service(
     *,
-    nri_socket: Path = DEFAULT_NRI_SOCKET,
-    claim_lookup: ClaimLookup | None = None,
-    node_shared_pool: SharedPool | None = None,
-    hierarchy: CpusetHierarchy | None = None,
-    plugin_name: str = "numadra",
-    environ: Mapping[str, str] = os.environ,
-    nri_pinner_lock: Path | None = None,
+    socket: Path,
+    claim_lookup: ClaimLookup,
+    node_shared_pool: SharedPool | None,
+    pinner_lock: Path,
     consumers: ConsumerCheck | None = None,
     on_failure: PinFailureSink | None = None,
-) -> PinningBackend:
-    """The backend for ``kind``; an unknown value is a :class:`ConfigError` (exit code 2).
+    plugin_name: str = "numadra",
+    environ: Mapping[str, str] = os.environ,
+) -> NriService:
+    """The NRI plugin of ``numadra run``, not started; a bad ``NRI_PLUGIN_SOCKET`` is a ConfigError.
 
-    ``nri_pinner_lock``: the lock file the processes of a rolling update share so that only one
-    of them adjusts containers (see :mod:`driver.pinning.nri.plugin`). ``consumers`` and
-    ``on_failure``: the NRI handlers' consumer reads and failure sink (``PinningHandlers``).
-
-    When the runtime started numadra as an NRI plugin, ``NRI_PLUGIN_SOCKET`` names the inherited
-    socket fd and the plugin uses it instead of dialing ``nri_socket``.
+    ``pinner_lock``: the lock file the processes of a rolling update share so that only one of
+    them adjusts containers (see :mod:`driver.pinning.nri.plugin`). When the runtime started
+    numadra as an NRI plugin, ``NRI_PLUGIN_SOCKET`` names the inherited socket fd and the plugin
+    uses it instead of dialing ``socket``. ``consumers`` and ``on_failure``: the handlers'
+    reads of a shared claim's consumers and where refused or unpinned containers are reported
+    (:class:`~driver.pinning.nri.handlers.PinningHandlers`).
     """
+    raw_fd = environ.get(ENV_PLUGIN_SOCKET)
     try:
-        choice = PinningKind(kind)
+        fd = int(raw_fd) if raw_fd else None
+        if fd is not None and not 0 <= fd < 1 << 31:  # socket(fileno=) would raise OverflowError
+            raise ValueError(raw_fd)
     except ValueError as exc:
-        valid = "|".join(k.value for k in PinningKind)
-        raise ConfigError(f"--pinning must be one of {valid}, got {kind!r}") from exc
-    if choice is PinningKind.NRI:
-        raw_fd = environ.get(ENV_PLUGIN_SOCKET)
-        try:
-            fd = int(raw_fd) if raw_fd else None
-            if fd is not None and not 0 <= fd < 1 << 31:  # socket(fileno=) would raise OverflowError
-                raise ValueError(raw_fd)
-        except ValueError as exc:
-            raise ConfigError(
-                f"{ENV_PLUGIN_SOCKET} must be a file descriptor number, got {raw_fd!r}"
-            ) from exc
-        return NriPlugin(
-            claim_lookup=claim_lookup,
-            node_shared_pool=node_shared_pool,
-            socket_path=nri_socket,
-            name=plugin_name,
-            socket_fd=fd,
-            leader_lock=nri_pinner_lock,
-            consumers=consumers,
-            on_failure=on_failure,
-        )
-    if choice is PinningKind.HOOK:
-        return HookBackend(CgroupfsBackend(hierarchy))
-    if choice is PinningKind.CGROUPFS:
-        return CgroupfsBackend(hierarchy)
-    return NoopBackend()
+        raise ConfigError(f"{ENV_PLUGIN_SOCKET} must be a file descriptor number, got {raw_fd!r}") from exc
+    plugin = NriPlugin(
+        claim_lookup=claim_lookup,
+        node_shared_pool=node_shared_pool,
+        socket_path=socket,
+        name=plugin_name,
+        socket_fd=fd,
+        leader_lock=pinner_lock,
+        consumers=consumers,
+        on_failure=on_failure,
+    )
+    return NriService(plugin)

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from cdi.spec import Hook
+from driver import defaults
 from driver.errors import PinningError, PinRefusedError
 from driver.log import get_logger
 from driver.pinning.backend import PinningKind, PinTarget
@@ -79,7 +80,7 @@ __all__ = [
 ]
 
 #: where the DaemonSet installs the numadra executable on the host (the runtime execs host paths)
-DEFAULT_HOOK_PATH = "/opt/numadra/bin/numadra"
+DEFAULT_HOOK_PATH = defaults.HOOK_PATH
 #: the largest bundle ``config.json`` the hook reads (an OCI spec with many mounts and env vars)
 _MAX_BUNDLE_CONFIG = 16 << 20
 #: seconds the runtime waits for the hook before failing the container

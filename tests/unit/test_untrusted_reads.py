@@ -37,7 +37,7 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     # SerializeLock.open opens its lock file through open_lock_file: not a file read
     # (any function of the file: "*")
     ("driver/kubelet/server.py", "*", "self._lock.open"): "SerializeLock.open",
-    ("driver/app.py", "*", "state_lock.open"): "SerializeLock.open",
+    ("driver/app.py", "_open_lock", "lock.open"): "SerializeLock.open",
 }
 
 _RAW_NAMES = frozenset({"open", "FileIO"})

@@ -42,6 +42,7 @@ from typing import Any, TypeGuard
 
 from google.protobuf.message import DecodeError, Message
 
+from driver import defaults
 from driver._proto.nri import api_pb2 as nri
 from driver._proto.nri import ttrpc_pb2 as ttrpc
 from driver.errors import PinningError
@@ -75,7 +76,7 @@ __all__ = [
     "NriPlugin",
 ]
 
-DEFAULT_NRI_SOCKET = Path("/var/run/nri/nri.sock")
+DEFAULT_NRI_SOCKET = defaults.NRI_SOCKET
 #: env var with the fd of a pre-connected socket, set when the runtime starts the plugin itself
 ENV_PLUGIN_SOCKET = "NRI_PLUGIN_SOCKET"
 PLUGIN_SERVICE = "nri.pkg.api.v1alpha1.Plugin"

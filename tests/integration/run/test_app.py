@@ -1,4 +1,9 @@
-"""The App object in this process: component wiring, idempotent stop, fatal background errors."""
+"""``numadra run`` in this process: the builder's parts, the start order, signals, a fatal error.
+
+The real-process tests (test_run.py) see what a node sees; these drive :func:`driver.cli.run.serve`
+and :func:`driver.app.build` directly, to see when each stage starts. What they observe is public:
+the sockets, the fake apiserver's requests and objects, the collector's state, the exit.
+"""
 
 from __future__ import annotations
 
@@ -7,19 +12,25 @@ import gc
 import os
 import signal
 import threading
+from collections.abc import Iterator
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
-from driver.app import App, RunConfig
-from driver.errors import DriverError
-from driver.kube.client import shared_client
+from driver.app import build, build_background
+from driver.cli.run import Shutdown, Signals, serve
+from driver.config import RunConfig
+from driver.errors import DriverError, RecoverableError
 from driver.kubelet.paths import SERIALIZE_LOCK_NAME
+from driver.lifecycle import Lifecycle
 from tests.integration.run.conftest import GPU, NODE, RunNode, wait_for
 
+WAIT = 30.0  # generous bounds on what must happen; nothing is timed
 
-def _config(node: RunNode) -> RunConfig:
-    return RunConfig(
+
+def _config(node: RunNode, **changes: object) -> RunConfig:
+    config = RunConfig(
         node_name=NODE,
         host_root=node.host,
         kubeconfig=node.api.kubeconfig_path,
@@ -30,143 +41,186 @@ def _config(node: RunNode) -> RunConfig:
         rescan_interval=0,
         health_interval=0.5,
     )
+    return replace(config, **changes)
 
 
-def test_start_wires_components_and_stop_is_idempotent(node: RunNode) -> None:
-    """After start: registered server, health in the stream source, slices published; stop twice is fine."""
-    app = App(replace(_config(node), claim_read_timeout=3.5))
-    app.start()
+class _Serving:
+    """:func:`serve` on a thread, as ``numadra run`` runs it on the main thread."""
+
+    def __init__(self, config: RunConfig) -> None:
+        self.signals = Signals()
+        self.shutdown = Shutdown()
+        self.exit: int | None = None
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._serve, args=(config,), daemon=True)
+        self._thread.start()
+
+    def _serve(self, config: RunConfig) -> None:
+        try:
+            self.exit = serve(config, self.signals, self.shutdown)
+        except BaseException as exc:
+            self.error = exc
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def still_serving_after(self, seconds: float) -> bool:
+        """True when serve neither returned nor failed within ``seconds``."""
+        self._thread.join(seconds)
+        return self._thread.is_alive() and self.error is None
+
+    def join(self, timeout: float = WAIT) -> None:
+        self._thread.join(timeout)
+        assert not self._thread.is_alive(), "serve did not return"
+
+    def sigterm(self) -> int | None:
+        """What the signal handler does, then wait for the exit."""
+        self.signals.note(signal.SIGTERM)
+        self.join()
+        return self.exit
+
+
+def _waits_for_flock(inode: int) -> bool:
+    """True while some process waits for a flock on that inode (a "->" line of /proc/locks)."""
+    for line in Path("/proc/locks").read_text().splitlines():
+        fields = line.split()
+        if len(fields) > 6 and fields[1] == "->" and fields[2] == "FLOCK" and fields[6].endswith(f":{inode}"):
+            return True
+    return False
+
+
+@pytest.fixture
+def collector() -> Iterator[None]:
+    """serve turns the collector off while it starts and freezes the heap after: give the rest of
+    the session its collector back as it was."""
+    was = gc.isenabled()
+    gc.unfreeze()
+    yield
+    gc.unfreeze()
+    if was:
+        gc.enable()
+
+
+def test_build_wires_the_parts_and_stop_undoes_them(node: RunNode) -> None:
+    """Both stages built and started: registered server, health for every device, slices published;
+    stopping twice is fine and leaves no socket."""
+    config = _config(node, claim_read_timeout=3.5)
+    lifecycle = Lifecycle()
+    core = build(config, on_fatal=lambda reason: None)
     try:
-        assert shared_client(node.api.kubeconfig_path).read_deadline == 3.5  # --claim-read-timeout
+        assert core.kube.read_deadline == 3.5  # --claim-read-timeout
+        lifecycle.start(core.steps)
         node.kubelet.register(node.registration_socket)
-        assert app.kubelet is not None
-        assert app.kubelet.wait_registered(5)
-        assert app.publisher is not None
-        assert app.publisher.published.wait(30)
+        assert core.kubelet.wait_registered(WAIT)
+        background = build_background(core)
+        lifecycle.start(background.steps)
+        assert "metrics server" not in lifecycle.started  # no --metrics-address: no HTTP endpoint
+        assert background.publisher.published.wait(WAIT)
         assert GPU in node.device_names()
-        assert app.monitor is not None
-        assert {h.device_name for h in app.monitor.health_snapshot()} >= {GPU}
-        assert app.metrics_server is None  # no --metrics-address: no HTTP endpoint
-        assert app.metrics is not None  # but the counters exist
+        assert {h.device_name for h in core.monitor.health_snapshot()} >= {GPU}
     finally:
-        app.stop()
-    app.stop()
+        lifecycle.stop()
+    lifecycle.stop()
+    assert lifecycle.started == ()
     assert not node.registration_socket.exists()
     assert not node.dra_socket.exists()
 
 
-def test_fatal_background_error_ends_run_with_its_reason(node: RunNode) -> None:
-    """A non-recoverable error reported by a component stops run() with a DriverError (exit 1)."""
-    app = App(_config(node))
-
-    def fail_when_registered() -> None:
-        wait_for(node.registration_socket.exists, 20, "the registration socket")
-        assert app.claims is not None
-        app.claims.handle_error(RuntimeError("health stream broke"), "health fan-out")
-
-    thread = threading.Thread(target=fail_when_registered, daemon=True)
-    thread.start()
-    with pytest.raises(DriverError, match="health fan-out: health stream broke"):
-        app.run()
-    thread.join(5)
+def test_a_fatal_background_error_reaches_on_fatal_a_recoverable_one_does_not(node: RunNode) -> None:
+    """The claims driver's handle_error is what the kubelet server and the publisher call."""
+    reasons: list[str] = []
+    core = build(_config(node), on_fatal=reasons.append)
+    try:
+        core.plugin.handle_error(RecoverableError(RuntimeError("apiserver away")), "slice publishing")
+        assert reasons == []
+        core.plugin.handle_error(RuntimeError("health stream broke"), "health fan-out")
+        assert reasons == ["health fan-out: health stream broke"]
+    finally:
+        core.status.close()  # its worker runs from its construction; nothing else was started
     assert not node.registration_socket.exists()
 
 
-def test_start_up_reconcile_waits_for_the_other_process_lock(node: RunNode) -> None:
-    """During a rolling update the other process may be preparing: start-up reconcile (which may
-    re-create files) runs under the cross-process flock, so start waits while another holds it."""
+def test_a_fatal_error_ends_serve_with_its_reason(node: RunNode, collector: None) -> None:
+    """serve stops everything and raises DriverError (exit 1) with the reason."""
+    serving = _Serving(_config(node))
+    wait_for(node.registration_socket.exists, WAIT, "the registration socket")
+    serving.shutdown.request("health fan-out: health stream broke")
+    serving.join()
+    assert isinstance(serving.error, DriverError)
+    assert str(serving.error) == "health fan-out: health stream broke"
+    assert not node.registration_socket.exists()
+    assert not node.dra_socket.exists()
+
+
+def test_start_up_reconcile_waits_for_the_other_process_lock(node: RunNode, collector: None) -> None:
+    """During a rolling update the other process may be preparing: the start-up reconcile (which
+    may re-create files) runs under the cross-process flock, so no socket appears while another
+    process holds it."""
     node.plugin_dir.mkdir(parents=True, exist_ok=True)
     other = os.open(node.plugin_dir / SERIALIZE_LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
     fcntl.flock(other, fcntl.LOCK_EX)
-    app = App(_config(node))
-    starter = threading.Thread(target=app.start)
     try:
-        starter.start()
-        starter.join(0.5)
-        assert starter.is_alive(), "started without the lock"
-        assert not node.registration_socket.exists()
+        serving = _Serving(_config(node))
+        wait_for(lambda: _waits_for_flock(os.fstat(other).st_ino), WAIT, "the start to wait for the lock")
+        assert serving.running and serving.error is None
+        assert not node.registration_socket.exists(), "started without the lock"
     finally:
         fcntl.flock(other, fcntl.LOCK_UN)
         os.close(other)
-    starter.join(30)
-    try:
-        assert not starter.is_alive()
-        assert node.registration_socket.exists()
-    finally:
-        app.stop()
+    wait_for(node.registration_socket.exists, WAIT, "the registration socket after the lock")
+    assert serving.sigterm() == 0
 
 
-def test_background_start_waits_for_the_kubelets_registration(node: RunNode) -> None:
-    """Steps 5-9 (publisher, health thread, metrics) start once the kubelet registered us, not
-    while its GetInfo and NotifyRegistrationStatus compete with them for the GIL; the collector,
-    off during the start-up, is on again afterwards."""
-    app = App(replace(_config(node), registration_wait=120))
-    starter = threading.Thread(target=app.start, daemon=True)
-    gc.disable()  # as `numadra run` leaves it to App.start
+def test_the_background_starts_once_the_kubelet_registered_us(node: RunNode, collector: None) -> None:
+    """Nothing talks to the apiserver before the registration (the kubelet's GetInfo and
+    NotifyRegistrationStatus do not wait behind the background's imports), and the collector is
+    off until the start is over; then it is on and the start-up heap is frozen."""
+    serving = _Serving(_config(node, registration_wait=120))
     try:
-        starter.start()
-        wait_for(node.registration_socket.exists, 20, "the registration socket")
-        starter.join(0.5)
-        assert starter.is_alive(), "started the background without waiting for the registration"
-        assert app.publisher is None and app.metrics is None
+        wait_for(node.registration_socket.exists, WAIT, "the registration socket")
+        assert serving.still_serving_after(0.5)
+        assert node.api.requests == [], "the background started before the registration"
+        assert not gc.isenabled()
         node.kubelet.register(node.registration_socket)
-        starter.join(60)  # far below registration_wait: the registration ended the wait
-        assert not starter.is_alive()
-        assert gc.isenabled()
-        assert app.publisher is not None
-        assert app.publisher.published.wait(30)
+        wait_for(lambda: GPU in node.device_names(), WAIT, "published slices")  # far below 120 s
+        wait_for(gc.isenabled, WAIT, "the collector back on")
+        assert gc.get_freeze_count() > 0
     finally:
-        gc.enable()
-        app.stop()
-        starter.join(10)
+        assert serving.sigterm() == 0
 
 
-def test_without_a_kubelet_the_background_starts_after_the_wait(node: RunNode) -> None:
+def test_without_a_kubelet_the_background_starts_after_the_wait(node: RunNode, collector: None) -> None:
     """No kubelet registers (it is down, or slow): after registration_wait the rest starts anyway."""
-    app = App(replace(_config(node), registration_wait=0.2))
-    app.start()
+    serving = _Serving(_config(node, registration_wait=0.2))
     try:
-        assert app.kubelet is not None and not app.kubelet.registered.is_set()
-        assert app.publisher is not None
-        assert app.publisher.published.wait(30)
+        wait_for(lambda: GPU in node.device_names(), WAIT, "published slices without a registration")
     finally:
-        app.stop()
+        assert serving.sigterm() == 0
 
 
-def test_stop_while_waiting_for_the_registration_skips_the_background(node: RunNode) -> None:
-    """SIGTERM during the wait: start returns without starting the background; stop removes the
-    sockets."""
-    app = App(replace(_config(node), registration_wait=120))
-    starter = threading.Thread(target=app.start, daemon=True)
-    starter.start()
-    try:
-        wait_for(node.registration_socket.exists, 20, "the registration socket")
-        app.request_stop()
-        starter.join(30)
-        assert not starter.is_alive(), "the stop request did not end the wait"
-        assert app.publisher is None and app.metrics is None
-    finally:
-        app.stop()
-        starter.join(10)
+def test_sigterm_while_waiting_for_the_registration_skips_the_background(
+    node: RunNode, collector: None
+) -> None:
+    """SIGTERM during the wait: serve returns 0 without starting the background; no socket is left."""
+    serving = _Serving(_config(node, registration_wait=120))
+    wait_for(node.registration_socket.exists, WAIT, "the registration socket")
+    assert serving.sigterm() == 0
+    assert node.api.requests == []
     assert not node.registration_socket.exists()
     assert not node.dra_socket.exists()
 
 
-def test_signal_handler_takes_no_lock_the_main_thread_may_hold(node: RunNode) -> None:
-    """A SIGTERM that lands while the main thread holds the shutdown Event's lock (inside a wait)
-    or the log's must not wait for that lock: the handler runs in that very thread, so it would
-    wait forever (the process hung on SIGTERM that way). The handler notes the signal; the main
-    loop acts on it."""
-    app = App(_config(node))
-    done = threading.Event()
-
-    def main_thread_in_a_wait() -> None:
-        with app._shutdown._cond:  # type: ignore[attr-defined]  # what Event.wait holds at times
-            app._on_signal(signal.SIGTERM, None)
-        done.set()
-
-    thread = threading.Thread(target=main_thread_in_a_wait, daemon=True)
-    thread.start()
-    assert done.wait(10), "the signal handler waited for a lock its own thread held"
-    app._handle_signals()  # what the main loop does next
-    assert app._shutdown.is_set()
+def test_sighup_during_the_start_is_kept_for_the_housekeeping_thread(node: RunNode, collector: None) -> None:
+    """A SIGHUP noted before the housekeeping thread runs is not lost: the first round rescans,
+    and a host that changed meanwhile is republished."""
+    serving = _Serving(_config(node, registration_wait=120))
+    try:
+        wait_for(node.registration_socket.exists, WAIT, "the registration socket")
+        (node.host / "sys" / "bus" / "pci" / "devices" / "0000:00:02.0").unlink()
+        serving.signals.note(signal.SIGHUP)
+        node.kubelet.register(node.registration_socket)
+        wait_for(lambda: GPU in node.device_names(), WAIT, "published slices")
+        wait_for(lambda: "gpu-0000-00-02-0" not in node.device_names(), WAIT, "the GPU gone")
+    finally:
+        assert serving.sigterm() == 0

@@ -20,7 +20,7 @@ from tests.integration.run.conftest import NODE, REPO, RunNode
 AFTER_REGISTRATION = frozenset(
     {"kubernetes", "prometheus_client", "yaml", "pyudev", "urllib3", "pydantic", "requests", "websocket"}
 )
-#: our modules of the background start (steps 5-9 of driver.app)
+#: our modules of the background start (driver.app.build_background)
 BACKGROUND_MODULES = frozenset(
     {
         "driver.slices.builder",

@@ -13,8 +13,7 @@ WAIT = 10.0  # generous upper bound on a round: the thread is woken, never polle
 
 def _started(
     fail_rescan: int = 0, failed: threading.Event | None = None
-) -> tuple[Housekeeping, threading.Event, PreparedIndex, list[str], threading.Semaphore]:
-    shutdown = threading.Event()
+) -> tuple[Housekeeping, PreparedIndex, list[str], threading.Semaphore]:
     index = PreparedIndex(list)
     calls: list[str] = []
     rounds = threading.Semaphore(0)
@@ -32,15 +31,16 @@ def _started(
         calls.append("after")
         rounds.release()
 
-    keeper = Housekeeping(shutdown=shutdown, rescan_interval=0.0)  # no periodic rescan
+    keeper = Housekeeping(index=index, rescan=rescan, rescan_interval=0.0)  # no periodic rescan
+    keeper.after_each_round(after)
     keeper.request_rescan()  # asked before the thread exists (a SIGHUP during the start)
-    keeper.start(index=index, rescan=rescan, after=after)
-    return keeper, shutdown, index, calls, rounds
+    keeper.start()
+    return keeper, index, calls, rounds
 
 
 def test_request_before_start_is_served_and_index_follows_the_journal() -> None:
     """The first round rescans (asked before start), refreshes the stale index, then runs after."""
-    keeper, shutdown, index, calls, rounds = _started()
+    keeper, index, calls, rounds = _started()
     assert rounds.acquire(timeout=WAIT)
     assert calls == ["rescan", "after"]
     assert not index.stale
@@ -50,32 +50,26 @@ def test_request_before_start_is_served_and_index_follows_the_journal() -> None:
     # no rescan asked, none periodic (a 5 s round on a slow machine may add an "after")
     assert calls.count("rescan") == 1 and calls[-1] == "after"
     assert not index.stale
-    shutdown.set()
-    keeper.wake()
-    keeper.join(WAIT)
+    keeper.stop(WAIT)
 
 
 def test_a_failing_round_does_not_stop_the_next() -> None:
     """A rescan raising DriverError is logged; the next request rescans again and runs after."""
     failed = threading.Event()
-    keeper, shutdown, _, calls, rounds = _started(fail_rescan=1, failed=failed)
+    keeper, _, calls, rounds = _started(fail_rescan=1, failed=failed)
     assert failed.wait(WAIT)
     keeper.request_rescan()
     assert rounds.acquire(timeout=WAIT)
     assert calls.count("rescan") == 2 and calls[-1] == "after"
-    shutdown.set()
-    keeper.wake()
-    keeper.join(WAIT)
+    keeper.stop(WAIT)
 
 
-def test_shutdown_ends_the_thread() -> None:
-    """After shutdown and a wake the thread ends and runs no further round."""
-    keeper, shutdown, _, calls, rounds = _started()
+def test_stop_ends_the_thread() -> None:
+    """After stop the thread is gone and runs no further round."""
+    keeper, _, calls, rounds = _started()
     assert rounds.acquire(timeout=WAIT)
-    shutdown.set()
-    keeper.wake()
-    keeper.join(WAIT)
-    assert keeper._thread is not None and not keeper._thread.is_alive()
+    keeper.stop(WAIT)
+    assert "app-housekeeping" not in {t.name for t in threading.enumerate()}
     done = list(calls)
     keeper.request_rescan()
     assert calls == done

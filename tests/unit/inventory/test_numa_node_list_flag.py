@@ -10,7 +10,7 @@ import pytest
 
 from driver.cli import main
 from driver.errors import ConfigError
-from tests.unit.app.test_run_config import _KUBECONFIG, _config
+from tests.unit.cli.test_run_config import _KUBECONFIG, _config
 from tests.unit.inventory.trees import host_tree
 
 NUMA = "resource.kubernetes.io/numaNode"

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
 
-from driver.errors import ConfigError, PinningError
+from driver.errors import PinningError
 from driver.pinning.backend import NoopBackend, PinningBackend, PinningKind, PinTarget
 from driver.pinning.cgroupfs import (
     CgroupfsBackend,
@@ -17,9 +16,7 @@ from driver.pinning.cgroupfs import (
     detect_layout,
     parse_proc_cgroup,
 )
-from driver.pinning.factory import build_backend
 from driver.pinning.hook import HookBackend
-from driver.pinning.nri import NriPlugin
 from driver.pinning.types import CpuAssignment, CpuMode
 
 HYBRID = """\
@@ -161,28 +158,3 @@ def test_backends_satisfy_protocol() -> None:
     ]
     assert [b.kind for b in backends] == [PinningKind.OFF, PinningKind.CGROUPFS, PinningKind.HOOK]
     assert all(isinstance(b, PinningBackend) for b in backends)
-
-
-@pytest.mark.parametrize("kind", list(PinningKind), ids=[k.value for k in PinningKind])
-def test_build_backend_for_every_flag_value(kind: PinningKind) -> None:
-    """Every --pinning value builds a backend of that kind (nothing is connected or detected yet)."""
-    backend = build_backend(kind.value, hierarchy=CpusetHierarchy(1, Path("/x")), environ={})
-    try:
-        assert backend.kind is kind
-    finally:
-        if isinstance(backend, NriPlugin):
-            backend.close()
-
-
-def test_build_backend_rejects_unknown_flag() -> None:
-    """An unknown --pinning value is a ConfigError listing the valid ones."""
-    with pytest.raises(ConfigError, match=re.escape("one of nri|hook|cgroupfs|off, got 'magic'")):
-        build_backend("magic")
-
-
-@pytest.mark.parametrize("raw", ["abc", "-1", "9" * 40])
-def test_build_backend_rejects_bad_plugin_socket_env(raw: str) -> None:
-    """A NRI_PLUGIN_SOCKET that is no descriptor number is a ConfigError naming the variable (one
-    of 40 digits reached socket(fileno=) and raised OverflowError in the connect thread)."""
-    with pytest.raises(ConfigError, match="NRI_PLUGIN_SOCKET"):
-        build_backend("nri", environ={"NRI_PLUGIN_SOCKET": raw})

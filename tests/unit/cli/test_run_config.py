@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import argparse
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from driver import DEFAULT_DRIVER_NAME
-from driver.app import DEFAULT_HOOK_PATH, DEFAULT_NRI_SOCKET, RunConfig
-from driver.cli import EXIT_USAGE, build_parser, main
-from driver.cli.run import FLAGS, config_from_args
+from driver import defaults
+from driver.cli import EXIT_OK, EXIT_USAGE, build_parser, main
+from driver.cli.run import OPTIONS, config_from_args
+from driver.config import RunConfig
 from driver.errors import ConfigError
 from driver.health.taints import TAINT_EFFECTS
-from driver.pinning import hook, nri
 from driver.pinning.backend import PinningKind
 
 _KUBECONFIG: dict[str, str] = {}
@@ -38,9 +36,9 @@ def test_defaults_follow_the_design_contract(tmp_path: Path) -> None:
     """Without flags or env: kubelet's standard dirs, plugin dir under the driver name, no pinning."""
     cfg = _config([], {"NODE_NAME": "node-1"})
     assert cfg.node_name == "node-1"
-    assert cfg.driver_name == DEFAULT_DRIVER_NAME
+    assert cfg.driver_name == "numadra.dev"
     assert cfg.registrar_dir == Path("/var/lib/kubelet/plugins_registry")
-    assert cfg.effective_plugin_dir == Path("/var/lib/kubelet/plugins") / DEFAULT_DRIVER_NAME
+    assert cfg.effective_plugin_dir == Path("/var/lib/kubelet/plugins/numadra.dev")
     assert cfg.cdi_dir == Path("/var/run/cdi")
     assert cfg.kubeconfig == _KUBECONFIG["KUBECONFIG"]
     assert cfg.pod_uid is None
@@ -176,26 +174,57 @@ def test_unknown_flag_exits_2_with_one_line(capsys: pytest.CaptureFixture[str]) 
     assert "--no-such-flag" in err
 
 
-def test_every_option_has_an_environment_variable() -> None:
-    """Documented names for NODE_NAME and POD_UID, NUMADRA_<FLAG> for everything else, all shown in --help."""
-    documented = {"--node-name": "NODE_NAME", "--pod-uid": "POD_UID"}
-    parser = build_parser()
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    help_text = sub.choices["run"].format_help()
-    for f in FLAGS:
-        expected = documented.get(f.flag, "NUMADRA_" + f.flag[2:].replace("-", "_").upper())
-        assert f.env == expected
-        assert f.env in help_text
+def _run_help(capsys: pytest.CaptureFixture[str]) -> str:
+    with pytest.raises(SystemExit) as info:
+        main(["run", "--help"])
+    assert info.value.code == EXIT_OK
+    return " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+
+
+def test_every_option_has_an_environment_variable(capsys: pytest.CaptureFixture[str]) -> None:
+    """Documented names for NODE_NAME and POD_UID, NUMADRA_<FLAG> for everything else (and
+    KUBECONFIG after NUMADRA_KUBECONFIG), all shown in --help."""
+    documented = {"--node-name": ("NODE_NAME",), "--pod-uid": ("POD_UID",)}
+    documented["--kubeconfig"] = ("NUMADRA_KUBECONFIG", "KUBECONFIG")
+    help_text = _run_help(capsys)
+    for option in OPTIONS:
+        expected = documented.get(option.flag, ("NUMADRA_" + option.flag[2:].replace("-", "_").upper(),))
+        assert option.variables == expected
+        assert f"[env {', '.join(expected)}]" in help_text
+
+
+def test_help_shows_the_defaults_the_config_gets(capsys: pytest.CaptureFixture[str]) -> None:
+    """What --help calls the default is what a RunConfig built without flags holds."""
+    help_text = _run_help(capsys)
+    cfg = _config([], {"NODE_NAME": "n", "KUBECONFIG": _KUBECONFIG["KUBECONFIG"]})
+    shown = {
+        "--driver-name": cfg.driver_name,
+        "--host-root": str(cfg.host_root),
+        "--cdi-dir": str(cfg.cdi_dir),
+        "--registrar-dir": str(cfg.registrar_dir),
+        "--pinning": cfg.pinning.value,
+        "--log-format": cfg.log_format,
+        "--isolated-cpus": cfg.isolated_cpus,
+        "--taint-unhealthy": cfg.taint_unhealthy,
+        "--nri-socket": str(cfg.nri_socket),
+        "--health-interval": f"{cfg.health_interval:g}",
+        "--rescan-interval": f"{cfg.rescan_interval:g}",
+        "--hotplug": cfg.hotplug,
+        "--hook-path": cfg.hook_path,
+        "--claim-read-timeout": f"{cfg.claim_read_timeout:g}",
+    }
+    for flag, value in shown.items():
+        option = next(o for o in OPTIONS if o.flag == flag)
+        assert f"{option.help} [env {', '.join(option.variables)}] (default {value})" in help_text
+    assert cfg.effective_plugin_dir == defaults.PLUGINS_DIR / cfg.driver_name
+    assert f"(default {defaults.PLUGINS_DIR}/<driver>)" in help_text
 
 
 def test_choices_match_the_components_vocabulary() -> None:
-    """The CLI offers exactly the values the pinning factory and taint code accept."""
-    choices = {f.flag: set(f.choices) for f in FLAGS}
+    """The CLI offers exactly the values the pinning backends and the taint code accept."""
+    choices = {o.flag: set(o.choices) for o in OPTIONS}
     assert choices["--pinning"] == {k.value for k in PinningKind}
     assert choices["--taint-unhealthy"] == set(TAINT_EFFECTS)
-    assert nri.DEFAULT_NRI_SOCKET == DEFAULT_NRI_SOCKET
-    assert hook.DEFAULT_HOOK_PATH == DEFAULT_HOOK_PATH
-    assert next(f for f in FLAGS if f.flag == "--nri-socket").default == str(DEFAULT_NRI_SOCKET)
 
 
 def test_config_and_the_plugins_wrappers_load_no_prometheus(tmp_path: Path) -> None:

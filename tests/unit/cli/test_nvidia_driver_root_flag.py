@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from driver.app import RunConfig
 from driver.cli import build_parser
 from driver.cli.run import config_from_args
+from driver.config import RunConfig
 from driver.errors import ConfigError
 
 

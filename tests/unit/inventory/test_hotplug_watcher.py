@@ -1,0 +1,25 @@
+"""HotplugWatcher: the udev watcher as a part of ``numadra run``, with start and stop."""
+
+from __future__ import annotations
+
+import threading
+
+from driver.inventory.watch import HotplugWatcher
+
+
+def _udev_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name == "numadra-udev"}
+
+
+def test_stop_before_start_is_fine() -> None:
+    """A start that failed before this part leaves it unstarted; stopping it then does nothing."""
+    HotplugWatcher(lambda: None).stop()
+
+
+def test_start_then_stop_leaves_no_thread() -> None:
+    """With udev (or without: the no-op watcher), stop ends whatever start began."""
+    before = _udev_threads()
+    watcher = HotplugWatcher(lambda: None, source="kernel")
+    watcher.start()
+    watcher.stop()
+    assert _udev_threads() == before
