@@ -244,7 +244,7 @@ def _in_process(
 
 
 #: the peers, in the order of each interleaved round (rotated every round)
-PEERS = ("numadra", "numadra_status", "go", "example", "floor")
+PEERS = ("numadra", "numadra_run", "numadra_status", "go", "example", "floor")
 
 
 def _cpu_s(pid: int) -> float:
@@ -264,6 +264,7 @@ class _Child:
     refs: list[Any]
     background: list[Any]
     env: dict[str, str] | None = None  # None: this process's
+    cwd: Path | None = None  # None: this process's
     #: what must be on disk for a prepared claim UID (``prepared``), or gone once unprepared:
     #: "" when it is so, else what is wrong; None: the peer's own errors are the check
     evidence: Callable[[str, bool], str] | None = None
@@ -295,7 +296,9 @@ class _Child:
         started = time.monotonic()
         logs = os.environ.get("NUMADRA_BENCH_LOGS")  # a dir: keep each child's stderr there
         sink = (Path(logs) / f"{self.name}.log").open("ab") if logs else subprocess.DEVNULL
-        self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stderr=sink, env=self.env)
+        self.proc = subprocess.Popen(
+            self.argv, stdin=subprocess.PIPE, stderr=sink, env=self.env, cwd=self.cwd
+        )
         if logs:
             assert not isinstance(sink, int)
             sink.close()  # the child holds its own copy
@@ -590,12 +593,13 @@ def _ratios_vs(
 
 
 def _tree(spec: str) -> tuple[str, Path]:
-    """``LABEL=PATH`` of ``--tree`` -> (peer name, tree), checked to hold a bench child."""
+    """``[run:]LABEL=PATH`` of ``--tree`` -> (peer name, tree), checked to hold a bench child."""
     label, _, path = spec.partition("=")
+    kind, _, label = label.rpartition(":")
     tree = Path(path).resolve()
-    if not label or not (tree / "bench" / "prepare.py").is_file():
-        raise SystemExit(f"--tree {spec!r}: want LABEL=PATH, PATH a source tree with bench/prepare.py")
-    return f"numadra@{label}", tree
+    if kind not in ("", "run") or not label or not (tree / "bench" / "prepare.py").is_file():
+        raise SystemExit(f"--tree {spec!r}: want [run:]LABEL=PATH, PATH a source tree with bench/prepare.py")
+    return f"numadra{'_run' if kind else ''}@{label}", tree
 
 
 def _on_tmpfs(path: Path) -> bool:
@@ -610,6 +614,33 @@ def _on_tmpfs(path: Path) -> bool:
         if inside and len(mount) >= len(best):
             best, fstype = mount, kind
     return fstype == "tmpfs"
+
+
+def _run_argv(host: Path, reg: Path, plugin_dir: Path, cdi: Path, kubeconfig: str) -> list[str]:
+    """``numadra run`` as deploy/ runs it (metrics served, so the per-call metrics and the
+    housekeeping round after every call are measured), on the bench's dirs and host tree.
+
+    It takes the kubeconfig (the in-cluster token path is fixed) and keeps its own settings but
+    three: claim status off (its cost is ``numadra_status``'s figure), no hot-plug watch, and one
+    health poll an hour, so that CPU per claim counts the calls and not the idle loop.
+    """
+    return [
+        sys.executable,
+        "-m",
+        "driver.cli",
+        "run",
+        f"--node-name={NODE}",
+        f"--host-root={host}",
+        f"--kubeconfig={kubeconfig}",
+        f"--registrar-dir={reg}",
+        f"--plugin-dir={plugin_dir}",
+        f"--cdi-dir={cdi}",
+        "--metrics-address=127.0.0.1:0",
+        "--log-format=json",
+        "--hotplug=off",
+        "--health-interval=3600",
+        "--no-claim-status",
+    ]
 
 
 def _example_argv(
@@ -707,7 +738,8 @@ def main() -> None:
         default=[],
         metavar="LABEL=PATH",
         help="one more numadra peer, `numadra@LABEL`, served from the source tree at PATH (say "
-        "`git archive COMMIT | tar -x -C PATH`): bisect a change against the same peers in one run",
+        "`git archive COMMIT | tar -x -C PATH`): bisect a change against the same peers in one run; "
+        "run:LABEL=PATH runs that tree's `numadra run` (`numadra_run@LABEL`)",
     )
     parser.add_argument("--background", type=int, default=0, help="other claims kept prepared meanwhile")
     parser.add_argument(
@@ -776,8 +808,8 @@ def main() -> None:
             from controlplane import binary_dir, missing_binaries
 
             apiserver = "fake" if missing_binaries(binary_dir()) else "real"
-        if "example" in wanted and apiserver != "real":
-            wanted = tuple(p for p in wanted if p != "example")  # it publishes slices: a real one only
+        if apiserver != "real":  # these publish slices: the real apiserver only
+            wanted = tuple(p for p in wanted if p not in ("example", "numadra_run"))
         with _apiserver(apiserver, root) as (kubeconfig, connection, put_claim, put_node):
             refs: list[ClaimRef] = []
             objects: dict[tuple[str, str], Any] = {}
@@ -807,9 +839,9 @@ def main() -> None:
             # the example driver's own claims: one fake GPU each (its slices publish gpu-0..N-1)
             example_refs: list[ClaimRef] = []
             example_background: list[ClaimRef] = []
+            if put_node is not None and {"example", "numadra_run"} & set(wanted):
+                put_node(NODE)  # the slices' owner
             if "example" in wanted:
-                assert put_node is not None
-                put_node(NODE)
                 for i in range(len(refs) + args.background):
                     name = f"example-{i}"
                     obj = gpu_claim(str(uuid.uuid4()), name, f"gpu-{i}", driver=EXAMPLE_DRIVER, node=NODE)
@@ -856,6 +888,11 @@ def main() -> None:
                     child.refs, child.background = example_refs, example_background
                     child.env = {**os.environ, "NODE_NAME": NODE}
                     child.evidence = _example_evidence(peer_cdi, plugin_dir)
+                elif name == "numadra_run":
+                    child.argv = _run_argv(host, reg, plugin_dir, peer_cdi, kubeconfig)
+                elif name in trees and name.startswith("numadra_run@"):
+                    child.argv = _run_argv(host, reg, plugin_dir, peer_cdi, kubeconfig)
+                    child.cwd = trees[name]  # ``-m driver.cli`` imports from the working directory first
                 elif name in trees:
                     script = trees[name] / "bench" / "prepare.py"
                     # before the pod connection, a tree's child took a kubeconfig
@@ -879,6 +916,7 @@ def main() -> None:
             "batch_rounds": args.batch,
             "layout": layout,
             "ratios_vs_example": _ratios_vs(peers, "example", EXAMPLE_TARGETS[layout]),
+            "run_vs_example": _ratios_vs(peers, "example", EXAMPLE_TARGETS[layout], ours="numadra_run"),
             "floor_vs_example": _ratios_vs(peers, "example", EXAMPLE_TARGETS[layout], ours="floor"),
             "ratios_vs_go": _ratios(peers) if {"go", "numadra_status", "floor"} <= peers.keys() else None,
             "trees_vs_example": {

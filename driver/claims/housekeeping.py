@@ -7,6 +7,13 @@ metrics there). A round starts when something asks for one (:meth:`Housekeeping.
 :meth:`Housekeeping.request_rescan`) and at least every 5 s, so the metrics are never older than
 that. One failing round is logged and the next one runs: a broken rescan must not stop the index
 from following the journal.
+
+A wake (the journal changed) starts its round only after :data:`SETTLE_S`, and the wakes of that
+time share the round. Every prepare and unprepare wakes the thread; a round right behind each
+call took the GIL while the gRPC threads were still answering that call, and a busy node made
+a round per call. The index is refreshed at once where freshness matters (a pinning lookup and
+the claimed CPUs refresh a stale index themselves); what waits is the health stream's CDI IDs and
+the metrics. A rescan request and shutdown do not wait.
 """
 
 from __future__ import annotations
@@ -28,6 +35,8 @@ __all__ = ["Housekeeping"]
 
 #: the longest wait between two rounds (seconds): the metrics' staleness bound
 ROUND_INTERVAL = 5.0
+#: how long a wake waits before its round, gathering the wakes that follow (seconds)
+SETTLE_S = 1.0
 
 _log = get_logger("claims.housekeeping")
 
@@ -40,10 +49,16 @@ class Housekeeping:
     """
 
     def __init__(
-        self, *, shutdown: threading.Event, rescan_interval: float, log: FilteringBoundLogger | None = None
+        self,
+        *,
+        shutdown: threading.Event,
+        rescan_interval: float,
+        log: FilteringBoundLogger | None = None,
+        settle: float = SETTLE_S,
     ) -> None:
         self._shutdown = shutdown
         self._rescan_interval = rescan_interval
+        self._settle = settle
         self._wake = threading.Event()
         self._rescan_requested = False
         self._thread: threading.Thread | None = None
@@ -80,7 +95,9 @@ class Housekeeping:
     def _loop(self, index: PreparedIndex, rescan: Callable[[], object], after: Callable[[], None]) -> None:
         next_rescan = self._next_rescan()
         while not self._shutdown.is_set():
-            self._wake.wait(min(ROUND_INTERVAL, max(0.0, next_rescan - time.monotonic())))
+            woken = self._wake.wait(min(ROUND_INTERVAL, max(0.0, next_rescan - time.monotonic())))
+            if woken and not self._rescan_requested and self._shutdown.wait(self._settle):
+                return  # gathered the wakes of the settle time (shutdown ends it at once)
             self._wake.clear()
             if self._shutdown.is_set():
                 return

@@ -79,3 +79,32 @@ def test_shutdown_ends_the_thread() -> None:
     done = list(calls)
     keeper.request_rescan()
     assert calls == done
+
+
+def test_wakes_within_the_settle_time_share_one_round() -> None:
+    """A busy node wakes the thread after every call: the wakes of the settle time make one round,
+    and a rescan request does not wait for it."""
+    shutdown = threading.Event()
+    index = PreparedIndex(list)
+    rounds: list[str] = []
+    done = threading.Semaphore(0)
+
+    def after() -> None:
+        rounds.append("after")
+        done.release()
+
+    keeper = Housekeeping(shutdown=shutdown, rescan_interval=0.0, settle=3.0)
+    keeper.start(index=index, rescan=lambda: rounds.append("rescan"), after=after)
+    for _ in range(3):  # three calls a little apart: without the settle time, three rounds
+        index.invalidate()
+        keeper.wake()
+        shutdown.wait(0.2)
+    assert done.acquire(timeout=WAIT)
+    assert rounds == ["after"]
+    assert not index.stale
+    keeper.request_rescan()
+    assert done.acquire(timeout=WAIT)
+    assert rounds == ["after", "rescan", "after"]
+    shutdown.set()
+    keeper.wake()
+    keeper.join(WAIT)

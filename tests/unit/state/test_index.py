@@ -102,3 +102,18 @@ def test_index_refreshes_never_let_an_older_read_win() -> None:
     fast.join(5)
     assert index.count() == 2
     assert index.cdi_ids("gpu-2") == ("numadra.dev/claim=b-gpu-2",)
+
+
+def test_claimed_cpus_refresh_a_stale_index() -> None:
+    """The node's shared pool is every CPU no claim holds: a container started right after a
+    prepare, before the housekeeping round, must not get the CPUs that prepare made exclusive."""
+    journal = _Journal()
+    index = PreparedIndex(journal)
+    index.refresh()
+    journal.entries.append(_entry("new", "gpu-1", frozenset({4, 5})))
+    index.invalidate()  # what every prepare does
+    assert index.claimed_cpus() == frozenset({4, 5})
+    assert not index.stale
+    reads = journal.reads
+    assert index.claimed_cpus() == frozenset({4, 5})
+    assert journal.reads == reads  # fresh: served from the copy
