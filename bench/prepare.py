@@ -498,7 +498,7 @@ def _apiserver(
         kubeconfig = write_kubeconfig(
             plane.root / "bench.kubeconfig", plane.server, plane.ca_file, token, "admin"
         )
-        for namespace in ("bench", "background"):
+        for namespace in ("bench", "background", "example"):
             admin.create("/api/v1/namespaces", {"metadata": {"name": namespace}})
 
         def put_real(obj: dict[str, Any]) -> str:
@@ -845,8 +845,8 @@ def main() -> None:
                 for i in range(len(refs) + args.background):
                     name = f"example-{i}"
                     obj = gpu_claim(str(uuid.uuid4()), name, f"gpu-{i}", driver=EXAMPLE_DRIVER, node=NODE)
-                    if i >= len(refs):
-                        obj["metadata"]["namespace"] = "background"
+                    # a namespace of its own: numadra's LIST of "bench" reads numadra's claims only
+                    obj["metadata"]["namespace"] = "background" if i >= len(refs) else "example"
                     uid = put_claim(obj)
                     namespace = obj["metadata"]["namespace"]
                     (example_refs if i < len(refs) else example_background).append(
