@@ -289,7 +289,7 @@ class _Child:
 
     def start(self) -> None:
         """Spawn and register (GetInfo polled as the kubelet does once the socket is there)."""
-        from tests.support.kubeletclient import KubeletClient
+        from harness.kubeletclient import KubeletClient
 
         self.reg_sock.unlink(missing_ok=True)
         self.kubelet = kubelet = KubeletClient()
@@ -471,7 +471,7 @@ def _apiserver(
     compete with the bench's own gRPC client for the GIL.
     """
     if kind == "fake":
-        from tests.support.fakeapiserver import FakeApiServer
+        from harness.fakeapiserver import FakeApiServer
 
         with FakeApiServer() as api:
 
@@ -482,8 +482,7 @@ def _apiserver(
             yield api.kubeconfig_path, api.kubeconfig_path, put_fake, None
         return
 
-    sys.path.insert(0, str(REPO / "tests" / "e2e"))
-    from controlplane import ControlPlane, binary_dir, missing_binaries, write_kubeconfig
+    from harness.controlplane import ControlPlane, binary_dir, missing_binaries, write_kubeconfig
 
     bins = binary_dir()
     if missing_binaries(bins):
@@ -765,8 +764,8 @@ def main() -> None:
     from driver.inventory.model import DeviceKind
     from driver.log import configure_logging
     from driver.plugin import ClaimRef
-    from tests.support.hosttree import write_host_tree
-    from tests.support.topologies import TOPOLOGIES
+    from harness.hosttree import write_host_tree
+    from harness.topologies import TOPOLOGIES
 
     configure_logging("console", logging.WARNING)  # stdout is the JSON figures, nothing else
     wanted = tuple(p for p in PEERS if p in args.peers.split(","))
@@ -804,8 +803,7 @@ def main() -> None:
 
         apiserver = args.apiserver
         if apiserver == "auto":
-            sys.path.insert(0, str(REPO / "tests" / "e2e"))
-            from controlplane import binary_dir, missing_binaries
+            from harness.controlplane import binary_dir, missing_binaries
 
             apiserver = "fake" if missing_binaries(binary_dir()) else "real"
         if apiserver != "real":  # these publish slices: the real apiserver only

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.fakeapiserver import FakeApiServer
+from harness.fakeapiserver import FakeApiServer
 
 from .fake_tls_api import FakeTlsApiServer, Pki, make_pki
 

@@ -12,7 +12,7 @@ import pytest
 
 from driver.errors import KubeError
 from driver.kube.client import KubeClient, error_kind
-from tests.support.fakeapiserver import FakeApiServer, Fault
+from harness.fakeapiserver import FakeApiServer, Fault
 
 from .fake_tls_api import write_kubeconfig
 

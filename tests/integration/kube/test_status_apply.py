@@ -19,7 +19,7 @@ import pytest
 from driver.errors import KubeError
 from driver.kube.client import RESOURCE_API, KubeClient, error_kind
 from driver.kube.transport import Transport
-from tests.support.fakeapiserver import FakeApiServer, Fault
+from harness.fakeapiserver import FakeApiServer, Fault
 
 from .fake_tls_api import FakeTlsApiServer, Pki, write_kubeconfig
 from .hostile_api import HostileApiServer

@@ -15,7 +15,7 @@ from driver._proto.nri import api_pb2 as nri
 from driver.pinning.backend import PinTarget
 from driver.pinning.nri import NriPlugin, PinningHandlers
 from driver.pinning.types import ClaimBinding, ClaimPinning, CpuAssignment, CpuMode
-from tests.integration.pinning.fake_nri_runtime import (
+from harness.fake_nri_runtime import (
     FakeNriRuntime,
     FakePluginConnection,
     container,

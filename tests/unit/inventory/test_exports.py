@@ -17,9 +17,9 @@ MODULES = [
     "driver.kube.quantity",
     "driver.slices.builder",
     "driver.slices.validation",
-    "tests.support.hostspec",
-    "tests.support.hosttree",
-    "tests.support.topologies",
+    "harness.hostspec",
+    "harness.hosttree",
+    "harness.topologies",
     "driver.cli.discover",
 ]
 

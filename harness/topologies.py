@@ -1,14 +1,14 @@
 """Ready-made host topologies for tests: DGX-class server, workstation, cloud VM, huge node, hostile
 host, mixed-vendor GPU node.
 
-Each is a :class:`~tests.support.hosttree.Topology`; generate it with
-:func:`~tests.support.hosttree.write_host_tree`. The figures are part of the contract that tests
+Each is a :class:`~harness.hosttree.Topology`; generate it with
+:func:`~harness.hosttree.write_host_tree`. The figures are part of the contract that tests
 assert on, so change them only together with those tests.
 """
 
 from __future__ import annotations
 
-from tests.support.hostspec import GiB_KIB, GpuSpec, NicSpec, NodeSpec, Topology, VfSpec
+from harness.hostspec import GiB_KIB, GpuSpec, NicSpec, NodeSpec, Topology, VfSpec
 
 __all__ = [
     "HOSTILE_PRODUCT_NAME",
