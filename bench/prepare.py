@@ -67,6 +67,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -265,6 +266,8 @@ class _Child:
     background: list[Any]
     env: dict[str, str] | None = None  # None: this process's
     cwd: Path | None = None  # None: this process's
+    #: how it is stopped: stdin closed (the bench's own children, the Go peers), or this signal
+    stop_signal: int | None = None
     #: what must be on disk for a prepared claim UID (``prepared``), or gone once unprepared:
     #: "" when it is so, else what is wrong; None: the peer's own errors are the check
     evidence: Callable[[str, bool], str] | None = None
@@ -321,6 +324,8 @@ class _Child:
         self.kubelet.close()
         assert self.proc.stdin is not None
         self.proc.stdin.close()
+        if self.stop_signal is not None:
+            self.proc.send_signal(self.stop_signal)
         try:
             self.proc.wait(timeout=15)
         except subprocess.TimeoutExpired:
@@ -888,9 +893,11 @@ def main() -> None:
                     child.evidence = _example_evidence(peer_cdi, plugin_dir)
                 elif name == "numadra_run":
                     child.argv = _run_argv(host, reg, plugin_dir, peer_cdi, kubeconfig)
+                    child.stop_signal = signal.SIGTERM
                 elif name in trees and name.startswith("numadra_run@"):
                     child.argv = _run_argv(host, reg, plugin_dir, peer_cdi, kubeconfig)
                     child.cwd = trees[name]  # ``-m driver.cli`` imports from the working directory first
+                    child.stop_signal = signal.SIGTERM
                 elif name in trees:
                     script = trees[name] / "bench" / "prepare.py"
                     # before the pod connection, a tree's child took a kubeconfig
