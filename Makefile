@@ -25,7 +25,7 @@ VENV ?= .venv
 PYTEST_ARGS ?=
 BIN := $(VENV)/bin
 PYTEST := $(BIN)/python -m pytest $(PYTEST_ARGS)
-LINTED := driver cdi tests bench
+LINTED := driver cdi harness tests bench
 
 .PHONY: help venv lint fmt test coverage deploy unit integration image e2e-bins node-bins e2e node ci bench
 

@@ -6,7 +6,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-__all__ = ["cpu_claim", "nic_cpu_claim", "rss_mib"]
+__all__ = ["cpu_claim", "gpu_claim", "nic_cpu_claim", "rss_mib"]
 
 
 def _claim(
@@ -70,6 +70,18 @@ def cpu_claim(uid: str, name: str, numa: int, *, driver: str, node: str) -> dict
     """
     cpu_request, cpu_result = _cpu_share(uid, numa, {"cpus": "1"}, driver=driver, node=node)
     return _claim(uid, name, [cpu_request], [cpu_result], [])
+
+
+def gpu_claim(uid: str, name: str, device: str, *, driver: str, node: str) -> dict[str, Any]:
+    """An allocated claim of one whole device ``device`` of ``driver`` (no config): what the
+    upstream example driver's kubelet plugin prepares (its fake ``gpu-<i>`` devices)."""
+    return _claim(
+        uid,
+        name,
+        [{"name": "gpu", "exactly": {"deviceClassName": driver}}],
+        [{"request": "gpu", "driver": driver, "pool": node, "device": device}],
+        [],
+    )
 
 
 def rss_mib(pid: int) -> float:

@@ -48,8 +48,8 @@ def run(pods: int) -> dict[str, Any]:
     from driver.pinning.consumers import READ_DEADLINE_S, ConsumerCheck
     from driver.pinning.nri import NriPlugin
     from driver.pinning.types import ClaimBinding, ClaimPinning, CpuAssignment, CpuMode
-    from tests.integration.pinning.fake_nri_runtime import FakeNriRuntime, container, pod
-    from tests.support.fakeapiserver import FakeApiServer
+    from harness.fake_nri_runtime import FakeNriRuntime, container, pod
+    from harness.fakeapiserver import FakeApiServer
 
     uid = "00000000-0000-4000-8000-0000000000b1"
     cpus = frozenset({4, 5, 6, 7})

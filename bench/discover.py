@@ -53,7 +53,7 @@ def main() -> int:
     from driver.inventory.build import build_inventory
     from driver.inventory.probe import probe_host
     from driver.slices.builder import build_slices
-    from tests.support.hosttree import TOPOLOGIES, write_host_tree
+    from harness.hosttree import TOPOLOGIES, write_host_tree
 
     shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
     base = Path(tempfile.mkdtemp(prefix="numadra-bench-", dir=shm))

@@ -4,7 +4,7 @@ The publishers of N simulated nodes (``SlicePublisher`` exactly as ``numadra run
 with its own :class:`KubeClient`, so its own TLS connections) run in a few worker processes
 (``--workers``; this 2-core machine fits 4). Each node publishes the inventory of a generated host
 tree, the shapes taken in turn from ``--shapes`` (dgx: 8 GPUs + 72 NICs, huge, workstation,
-cloud_vm). The Node objects exist; the apiserver is the e2e tier's (tests/e2e/controlplane.py,
+cloud_vm). The Node objects exist; the apiserver is the e2e tier's (harness/controlplane.py,
 binaries from tests/e2e/build-bins.sh), with the scheduler running as the one real slice watcher.
 
 Phases per N, each measured from both sides (client-side calls per verb counted by a thin
@@ -512,9 +512,9 @@ def main() -> int:
     if args.worker is not None:
         return worker(args.worker)
 
-    from tests.e2e.controlplane import ControlPlane, binary_dir, missing_binaries
-    from tests.support.hosttree import write_host_tree
-    from tests.support.topologies import TOPOLOGIES
+    from harness.controlplane import ControlPlane, binary_dir, missing_binaries
+    from harness.hosttree import write_host_tree
+    from harness.topologies import TOPOLOGIES
 
     bins = binary_dir()
     missing = missing_binaries(bins)

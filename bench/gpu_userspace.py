@@ -1,6 +1,6 @@
 """What the NVIDIA user space adds to a prepare: one NVIDIA GPU claim, three ways, in one run.
 
-On a generated host tree with 8 NVIDIA GPUs and a stand-in driver (tests/support/nvidia.py), the
+On a generated host tree with 8 NVIDIA GPUs and a stand-in driver (harness/nvidia.py), the
 real ``ClaimsDriver`` prepares and unprepares one-GPU claims (files on ``--base``, /dev/shm by
 default) with:
 
@@ -36,9 +36,9 @@ from driver.claims.hostedits import HostEdits  # noqa: E402
 from driver.inventory.discovery import discover  # noqa: E402
 from driver.inventory.model import Inventory  # noqa: E402
 from driver.plugin import Claim, ClaimRef  # noqa: E402
-from tests.support.hostspec import GpuSpec, Topology  # noqa: E402
-from tests.support.hosttree import write_host_tree  # noqa: E402
-from tests.support.nvidia import (  # noqa: E402
+from harness.hostspec import GpuSpec, Topology  # noqa: E402
+from harness.hosttree import write_host_tree  # noqa: E402
+from harness.nvidia import (  # noqa: E402
     NvidiaDriver,
     ToolkitGpu,
     make_char_devices,

@@ -49,7 +49,7 @@ def bench_allocator(rounds: int) -> dict[str, Any]:
     """Time CpuPlanner.plan on a 224-CPU node while it fills up and empties again."""
     from driver.pinning.planner import CpuPlanner
     from driver.pinning.types import CpuRequest
-    from tests.unit.pinning.topo import synthetic_inventory
+    from harness.synthetic import synthetic_inventory
 
     inventory = synthetic_inventory(nodes=2, cores_per_node=56, smt=2)
     assert len(inventory.cpus) == 224
@@ -81,7 +81,7 @@ def bench_nri(calls: int) -> dict[str, Any]:
     """Time CreateContainer round trips (fake runtime -> plugin -> fake runtime) over a real socket."""
     from driver.pinning.nri import NriPlugin
     from driver.pinning.types import ClaimBinding, ClaimPinning, CpuAssignment, CpuMode
-    from tests.integration.pinning.fake_nri_runtime import POD, FakeNriRuntime, container
+    from harness.fake_nri_runtime import POD, FakeNriRuntime, container
 
     cpus = frozenset({4, 5, 6, 7, 116, 117, 118, 119})
     pinning = ClaimPinning("bench", (CpuAssignment("main", CpuMode.EXCLUSIVE, cpus, frozenset({0})),))

@@ -1,6 +1,6 @@
-"""Prepare latency of the whole node path, side by side with a Go driver on the official helper.
+"""Prepare latency of the whole node path, side by side with the upstream example driver and a Go helper.
 
-Four plugins serve the same claims from the same apiserver, each in its own process with its own
+Five plugins serve the same claims from the same apiserver, each in its own process with its own
 plugin, registration and CDI dirs, and this process plays the kubelet (gRPC over unix sockets):
 
 * ``numadra``: the prepare path of ``numadra run --claim-status=false`` (``KubeletPluginServer``
@@ -14,6 +14,14 @@ plugin, registration and CDI dirs, and this process plays the kubelet (gRPC over
 * ``go``: bench/goprep, a minimal driver on ``k8s.io/dynamic-resource-allocation/kubeletplugin``
   v0.37.2 (built into a cache dir by bench/_gopeer.py) doing the same file work per claim: one CDI
   spec, the helper's metadata file and metadata CDI spec per request, one checkpoint write per call;
+* ``example``: the upstream example driver's kubelet plugin (``sigs.k8s.io/dra-example-driver``
+  ``cmd/dra-example-kubeletplugin``, the version in bench/_gopeer.py, built from its own module),
+  the reference users compare with, as its chart runs it but for its client-go rate limiter (off,
+  as the ``go`` peer's): its own claims, one of its fake ``gpu-<i>`` devices each (it publishes
+  them in its own ResourceSlice, so the real apiserver holds a Node for its owner reference); per
+  claim it GETs the claim, reads its checkpoint, writes a YAML CDI spec and rewrites the fsynced
+  checkpoint. After the warm-up the bench checks that its spec file and checkpoint entry appear and
+  go again, and any claim's error ends the run;
 * ``floor``: numadra's claim reads alone (same fetcher, prepares nothing): what gRPC and the claim
   reads cost on this machine before any driver work.
 
@@ -22,16 +30,17 @@ does a GET, config resolution, CPU planning, one CDI spec (mounting the metadata
 file per request and one journal write; ``new_inodes_per_claim`` counts the files and directories
 one prepared claim adds below each peer's plugin and CDI dirs. The calls are interleaved: every
 round makes the same call on each plugin in turn (the order rotates), so load on the shared machine
-hits all of them alike. The figures of each plugin are in ``peers``; ``ratios_vs_go`` divides
-numadra's by the Go peer's and gives the issue's target for each (``claim_status_cpu_per_claim`` is
-numadra with the status writer over numadra without it; RSS and start-to-registered are numadra's
-own, with the ratio to Go beside). ``cpu_ms_per_claim`` is the process's CPU time over the 1-claim
-rounds (a prepare and an unprepare each) once it went quiet, per claim. ``start_to_registered_s``
-is the median over ``--starts`` cold starts of each plugin child: spawn until GetInfo and
-NotifyRegistrationStatus succeeded (the numadra child imports the prepare path and discovers the
-host tree first; the ``run_*`` figures are the whole ``numadra run`` process, from
-bench/startup.py). The Python children run from a bytecode cache, as the image does (the first
-start fills it).
+hits all of them alike. The figures of each plugin are in ``peers``; ``ratios_vs_example`` divides
+numadra's by the example driver's, with this layout's targets (``floor_vs_example``: the floor's);
+``ratios_vs_go`` divides numadra's by the Go peer's and gives the issue's target for each
+(``claim_status_cpu_per_claim`` is numadra with the status writer over numadra without it; RSS and
+start-to-registered are numadra's own, with the ratio to Go beside). ``cpu_ms_per_claim`` is the
+process's CPU time over the 1-claim rounds (a prepare and an unprepare each) once it went quiet,
+per claim. ``start_to_registered_s`` is the median over ``--starts`` cold starts of each plugin
+child: spawn until GetInfo and NotifyRegistrationStatus succeeded (the numadra child imports the
+prepare path and discovers the host tree first; the ``run_*`` figures are the whole ``numadra run``
+process, from bench/startup.py). The Python children run from a bytecode cache, as the image does
+(the first start fills it).
 
 With the real kube-apiserver the numadra children connect as a DaemonSet pod does (service address,
 CA file, token file: ``driver.kube.incluster``, no official client), the Go peer through a
@@ -46,7 +55,9 @@ and the CDI dirs on tmpfs under ``--cdi-base`` (/dev/shm here, /var/run/cdi on a
 ``--cdi-base /tmp`` puts both on disk, ``--base /dev/shm`` both on tmpfs. ``--claim-reads get``
 hides numadra's LIST, as the default RBAC (get only) does, so 32 claims are 32 GETs (the Go helper
 always GETs each claim). ``--background N`` keeps N other claims (one exclusive CPU each) prepared
-in every plugin during the measurement, as on a busy node.
+in every plugin during the measurement, as on a busy node. ``--peers`` runs a subset;
+``--tree LABEL=PATH`` adds numadra served from another source tree (an older commit), to bisect a
+change against the same peers in one run (``trees_vs_example``).
 """
 
 from __future__ import annotations
@@ -56,6 +67,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -64,6 +76,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -71,10 +84,12 @@ from urllib.parse import urlsplit
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench._common import cpu_claim, nic_cpu_claim, rss_mib  # noqa: E402 (needs REPO on sys.path)
+from bench._common import cpu_claim, gpu_claim, nic_cpu_claim, rss_mib  # noqa: E402 (needs REPO on sys.path)
 
 DRIVER = "numadra.dev"
 NODE = "bench-node"
+#: the upstream example driver's name with its default ``gpu`` device profile
+EXAMPLE_DRIVER = "gpu.example.com"
 
 
 class _GetOnly:
@@ -230,7 +245,7 @@ def _in_process(
 
 
 #: the peers, in the order of each interleaved round (rotated every round)
-PEERS = ("numadra", "numadra_status", "go", "floor")
+PEERS = ("numadra", "numadra_run", "numadra_status", "go", "example", "floor")
 
 
 def _cpu_s(pid: int) -> float:
@@ -246,7 +261,16 @@ class _Child:
     name: str
     argv: list[str]
     reg_sock: Path
+    #: the claims this peer prepares (its driver's), and those it keeps prepared meanwhile
+    refs: list[Any]
+    background: list[Any]
     env: dict[str, str] | None = None  # None: this process's
+    cwd: Path | None = None  # None: this process's
+    #: how it is stopped: stdin closed (the bench's own children, the Go peers), or this signal
+    stop_signal: int | None = None
+    #: what must be on disk for a prepared claim UID (``prepared``), or gone once unprepared:
+    #: "" when it is so, else what is wrong; None: the peer's own errors are the check
+    evidence: Callable[[str, bool], str] | None = None
     proc: subprocess.Popen[bytes] | None = None
     kubelet: Any = None  # its own kubelet client: closed with the process, its sockets go too
     endpoint: str = ""
@@ -268,14 +292,16 @@ class _Child:
 
     def start(self) -> None:
         """Spawn and register (GetInfo polled as the kubelet does once the socket is there)."""
-        from tests.support.kubeletclient import KubeletClient
+        from harness.kubeletclient import KubeletClient
 
         self.reg_sock.unlink(missing_ok=True)
         self.kubelet = kubelet = KubeletClient()
         started = time.monotonic()
         logs = os.environ.get("NUMADRA_BENCH_LOGS")  # a dir: keep each child's stderr there
         sink = (Path(logs) / f"{self.name}.log").open("ab") if logs else subprocess.DEVNULL
-        self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stderr=sink, env=self.env)
+        self.proc = subprocess.Popen(
+            self.argv, stdin=subprocess.PIPE, stderr=sink, env=self.env, cwd=self.cwd
+        )
         if logs:
             assert not isinstance(sink, int)
             sink.close()  # the child holds its own copy
@@ -298,6 +324,8 @@ class _Child:
         self.kubelet.close()
         assert self.proc.stdin is not None
         self.proc.stdin.close()
+        if self.stop_signal is not None:
+            self.proc.send_signal(self.stop_signal)
         try:
             self.proc.wait(timeout=15)
         except subprocess.TimeoutExpired:
@@ -305,8 +333,15 @@ class _Child:
             self.proc.wait()
         self.proc = None
 
-    def cycle(self, batch: list[Any], prepared: list[float], unprepared: list[float]) -> None:
-        """One timed prepare of ``batch`` and one timed unprepare of it."""
+    def cycle(
+        self,
+        batch: list[Any],
+        prepared: list[float],
+        unprepared: list[float],
+        after_prepare: Callable[[_Child], None] | None = None,
+    ) -> None:
+        """One timed prepare of ``batch`` and one timed unprepare of it; any claim's error ends
+        the bench (a peer that fails a claim does less work than one that prepares it)."""
         kubelet = self.kubelet
         t0 = time.perf_counter()
         out = kubelet.prepare(self.endpoint, batch)
@@ -314,6 +349,8 @@ class _Child:
         errors = [c.error for c in out.claims.values() if c.error]
         if errors or len(out.claims) != len(batch):
             raise SystemExit(f"{self.name}: prepare failed: {errors[:3]}")
+        if after_prepare is not None:
+            after_prepare(self)
         t2 = time.perf_counter()
         undone = kubelet.unprepare(self.endpoint, batch)
         t3 = time.perf_counter()
@@ -322,6 +359,36 @@ class _Child:
             raise SystemExit(f"{self.name}: unprepare failed: {errors[:3]}")
         prepared.append((t1 - t0) * 1000)
         unprepared.append((t3 - t2) * 1000)
+
+
+def _after_prepare(child: _Child, inodes_before: int) -> None:
+    """Between the untimed prepare and unprepare of ``child.refs[0]``: count the inodes it made,
+    and check the peer really wrote the claim (its evidence), so no ratio rests on a no-op."""
+    child.new_inodes_per_claim = child.inodes() - inodes_before
+    if child.evidence is not None and (problem := child.evidence(child.refs[0].uid, True)):
+        raise SystemExit(f"{child.name}: prepare reported success without its files: {problem}")
+
+
+def _example_evidence(cdi_dir: Path, plugin_dir: Path) -> Callable[[str, bool], str]:
+    """The example driver's files of a claim: its CDI spec (``k8s.<driver>-gpu_<uid>.yaml``) and
+    the UID in its checkpoint (``<plugins dir>/<driver>/checkpoint.json``)."""
+    checkpoint = plugin_dir / EXAMPLE_DRIVER / "checkpoint.json"
+
+    def evidence(uid: str, prepared: bool) -> str:
+        specs = list(cdi_dir.glob(f"*{uid}*"))
+        try:
+            journaled = uid in checkpoint.read_text()
+        except OSError as exc:
+            return f"cannot read {checkpoint}: {exc}"
+        if prepared and not specs:
+            return f"no CDI spec naming {uid} in {cdi_dir}"
+        if prepared and not journaled:
+            return f"{uid} is not in {checkpoint}"
+        if not prepared and (specs or journaled):
+            return f"{uid} still has {[p.name for p in specs]} or an entry in {checkpoint}"
+        return ""
+
+    return evidence
 
 
 def _settle(children: list[_Child], quiet_s: float = 0.3, cap_s: float = 20.0) -> None:
@@ -336,14 +403,7 @@ def _settle(children: list[_Child], quiet_s: float = 0.3, cap_s: float = 20.0) -
         last = now
 
 
-def _measure(
-    children: list[_Child],
-    refs: list[Any],
-    background: list[Any],
-    n_single: int,
-    n_batch: int,
-    starts: int,
-) -> None:
+def _measure(children: list[_Child], n_single: int, n_batch: int, starts: int) -> None:
     """Time every peer against the same apiserver, interleaved call by call.
 
     ``starts - 1`` extra cold starts per peer first (interleaved), then one start that stays up
@@ -361,25 +421,25 @@ def _measure(
         for child in children:
             child.start()
         for child in children:
+            background = child.background
             for start in range(0, len(background), 32):
                 out = child.kubelet.prepare(child.endpoint, background[start : start + 32])
                 errors = [c.error for c in out.claims.values() if c.error]
                 if errors:
                     raise SystemExit(f"{child.name}: background prepare failed: {errors[:3]}")
             for _ in range(20):  # warm-up: connections, imports, caches
-                child.cycle(refs[:1], [], [])
+                child.cycle(child.refs[:1], [], [])
             # what one prepared claim leaves on disk, beyond what the peer had before
             before = child.inodes()
-            child.kubelet.prepare(child.endpoint, refs[:1])
-            child.new_inodes_per_claim = child.inodes() - before
-            child.kubelet.unprepare(child.endpoint, refs[:1])
+            child.cycle(child.refs[:1], [], [], after_prepare=partial(_after_prepare, inodes_before=before))
+            if child.evidence is not None and (problem := child.evidence(child.refs[0].uid, False)):
+                raise SystemExit(f"{child.name}: unprepare left its files: {problem}")
         _settle(children)
         cpu0 = {c.name: _cpu_s(c.proc.pid) for c in children if c.proc}
         for i in range(n_single):
-            batch = [refs[i % len(refs)]]
             for k in range(len(children)):
                 child = children[(i + k) % len(children)]
-                child.cycle(batch, child.prepare_1, child.unprepare_1)
+                child.cycle([child.refs[i % len(child.refs)]], child.prepare_1, child.unprepare_1)
         _settle(children)
         for child in children:
             assert child.proc is not None
@@ -387,7 +447,7 @@ def _measure(
         for i in range(n_batch):
             for k in range(len(children)):
                 child = children[(i + k) % len(children)]
-                child.cycle(refs[1:33], child.prepare_32, child.unprepare_32)
+                child.cycle(child.refs[1:33], child.prepare_32, child.unprepare_32)
         _settle(children)
         for child in children:
             assert child.proc is not None
@@ -403,17 +463,20 @@ def _pct(samples: list[float], q: float) -> float:
 
 
 @contextlib.contextmanager
-def _apiserver(kind: str, workdir: Path) -> Iterator[tuple[str, str, Callable[[dict[str, Any]], str]]]:
-    """Yield (kubeconfig path, numadra's connection, put_claim) for the fake apiserver or the real
-    kube-apiserver (numadra's connection: see :func:`_client`).
+def _apiserver(
+    kind: str, workdir: Path
+) -> Iterator[tuple[str, str, Callable[[dict[str, Any]], str], Callable[[str], None] | None]]:
+    """Yield (kubeconfig path, numadra's connection, put_claim, put_node) for the fake apiserver or
+    the real kube-apiserver (numadra's connection: see :func:`_client`).
 
-    ``put_claim`` stores an allocated claim and returns its UID. The real one (etcd +
-    kube-apiserver v1.37.2 from tests/e2e/build-bins.sh) makes the claim GET what it is in a
-    cluster: a Go server on loopback; the fake one is Python in this process, so its GETs also
+    ``put_claim`` stores an allocated claim and returns its UID; ``put_node`` (real one only)
+    creates a Node, which the example driver's slice publisher needs as its slices' owner. The
+    real one (etcd + kube-apiserver v1.37.2 from tests/e2e/build-bins.sh) makes the claim GET what
+    it is in a cluster: a Go server on loopback; the fake one is Python in this process, so its GETs also
     compete with the bench's own gRPC client for the GIL.
     """
     if kind == "fake":
-        from tests.support.fakeapiserver import FakeApiServer
+        from harness.fakeapiserver import FakeApiServer
 
         with FakeApiServer() as api:
 
@@ -421,11 +484,10 @@ def _apiserver(kind: str, workdir: Path) -> Iterator[tuple[str, str, Callable[[d
                 api.put_object(obj)
                 return str(obj["metadata"]["uid"])
 
-            yield api.kubeconfig_path, api.kubeconfig_path, put_fake
+            yield api.kubeconfig_path, api.kubeconfig_path, put_fake, None
         return
 
-    sys.path.insert(0, str(REPO / "tests" / "e2e"))
-    from controlplane import ControlPlane, binary_dir, missing_binaries, write_kubeconfig
+    from harness.controlplane import ControlPlane, binary_dir, missing_binaries, write_kubeconfig
 
     bins = binary_dir()
     if missing_binaries(bins):
@@ -440,7 +502,7 @@ def _apiserver(kind: str, workdir: Path) -> Iterator[tuple[str, str, Callable[[d
         kubeconfig = write_kubeconfig(
             plane.root / "bench.kubeconfig", plane.server, plane.ca_file, token, "admin"
         )
-        for namespace in ("bench", "background"):
+        for namespace in ("bench", "background", "example"):
             admin.create("/api/v1/namespaces", {"metadata": {"name": namespace}})
 
         def put_real(obj: dict[str, Any]) -> str:
@@ -462,7 +524,11 @@ def _apiserver(kind: str, workdir: Path) -> Iterator[tuple[str, str, Callable[[d
             "token_file": str(token_file),
             "ca_file": str(plane.ca_file),
         }
-        yield str(kubeconfig), json.dumps(pod), put_real
+
+        def put_node(name: str) -> None:
+            admin.create("/api/v1/nodes", {"metadata": {"name": name}})
+
+        yield str(kubeconfig), json.dumps(pod), put_real, put_node
     finally:
         plane.stop()
 
@@ -488,6 +554,120 @@ TARGETS: dict[str, tuple[str, float]] = {
     "steady_rss_mib": ("MiB <=", 64.0),
     "start_to_registered_s": ("s <=", 0.1),
 }
+
+
+#: the targets against the upstream example driver (numadra's figure over its), per layout
+EXAMPLE_TARGETS: dict[str, dict[str, float]] = {
+    "tmpfs": {
+        "prepare_1_claim_p50": 1.0,
+        "cpu_per_claim": 1.1,
+        "unprepare_1_claim_p50": 1.2,
+        "prepare_32_claims_p50": 0.25,
+    },
+    "node": {
+        "prepare_1_claim_p50": 0.8,
+        "cpu_per_claim": 0.8,
+        "unprepare_1_claim_p50": 0.8,
+        "prepare_32_claims_p50": 0.8,
+    },
+}
+
+#: each ratio's figure in ``peers``
+_RATIO_FIGURES = {
+    "prepare_1_claim_p50": "prepare_1_claim_p50_ms",
+    "cpu_per_claim": "cpu_ms_per_claim",
+    "unprepare_1_claim_p50": "unprepare_1_claim_p50_ms",
+    "prepare_32_claims_p50": "prepare_32_claims_p50_ms",
+}
+
+
+def _ratios_vs(
+    peers: dict[str, dict[str, float]], peer: str, targets: dict[str, float], ours: str = "numadra"
+) -> dict[str, Any] | None:
+    """``ours`` over ``peer`` for each targeted figure, with the target and whether it is met
+    (None when either peer did not run)."""
+    if ours not in peers or peer not in peers:
+        return None
+    out: dict[str, Any] = {}
+    for key, bound in targets.items():
+        figure = _RATIO_FIGURES[key]
+        value = peers[ours][figure] / peers[peer][figure]
+        out[key] = {"value": round(value, 3), "target": f"ratio <= {bound}", "met": value <= bound}
+    return out
+
+
+def _tree(spec: str) -> tuple[str, Path]:
+    """``[run:]LABEL=PATH`` of ``--tree`` -> (peer name, tree), checked to hold a bench child."""
+    label, _, path = spec.partition("=")
+    kind, _, label = label.rpartition(":")
+    tree = Path(path).resolve()
+    if kind not in ("", "run") or not label or not (tree / "bench" / "prepare.py").is_file():
+        raise SystemExit(f"--tree {spec!r}: want [run:]LABEL=PATH, PATH a source tree with bench/prepare.py")
+    return f"numadra{'_run' if kind else ''}@{label}", tree
+
+
+def _on_tmpfs(path: Path) -> bool:
+    """Whether ``path`` lies on a tmpfs (the longest mount point above it, /proc/self/mountinfo)."""
+    best, fstype = "", ""
+    resolved = str(path.resolve())
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields = line.split()
+        mount = fields[4]
+        kind = fields[fields.index("-") + 1]
+        inside = resolved == mount or resolved.startswith(mount.rstrip("/") + "/")
+        if inside and len(mount) >= len(best):
+            best, fstype = mount, kind
+    return fstype == "tmpfs"
+
+
+def _run_argv(host: Path, reg: Path, plugin_dir: Path, cdi: Path, kubeconfig: str) -> list[str]:
+    """``numadra run`` as deploy/ runs it (metrics served, so the per-call metrics and the
+    housekeeping round after every call are measured), on the bench's dirs and host tree.
+
+    It takes the kubeconfig (the in-cluster token path is fixed) and keeps its own settings but
+    three: claim status off (its cost is ``numadra_status``'s figure), no hot-plug watch, and one
+    health poll an hour, so that CPU per claim counts the calls and not the idle loop.
+    """
+    return [
+        sys.executable,
+        "-m",
+        "driver.cli",
+        "run",
+        f"--node-name={NODE}",
+        f"--host-root={host}",
+        f"--kubeconfig={kubeconfig}",
+        f"--registrar-dir={reg}",
+        f"--plugin-dir={plugin_dir}",
+        f"--cdi-dir={cdi}",
+        "--metrics-address=127.0.0.1:0",
+        "--log-format=json",
+        "--hotplug=off",
+        "--health-interval=3600",
+        "--no-claim-status",
+    ]
+
+
+def _example_argv(
+    binary: Path, kubeconfig: str, reg: Path, plugins: Path, cdi: Path, devices: int
+) -> list[str]:
+    """The example driver's kubelet plugin as its chart runs it, on the bench's dirs.
+
+    Its plugin data dir is ``<plugins>/gpu.example.com`` (DRA socket, checkpoint); it publishes
+    ``devices`` fake GPUs ``gpu-<i>`` in pool ``bench-node``, so each claim gets a device of its
+    own. Its client-go rate limiter is off as the goprep peer's is (at the default 5 QPS the
+    interleaved 1-claim rounds alone would wait for tokens).
+    """
+    return [
+        str(binary),
+        f"--node-name={NODE}",
+        f"--cdi-root={cdi}",
+        f"--kubelet-registrar-directory-path={reg}",
+        f"--kubelet-plugins-directory-path={plugins}",
+        f"--kubeconfig={kubeconfig}",
+        "--kube-api-qps=-1",
+        "--device-profile=gpu",
+        f"--num-devices={devices}",
+    ]
 
 
 def _figures(child: _Child, n_single: int) -> dict[str, float]:
@@ -551,6 +731,20 @@ def main() -> None:
         default="list",
         help="list: the client may LIST claims (rbac.listClaims); get: GETs only (default RBAC)",
     )
+    parser.add_argument(
+        "--peers",
+        default=",".join(PEERS),
+        help=f"comma-separated peers to run (numadra always; default: all of {','.join(PEERS)})",
+    )
+    parser.add_argument(
+        "--tree",
+        action="append",
+        default=[],
+        metavar="LABEL=PATH",
+        help="one more numadra peer, `numadra@LABEL`, served from the source tree at PATH (say "
+        "`git archive COMMIT | tar -x -C PATH`): bisect a change against the same peers in one run; "
+        "run:LABEL=PATH runs that tree's `numadra run` (`numadra_run@LABEL`)",
+    )
     parser.add_argument("--background", type=int, default=0, help="other claims kept prepared meanwhile")
     parser.add_argument(
         "--apiserver",
@@ -571,22 +765,27 @@ def main() -> None:
 
     import logging
 
-    from bench._gopeer import GoPeerError, go_peer_binary
+    from bench._gopeer import GoPeerError, example_peer_binary, go_peer_binary
     from driver.inventory.model import DeviceKind
     from driver.log import configure_logging
     from driver.plugin import ClaimRef
-    from tests.support.hosttree import write_host_tree
-    from tests.support.topologies import TOPOLOGIES
+    from harness.hosttree import write_host_tree
+    from harness.topologies import TOPOLOGIES
 
     configure_logging("console", logging.WARNING)  # stdout is the JSON figures, nothing else
+    wanted = tuple(p for p in PEERS if p in args.peers.split(","))
+    trees = dict(_tree(spec) for spec in args.tree)
+    if "numadra" not in wanted or len(wanted) < 2:
+        raise SystemExit(f"--peers must name numadra and at least one of {PEERS[1:]}")
     try:
-        go_binary = go_peer_binary()
+        go_binary = go_peer_binary() if "go" in wanted else None
+        example_binary = example_peer_binary() if "example" in wanted else None
     except GoPeerError as exc:
         raise SystemExit(f"bench/prepare.py: {exc}") from exc
     root = Path(tempfile.mkdtemp(prefix="bp", dir=args.base))
     cdi_root = Path(tempfile.mkdtemp(prefix="bp", dir=args.cdi_base))
     try:
-        for name in (*PEERS, "inproc"):
+        for name in (*PEERS, *trees, "inproc"):
             for sub in ("reg", "plugin"):
                 (root / name / sub).mkdir(parents=True)
             (cdi_root / name).mkdir()
@@ -609,11 +808,12 @@ def main() -> None:
 
         apiserver = args.apiserver
         if apiserver == "auto":
-            sys.path.insert(0, str(REPO / "tests" / "e2e"))
-            from controlplane import binary_dir, missing_binaries
+            from harness.controlplane import binary_dir, missing_binaries
 
             apiserver = "fake" if missing_binaries(binary_dir()) else "real"
-        with _apiserver(apiserver, root) as (kubeconfig, connection, put_claim):
+        if apiserver != "real":  # these publish slices: the real apiserver only
+            wanted = tuple(p for p in wanted if p not in ("example", "numadra_run"))
+        with _apiserver(apiserver, root) as (kubeconfig, connection, put_claim, put_node):
             refs: list[ClaimRef] = []
             objects: dict[tuple[str, str], Any] = {}
             for i, (vf, node) in enumerate(vfs):
@@ -639,38 +839,94 @@ def main() -> None:
                 obj["metadata"]["namespace"] = "background"  # other pods' claims, not in the LIST
                 uid = put_claim(obj)
                 background.append(ClaimRef("background", name, uid))
+            # the example driver's own claims: one fake GPU each (its slices publish gpu-0..N-1)
+            example_refs: list[ClaimRef] = []
+            example_background: list[ClaimRef] = []
+            if put_node is not None and {"example", "numadra_run"} & set(wanted):
+                put_node(NODE)  # the slices' owner
+            if "example" in wanted:
+                for i in range(len(refs) + args.background):
+                    name = f"example-{i}"
+                    obj = gpu_claim(str(uuid.uuid4()), name, f"gpu-{i}", driver=EXAMPLE_DRIVER, node=NODE)
+                    # a namespace of its own: numadra's LIST of "bench" reads numadra's claims only
+                    obj["metadata"]["namespace"] = "background" if i >= len(refs) else "example"
+                    uid = put_claim(obj)
+                    namespace = obj["metadata"]["namespace"]
+                    (example_refs if i < len(refs) else example_background).append(
+                        ClaimRef(namespace, name, uid)
+                    )
             children: list[_Child] = []
             # the Python children run from bytecode, as in the image (bench/startup.py); the first
             # start of each fills the cache
             from bench.startup import child_env
 
             bytecode_env = child_env(root / "pycache")
-            for name in PEERS:
+            for name in (*wanted, *trees):
                 peer_root, peer_cdi = root / name, cdi_root / name
-                reg_sock = peer_root / "reg" / f"{DRIVER}-reg.sock"
+                reg, plugin_dir = peer_root / "reg", peer_root / "plugin"
+                child = _Child(
+                    name,
+                    [],
+                    reg / f"{DRIVER}-reg.sock",
+                    refs,
+                    background,
+                    env=bytecode_env,
+                    dirs=(plugin_dir, peer_cdi),
+                )
                 if name == "go":
-                    argv = [
+                    assert go_binary is not None
+                    child.argv = [
                         str(go_binary),
                         f"--kubeconfig={kubeconfig}",
-                        f"--registrar-dir={peer_root / 'reg'}",
-                        f"--plugin-dir={peer_root / 'plugin'}",
+                        f"--registrar-dir={reg}",
+                        f"--plugin-dir={plugin_dir}",
                         f"--cdi-dir={peer_cdi}",
                     ]
+                elif name == "example":
+                    assert example_binary is not None
+                    child.argv = _example_argv(
+                        example_binary, kubeconfig, reg, plugin_dir, peer_cdi, len(refs) + args.background
+                    )
+                    child.reg_sock = reg / f"{EXAMPLE_DRIVER}-reg.sock"
+                    child.refs, child.background = example_refs, example_background
+                    child.env = {**os.environ, "NODE_NAME": NODE}
+                    child.evidence = _example_evidence(peer_cdi, plugin_dir)
+                elif name == "numadra_run":
+                    child.argv = _run_argv(host, reg, plugin_dir, peer_cdi, kubeconfig)
+                    child.stop_signal = signal.SIGTERM
+                elif name in trees and name.startswith("numadra_run@"):
+                    child.argv = _run_argv(host, reg, plugin_dir, peer_cdi, kubeconfig)
+                    child.cwd = trees[name]  # ``-m driver.cli`` imports from the working directory first
+                    child.stop_signal = signal.SIGTERM
+                elif name in trees:
+                    script = trees[name] / "bench" / "prepare.py"
+                    # before the pod connection, a tree's child took a kubeconfig
+                    takes_pod = "CONNECTION" in script.read_text()
+                    child.argv = [sys.executable, str(script), "--serve", str(host), str(peer_root)]
+                    child.argv += [str(peer_cdi), connection if takes_pod else kubeconfig]
+                    child.argv += [args.claim_reads, "driver"]
                 else:
                     plugin = {"numadra": "driver", "numadra_status": "status", "floor": "floor"}[name]
-                    argv = [sys.executable, __file__, "--serve", str(host), str(peer_root), str(peer_cdi)]
-                    argv += [connection, args.claim_reads, plugin]
-                children.append(
-                    _Child(name, argv, reg_sock, env=bytecode_env, dirs=(peer_root / "plugin", peer_cdi))
-                )
-            _measure(children, refs, background, args.single, args.batch, max(1, args.starts))
+                    child.argv = [sys.executable, __file__, "--serve", str(host), str(peer_root)]
+                    child.argv += [str(peer_cdi), connection, args.claim_reads, plugin]
+                children.append(child)
+            _measure(children, args.single, args.batch, max(1, args.starts))
         peers = {child.name: _figures(child, args.single) for child in children}
-        ours, floor = peers["numadra"], peers["floor"]
+        ours = peers["numadra"]
+        floor = peers.get("floor")
+        layout = "tmpfs" if _on_tmpfs(root) and _on_tmpfs(cdi_root) else "node"
         result: dict[str, Any] = {
             "claims_per_batch": 32,
             "single_rounds": args.single,
             "batch_rounds": args.batch,
-            "ratios_vs_go": _ratios(peers),
+            "layout": layout,
+            "ratios_vs_example": _ratios_vs(peers, "example", EXAMPLE_TARGETS[layout]),
+            "run_vs_example": _ratios_vs(peers, "example", EXAMPLE_TARGETS[layout], ours="numadra_run"),
+            "floor_vs_example": _ratios_vs(peers, "example", EXAMPLE_TARGETS[layout], ours="floor"),
+            "ratios_vs_go": _ratios(peers) if {"go", "numadra_status", "floor"} <= peers.keys() else None,
+            "trees_vs_example": {
+                name: _ratios_vs(peers, "example", EXAMPLE_TARGETS[layout], ours=name) for name in trees
+            },
             "peers": peers,
             # numadra's own figures, under the names earlier runs printed
             "prepare_1_claim_p50_ms": ours["prepare_1_claim_p50_ms"],
@@ -682,14 +938,15 @@ def main() -> None:
             "driver_steady_rss_mib": ours["steady_rss_mib"],
             **({} if args.no_run_process else _real_process(args.base)),
             **_in_process(host, root / "inproc", cdi_root / "inproc", objects, refs, max(10, args.batch)),
-            "floor_1_claim_p50_ms": floor["prepare_1_claim_p50_ms"],
-            "floor_32_claims_p50_ms": floor["prepare_32_claims_p50_ms"],
+            "floor_1_claim_p50_ms": floor["prepare_1_claim_p50_ms"] if floor else None,
+            "floor_32_claims_p50_ms": floor["prepare_32_claims_p50_ms"] if floor else None,
             "plugin_dir_on": args.base,
             "cdi_dir_on": args.cdi_base,
             "claim_reads": args.claim_reads,
             "background_claims": args.background,
             "apiserver": apiserver,
-            "go_peer": go_binary.name,
+            "go_peer": go_binary.name if go_binary else None,
+            "example_peer": example_binary.name if "example" in wanted and example_binary else None,
             "cpus": os.cpu_count(),
             "load_average_1m": round(os.getloadavg()[0], 2),
         }

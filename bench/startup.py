@@ -109,7 +109,7 @@ def _registered(
     argv: list[str], reg_sock: Path, kubelet: Any, env: dict[str, str]
 ) -> tuple[subprocess.Popen[bytes], float, float, str]:
     """Spawn a plugin; return it, seconds until registered, its CPU seconds then, its DRA endpoint."""
-    from tests.support.kubeletclient import KubeletClient
+    from harness.kubeletclient import KubeletClient
 
     assert isinstance(kubelet, KubeletClient)
     reg_sock.unlink(missing_ok=True)
@@ -154,7 +154,7 @@ def _stop(child: subprocess.Popen[bytes]) -> None:
 
 def _floor(root: Path, env: dict[str, str]) -> dict[str, float]:
     """One start of each floor program: seconds each."""
-    from tests.support.kubeletclient import KubeletClient
+    from harness.kubeletclient import KubeletClient
 
     reg_sock = root / "floor" / "floor-reg.sock"
     argv = [sys.executable, "-m", "bench._floorplugin", str(reg_sock), str(root / "floor" / "dra.sock")]
@@ -175,10 +175,10 @@ def measure(
     """Run the measurement; the figures as a dict (keys documented in the module docstring)."""
     from driver.inventory.discovery import discover
     from driver.plugin import ClaimRef
-    from tests.support.fakeapiserver import FakeApiServer
-    from tests.support.hosttree import write_host_tree
-    from tests.support.kubeletclient import KubeletClient
-    from tests.support.topologies import TOPOLOGIES
+    from harness.fakeapiserver import FakeApiServer
+    from harness.hosttree import write_host_tree
+    from harness.kubeletclient import KubeletClient
+    from harness.topologies import TOPOLOGIES
 
     root = Path(tempfile.mkdtemp(prefix="bs", dir=base))
     env = child_env(root / "pycache" if bytecode else None)

@@ -176,7 +176,7 @@ def _peers(server: Server, previous: str) -> dict[str, Peer]:
 @contextlib.contextmanager
 def _apiserver(kind: str, workdir: Path) -> Iterator[Server]:
     if kind == "fake":
-        from tests.integration.kube.fake_tls_api import FakeTlsApiServer, make_pki
+        from harness.fake_tls_api import FakeTlsApiServer, make_pki
 
         fake = FakeTlsApiServer(make_pki(workdir))
         fake.token = "bench-token"

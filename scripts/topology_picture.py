@@ -11,13 +11,13 @@ from pathlib import Path
 from xml.etree import ElementTree as ET
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # tests.support (the host-tree generator) is not installed
+sys.path.insert(0, str(REPO))  # harness/ (the host-tree generator) is not installed
 
 from driver.inventory.discovery import discover  # noqa: E402 (needs REPO on sys.path)
 from driver.inventory.svg import build_svg, overlay_from_claims  # noqa: E402
-from tests.support.chromium import find_chromium, screenshot  # noqa: E402
-from tests.support.hosttree import write_host_tree  # noqa: E402
-from tests.support.topologies import dgx  # noqa: E402
+from harness.chromium import find_chromium, screenshot  # noqa: E402
+from harness.hosttree import write_host_tree  # noqa: E402
+from harness.topologies import dgx  # noqa: E402
 
 OUT = Path("docs/topology-dgx.png")
 

@@ -8,6 +8,13 @@ starts when something asks for one (:meth:`Housekeeping.wake`, :meth:`Housekeepi
 and at least every :data:`ROUND_INTERVAL`, which bounds how old the metrics get. One failing round
 is logged and the next one runs: a broken rescan must not stop the index from following the
 journal.
+
+A wake (the journal changed) starts its round only after :data:`SETTLE_S`, and the wakes of that
+time share the round. Every prepare and unprepare wakes the thread; a round right behind each
+call took the GIL while the gRPC threads were still answering that call, and a busy node made
+a round per call. The index is refreshed at once where freshness matters (a pinning lookup and
+the claimed CPUs refresh a stale index themselves); what waits is the health stream's CDI IDs and
+the metrics. A rescan request and a stop do not wait.
 """
 
 from __future__ import annotations
@@ -29,6 +36,8 @@ __all__ = ["Housekeeping"]
 
 #: the longest wait between two rounds (seconds): the metrics' staleness bound
 ROUND_INTERVAL = 5.0
+#: how long a wake waits before its round, gathering the wakes that follow (seconds)
+SETTLE_S = 1.0
 
 _log = get_logger("claims.housekeeping")
 
@@ -47,10 +56,12 @@ class Housekeeping:
         rescan: Callable[[], object],
         rescan_interval: float,
         log: FilteringBoundLogger | None = None,
+        settle: float = SETTLE_S,
     ) -> None:
         self._index = index
         self._rescan = rescan
         self._rescan_interval = rescan_interval
+        self._settle = settle
         self._after: list[Callable[[], None]] = []
         self._stopping = threading.Event()
         self._wake = threading.Event()
@@ -85,7 +96,9 @@ class Housekeeping:
     def _loop(self) -> None:
         next_rescan = self._next_rescan()
         while not self._stopping.is_set():
-            self._wake.wait(min(ROUND_INTERVAL, max(0.0, next_rescan - time.monotonic())))
+            woken = self._wake.wait(min(ROUND_INTERVAL, max(0.0, next_rescan - time.monotonic())))
+            if woken and not self._rescan_requested and self._stopping.wait(self._settle):
+                return  # gathered the wakes of the settle time (a stop ends it at once)
             self._wake.clear()
             if self._stopping.is_set():
                 return

@@ -1,7 +1,8 @@
 """The ``DRAPlugin`` gRPC services (v1 and v1beta1) on top of :class:`driver.plugin.DriverPlugin`.
 
-Both versions share one :class:`ClaimCalls` core; the servicers only convert messages. Error model,
-as the kubelet reads it:
+One :class:`DraServicer` class serves every version, given that version's generated modules
+(:class:`~driver.kubelet.translate.DraApi`); all of them share one :class:`ClaimCalls` core, and
+the servicer only converts messages. Error model, as the kubelet reads it:
 
 * a bad claim reference (see :mod:`driver.kubelet.translate`), a claim that cannot be read or
   fails the claim checks (:mod:`driver.kubelet.claims`) or a claim the driver failed is a
@@ -15,19 +16,19 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import grpc
 
-from driver._proto import dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1beta1_pb2_grpc
 from driver.kubelet import claims as claim_layer
 from driver.kubelet import translate
 from driver.kubelet.claims import ClaimFetcher
 from driver.kubelet.serialize import SerializeLock
+from driver.kubelet.translate import DraApi
 from driver.log import get_logger
 from driver.plugin import ClaimRef, DriverPlugin, PrepareResult
 
-__all__ = ["ClaimCalls", "DraV1Servicer", "DraV1beta1Servicer", "DriverCallError"]
+__all__ = ["ClaimCalls", "DraServicer", "DriverCallError"]
 
 _log = get_logger("kubelet.dra")
 _Result = TypeVar("_Result")
@@ -140,55 +141,35 @@ def _abort(context: grpc.ServicerContext, method: str, exc: DriverCallError) -> 
     context.abort(grpc.StatusCode.INTERNAL, f"{method}: driver failed: {exc}")
 
 
-class DraV1Servicer(dra_v1_pb2_grpc.DRAPluginServicer):
-    """``k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin`` (advertised as ``v1.DRAPlugin``)."""
+class DraServicer:
+    """``DRAPlugin`` of one version (``api``): ``k8s.io.kubelet.pkg.apis.dra.<version>.DRAPlugin``,
+    advertised as ``<version>.DRAPlugin``. The versions differ only in ``Device.share_id``, which
+    v1beta1 lacks and drops (see :func:`~driver.kubelet.translate.prepare_response`)."""
 
-    def __init__(self, calls: ClaimCalls) -> None:
+    def __init__(self, calls: ClaimCalls, api: DraApi) -> None:
         self._calls = calls
+        self.api = api
+
+    def add_to(self, server: grpc.Server) -> None:
+        """Serve this servicer's methods (as they are now: guard them first) on ``server``."""
+        self.api.services.add_DRAPluginServicer_to_server(self, server)
 
     def NodePrepareResources(  # noqa: N802 (gRPC method name)
-        self, request: dra_v1_pb2.NodePrepareResourcesRequest, context: grpc.ServicerContext
-    ) -> dra_v1_pb2.NodePrepareResourcesResponse:
+        self, request: Any, context: grpc.ServicerContext
+    ) -> Any:
         """Prepare the claims; see the module docstring for the error model."""
         try:
             results = self._calls.prepare(translate.claims_from_proto(request.claims))
         except DriverCallError as exc:
             _abort(context, "NodePrepareResources", exc)
-        return translate.prepare_response_v1(results)
+        return translate.prepare_response(self.api, results)
 
     def NodeUnprepareResources(  # noqa: N802 (gRPC method name)
-        self, request: dra_v1_pb2.NodeUnprepareResourcesRequest, context: grpc.ServicerContext
-    ) -> dra_v1_pb2.NodeUnprepareResourcesResponse:
+        self, request: Any, context: grpc.ServicerContext
+    ) -> Any:
         """Unprepare the claims; unknown claims succeed (the driver's contract)."""
         try:
             errors = self._calls.unprepare(translate.claims_from_proto(request.claims))
         except DriverCallError as exc:
             _abort(context, "NodeUnprepareResources", exc)
-        return translate.unprepare_response_v1(errors)
-
-
-class DraV1beta1Servicer(dra_v1beta1_pb2_grpc.DRAPluginServicer):
-    """``k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin`` (advertised as ``v1beta1.DRAPlugin``)."""
-
-    def __init__(self, calls: ClaimCalls) -> None:
-        self._calls = calls
-
-    def NodePrepareResources(  # noqa: N802 (gRPC method name)
-        self, request: dra_v1beta1_pb2.NodePrepareResourcesRequest, context: grpc.ServicerContext
-    ) -> dra_v1beta1_pb2.NodePrepareResourcesResponse:
-        """Prepare the claims; ``share_id`` is not part of v1beta1 and is dropped."""
-        try:
-            results = self._calls.prepare(translate.claims_from_proto(request.claims))
-        except DriverCallError as exc:
-            _abort(context, "NodePrepareResources", exc)
-        return translate.prepare_response_v1beta1(results)
-
-    def NodeUnprepareResources(  # noqa: N802 (gRPC method name)
-        self, request: dra_v1beta1_pb2.NodeUnprepareResourcesRequest, context: grpc.ServicerContext
-    ) -> dra_v1beta1_pb2.NodeUnprepareResourcesResponse:
-        """Unprepare the claims; unknown claims succeed (the driver's contract)."""
-        try:
-            errors = self._calls.unprepare(translate.claims_from_proto(request.claims))
-        except DriverCallError as exc:
-            _abort(context, "NodeUnprepareResources", exc)
-        return translate.unprepare_response_v1beta1(errors)
+        return translate.unprepare_response(self.api, errors)

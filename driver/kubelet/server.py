@@ -29,10 +29,6 @@ from typing import Self
 import grpc
 
 from driver._proto import (
-    dra_v1_pb2,
-    dra_v1_pb2_grpc,
-    dra_v1beta1_pb2,
-    dra_v1beta1_pb2_grpc,
     health_v1_pb2,
     health_v1_pb2_grpc,
     health_v1alpha1_pb2,
@@ -43,7 +39,7 @@ from driver.errors import ConfigError, DriverError
 from driver.kube.types import ClaimGetter
 from driver.kubelet.admission import CallKind, CallSlots
 from driver.kubelet.claims import ClaimFetcher, Refused
-from driver.kubelet.dra import ClaimCalls, DraV1beta1Servicer, DraV1Servicer
+from driver.kubelet.dra import ClaimCalls, DraServicer
 from driver.kubelet.health import (
     DEFAULT_RESEND_INTERVAL,
     HealthFanout,
@@ -53,6 +49,7 @@ from driver.kubelet.health import (
 from driver.kubelet.paths import MAX_SOCKET_PATH_BYTES, SOCKET_MODE, SocketPaths, socket_paths
 from driver.kubelet.registration import RegistrationResult, RegistrationServicer, supported_versions
 from driver.kubelet.serialize import SerializeLock
+from driver.kubelet.translate import DRA_V1, DRA_V1BETA1
 from driver.log import get_logger
 from driver.plugin import DriverPlugin, HealthSource
 
@@ -261,11 +258,10 @@ class KubeletPluginServer:
             maximum_concurrent_rpcs=4 * self.slots.threads,
         )
         calls = ClaimCalls(self._plugin, self._fetcher, self._lock, self._on_refused)
-        v1, v1beta1 = DraV1Servicer(calls), DraV1beta1Servicer(calls)
-        self.slots.guard(v1, _service(dra_v1_pb2, "DRAPlugin"))
-        self.slots.guard(v1beta1, _service(dra_v1beta1_pb2, "DRAPlugin"))
-        dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(v1, server)
-        dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(v1beta1, server)
+        for api in (DRA_V1, DRA_V1BETA1):
+            dra = DraServicer(calls, api)
+            self.slots.guard(dra, api.service)
+            dra.add_to(server)
         if self._health is not None:
             self._fanout = HealthFanout(
                 self._health, self._plugin.handle_error, self.driver_name, self._resend_interval

@@ -1,5 +1,9 @@
 """Pure translation between the kubelet's protobuf messages and the ``driver.plugin`` types.
 
+The DRA service comes in two versions whose messages are the same field for field, but for
+``Device.share_id``, which only v1 has: :class:`DraApi` names one version's generated modules and
+the response builders take it, so there is one builder per response, not one per version.
+
 Nothing here does I/O. The protocol-level checks reject what no real kubelet sends (empty or
 oversized fields, names that are not Kubernetes names, duplicate UIDs, oversized batches) before
 the driver sees it; each rejected claim gets its own error entry so the rest of the request still
@@ -10,16 +14,27 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any, Protocol, TypeVar
 
-from driver._proto import dra_v1_pb2, dra_v1beta1_pb2, health_v1_pb2, health_v1alpha1_pb2
+from driver._proto import (
+    dra_v1_pb2,
+    dra_v1_pb2_grpc,
+    dra_v1beta1_pb2,
+    dra_v1beta1_pb2_grpc,
+    health_v1_pb2,
+    health_v1alpha1_pb2,
+)
 from driver.names import MAX_CLAIM_UID, MAX_LABEL, MAX_SUBDOMAIN, is_claim_uid, is_dns_label, is_dns_subdomain
 from driver.plugin import ClaimRef, DeviceHealth, HealthState, PreparedDevice, PrepareResult
 
 __all__ = [
+    "DRA_V1",
+    "DRA_V1BETA1",
     "MAX_CLAIMS_PER_REQUEST",
     "MAX_HEALTH_MESSAGE_CHARS",
     "ClaimCheck",
+    "DraApi",
     "base_request_name",
     "check_claims",
     "claims_from_proto",
@@ -29,12 +44,10 @@ __all__ = [
     "health_response_v1",
     "health_response_v1alpha1",
     "health_status_value",
-    "prepare_response_v1",
-    "prepare_response_v1beta1",
+    "prepare_response",
     "resource_id",
     "shorten",
-    "unprepare_response_v1",
-    "unprepare_response_v1beta1",
+    "unprepare_response",
 ]
 
 #: a pod's claims for one driver arrive in one call; far more than any pod can reference
@@ -51,6 +64,32 @@ _HEALTH_VALUES: dict[HealthState, int] = {
 
 
 _NO_RESULT = "driver returned no result for this claim"
+
+
+@dataclass(frozen=True, slots=True)
+class DraApi:
+    """One version of the kubelet's ``DRAPlugin`` service: its generated ``*_pb2`` (messages) and
+    ``*_pb2_grpc`` (service) modules; :meth:`of` reads the rest from the messages' descriptor."""
+
+    version: str  # as advertised, without the service: "v1" for "v1.DRAPlugin"
+    messages: ModuleType
+    services: ModuleType
+    #: the full gRPC name it is served under (``k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin``)
+    service: str
+    #: whether its ``Device`` has ``share_id`` (v1 only)
+    share_id: bool
+
+    @classmethod
+    def of(cls, version: str, messages: ModuleType, services: ModuleType) -> DraApi:
+        """The version served by the generated module pair ``messages``, ``services``."""
+        descriptor = messages.DESCRIPTOR
+        device = descriptor.message_types_by_name["Device"]
+        service = str(descriptor.services_by_name["DRAPlugin"].full_name)
+        return cls(version, messages, services, service, "share_id" in device.fields_by_name)
+
+
+DRA_V1 = DraApi.of("v1", dra_v1_pb2, dra_v1_pb2_grpc)
+DRA_V1BETA1 = DraApi.of("v1beta1", dra_v1beta1_pb2, dra_v1beta1_pb2_grpc)
 
 
 class _ProtoClaim(Protocol):
@@ -174,30 +213,11 @@ def complete_errors(
     return out
 
 
-class _ProtoDevice(Protocol):
-    pool_name: str
-    device_name: str
-
-    @property
-    def request_names(self) -> _Extendable: ...
-    @property
-    def cdi_device_ids(self) -> _Extendable: ...
-
-
-class _Extendable(Protocol):
-    def extend(self, values: Iterable[str]) -> None: ...
-
-
-def _fill_device(msg: _ProtoDevice, device: PreparedDevice) -> None:
-    msg.request_names.extend(device.request_names)
-    msg.pool_name = device.pool_name
-    msg.device_name = device.device_name
-    msg.cdi_device_ids.extend(device.cdi_device_ids)
-
-
-def prepare_response_v1(results: Mapping[str, PrepareResult]) -> dra_v1_pb2.NodePrepareResourcesResponse:
-    """v1 response: one entry per UID; ``share_id`` is set only where the driver gave one."""
-    response = dra_v1_pb2.NodePrepareResourcesResponse()
+def prepare_response(api: DraApi, results: Mapping[str, PrepareResult]) -> Any:
+    """``api``'s ``NodePrepareResourcesResponse``: one entry per UID; ``share_id`` is set only where
+    the driver gave one and the version has the field (v1beta1 drops it)."""
+    response = api.messages.NodePrepareResourcesResponse()
+    share_ids = api.share_id
     for uid, result in results.items():
         entry = response.claims[uid]
         if result.error:
@@ -205,53 +225,21 @@ def prepare_response_v1(results: Mapping[str, PrepareResult]) -> dra_v1_pb2.Node
             continue
         for device in result.devices:
             msg = entry.devices.add()
-            _fill_device(msg, device)
-            if device.share_id is not None:
+            msg.request_names.extend(device.request_names)
+            msg.pool_name = device.pool_name
+            msg.device_name = device.device_name
+            msg.cdi_device_ids.extend(device.cdi_device_ids)
+            if share_ids and device.share_id is not None:
                 msg.share_id = device.share_id
     return response
 
 
-def prepare_response_v1beta1(
-    results: Mapping[str, PrepareResult],
-) -> dra_v1beta1_pb2.NodePrepareResourcesResponse:
-    """v1beta1 response: like v1 without ``share_id`` (the field does not exist there)."""
-    response = dra_v1beta1_pb2.NodePrepareResourcesResponse()
-    for uid, result in results.items():
-        entry = response.claims[uid]
-        if result.error:
-            entry.error = result.error
-            continue
-        for device in result.devices:
-            _fill_device(entry.devices.add(), device)
-    return response
-
-
-class _ErrorEntry(Protocol):
-    error: str
-
-
-class _UnprepareResponse(Protocol):
-    @property
-    def claims(self) -> Mapping[str, _ErrorEntry]: ...
-
-
-_Unprepare = TypeVar("_Unprepare", bound=_UnprepareResponse)
-
-
-def _fill_unprepare(response: _Unprepare, errors: Mapping[str, str]) -> _Unprepare:
+def unprepare_response(api: DraApi, errors: Mapping[str, str]) -> Any:
+    """``api``'s ``NodeUnprepareResourcesResponse``: an entry per UID, empty on success."""
+    response = api.messages.NodeUnprepareResourcesResponse()
     for uid, error in errors.items():
         response.claims[uid].error = error  # reading a map key adds the entry
     return response
-
-
-def unprepare_response_v1(errors: Mapping[str, str]) -> dra_v1_pb2.NodeUnprepareResourcesResponse:
-    """v1 response: an entry per UID, empty on success."""
-    return _fill_unprepare(dra_v1_pb2.NodeUnprepareResourcesResponse(), errors)
-
-
-def unprepare_response_v1beta1(errors: Mapping[str, str]) -> dra_v1beta1_pb2.NodeUnprepareResourcesResponse:
-    """v1beta1 response: an entry per UID, empty on success."""
-    return _fill_unprepare(dra_v1beta1_pb2.NodeUnprepareResourcesResponse(), errors)
 
 
 def health_message(text: str) -> str:

@@ -63,54 +63,65 @@ class MeteredPlugin:
 
     def prepare_claims(self, claims: Sequence[Claim]) -> Mapping[str, PrepareResult]:
         """Prepare through the claims driver; count every claim's result."""
-        uids = [claim.ref.uid for claim in claims]
-        return self._metered("prepare", self._inner.prepare_claims, claims, uids, lambda result: result.ok)
+        return self._metered("prepare", self._inner.prepare_claims, claims, _failed_prepares)
 
     def unprepare_claims(self, claims: Sequence[ClaimRef]) -> Mapping[str, str]:
         """Unprepare through the claims driver; count every claim's result."""
-        uids = [ref.uid for ref in claims]
-        return self._metered("unprepare", self._inner.unprepare_claims, claims, uids, lambda error: not error)
+        return self._metered("unprepare", self._inner.unprepare_claims, claims, _failed_unprepares)
 
     def _metered(
         self,
         op: _Op,
         call: Callable[[Sequence[_C]], Mapping[str, _R]],
         claims: Sequence[_C],
-        uids: Sequence[str],
-        ok: Callable[[_R], bool],
+        failures: Callable[[Mapping[str, _R]], int],
     ) -> Mapping[str, _R]:
-        """Run one call; observe each claim's outcome (all failed if it raised), then ``on_change``."""
+        """Run one call; observe each claim's outcome (all failed if it raised), then ``on_change``.
+
+        Counts, not per-claim records: each observation is one metric update per outcome.
+        """
         start = time.perf_counter()
         try:
             results = call(claims)
         except BaseException:
-            self._observe(op, dict.fromkeys(uids, False), time.perf_counter() - start)
+            self._observe(op, 0, len(claims), time.perf_counter() - start)
             raise
         finally:
             self._on_change()
-        self._observe(op, {uid: ok(r) for uid, r in results.items()}, time.perf_counter() - start)
+        failed = failures(results)
+        self._observe(op, len(results) - failed, failed, time.perf_counter() - start)
         return results
 
     def observe_refused(self, count: int, seconds: float) -> None:
         """Count ``count`` claims the kubelet layer refused before the driver (unreadable, replaced,
         unallocated) as failed prepares: an apiserver that cannot serve the claims must show in
         ``numadra_prepare_total{result="error"}`` and its alert like any other failure."""
-        self._observe("prepare", {str(i): False for i in range(count)}, seconds)
+        self._observe("prepare", 0, count, seconds)
 
     def handle_error(self, err: BaseException, msg: str) -> None:
         """Background failures go to the claims driver's policy (log, or stop when fatal)."""
         self._inner.handle_error(err, msg)
 
-    def _observe(self, op: _Op, outcome: Mapping[str, bool], seconds: float) -> None:
-        with self._lock:
-            metrics = self._metrics
-            if metrics is None:
-                self._pending.extend((op, ok, seconds) for ok in outcome.values())
-                return
-        succeeded = sum(outcome.values())
-        for ok, claims in ((True, succeeded), (False, len(outcome) - succeeded)):
-            if claims:
-                _observe(metrics, op, ok, seconds, claims)
+    def _observe(self, op: _Op, succeeded: int, failed: int, seconds: float) -> None:
+        metrics = self._metrics  # set once, under the lock: read it without, check again with
+        if metrics is None:
+            with self._lock:
+                metrics = self._metrics
+                if metrics is None:
+                    self._pending.extend([(op, True, seconds)] * succeeded + [(op, False, seconds)] * failed)
+                    return
+        if succeeded:
+            _observe(metrics, op, True, seconds, succeeded)
+        if failed:
+            _observe(metrics, op, False, seconds, failed)
+
+
+def _failed_prepares(results: Mapping[str, PrepareResult]) -> int:
+    return sum(1 for result in results.values() if result.error)
+
+
+def _failed_unprepares(errors: Mapping[str, str]) -> int:
+    return sum(1 for error in errors.values() if error)
 
 
 def _observe(metrics: Metrics, op: _Op, ok: bool, seconds: float, claims: int = 1) -> None:

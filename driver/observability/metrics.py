@@ -180,6 +180,8 @@ class Metrics:
         self._registered = Gauge(
             "numadra_registered", "1 while the kubelet has registered this plugin, else 0", registry=r
         )
+        #: (call, result) -> its counter and histogram series (:meth:`_call_series`)
+        self._series: dict[tuple[str, str], tuple[Counter, Histogram]] = {}
         #: the running totals already turned into increments, per counter and label value
         self._counted_taints: dict[str, int] = dict.fromkeys(TAINT_ACTIONS, 0)
         self._counted_writes: dict[str, int] = dict.fromkeys(PUBLISH_OPERATIONS, 0)
@@ -217,15 +219,30 @@ class Metrics:
 
     def observe_prepare(self, result: Result, seconds: float, claims: int = 1) -> None:
         """``claims`` claims of one call went through prepare in ``seconds``."""
-        _check(result, _RESULTS, "result")
-        self._prepare.labels(result=result).inc(claims)
-        _observe_each(self._prepare_seconds.labels(result=result), seconds, claims)
+        count, duration = self._call_series("prepare", result)
+        count.inc(claims)
+        _observe_each(duration, seconds, claims)
 
     def observe_unprepare(self, result: Result, seconds: float, claims: int = 1) -> None:
         """``claims`` claims of one call went through unprepare in ``seconds``."""
-        _check(result, _RESULTS, "result")
-        self._unprepare.labels(result=result).inc(claims)
-        _observe_each(self._unprepare_seconds.labels(result=result), seconds, claims)
+        count, duration = self._call_series("unprepare", result)
+        count.inc(claims)
+        _observe_each(duration, seconds, claims)
+
+    def _call_series(self, op: str, result: str) -> tuple[Counter, Histogram]:
+        """The counter and histogram series of ``op`` with ``result``, looked up once: ``labels()``
+        checks the names and takes a lock on every call, twice per prepare and unprepare. A
+        histogram's series still appears at its first observation."""
+        series = self._series.get((op, result))
+        if series is None:
+            _check(result, _RESULTS, "result")
+            if op == "prepare":
+                count, duration = self._prepare, self._prepare_seconds
+            else:
+                count, duration = self._unprepare, self._unprepare_seconds
+            series = (count.labels(result=result), duration.labels(result=result))
+            self._series[(op, result)] = series  # a racing lookup stores the same two children
+        return series
 
     def set_prepared_claims(self, count: int) -> None:
         """The number of claims the journal holds as prepared right now."""

@@ -44,7 +44,8 @@ class PreparedIndex:
     marker against its claim's pinning, and the node shared pool excludes claimed CPUs. Reading the
     journal on each of those calls would contend with prepares, so this keeps a copy that is
     marked stale after every prepare/unprepare and refreshed off the RPC path; a pinning lookup
-    that misses refreshes at once, because a container may be created right after its prepare.
+    that misses and the claimed CPUs refresh at once, because a container may be created right
+    after its prepare.
     """
 
     def __init__(self, source: Callable[[], Sequence[JournalEntry]]) -> None:
@@ -123,7 +124,10 @@ class PreparedIndex:
             return [self._views[uid] for uid in sorted(self._views)]
 
     def claimed_cpus(self) -> frozenset[int]:
-        """CPUs held by prepared claims (as of the last refresh)."""
+        """CPUs held by prepared claims; refreshes first when stale: the node's shared pool is
+        made of the CPUs no claim holds, and a container may start right after a prepare."""
+        if self._stale:
+            self.refresh()
         with self._lock:
             return self._claimed
 

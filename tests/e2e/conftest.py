@@ -32,8 +32,7 @@ import yaml
 from driver.claims.render import claim_spec_file_name
 from driver.pinning.types import ENV_CPUS, parse_cpulist
 from driver.state.journal import Journal, journal_path
-from tests.conftest import CALL_FAILED
-from tests.e2e.controlplane import (
+from harness.controlplane import (
     ApiClient,
     ApiError,
     ControlPlane,
@@ -44,7 +43,8 @@ from tests.e2e.controlplane import (
     wait_for,
     write_kubeconfig,
 )
-from tests.support.hosttree import TOPOLOGIES, Topology, write_host_tree
+from harness.hosttree import TOPOLOGIES, Topology, write_host_tree
+from tests.conftest import CALL_FAILED
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY_BASE = REPO / "deploy" / "kustomize" / "base"

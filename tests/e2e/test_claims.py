@@ -11,8 +11,8 @@ import pytest
 
 from driver.claims.metadata import CONTAINER_DIR, METADATA_DIR
 from driver.pinning.types import parse_cpulist
+from harness.controlplane import wait_for
 from tests.e2e.conftest import DRIVER, NODE, RESOURCE, Cluster, condition
-from tests.e2e.controlplane import wait_for
 
 pytestmark = pytest.mark.e2e
 

@@ -21,8 +21,8 @@ import pytest
 
 from driver.errors import KubeError
 from driver.kube.client import KubeClient, slice_field_selector
+from harness.controlplane import write_kubeconfig
 from tests.e2e.conftest import DRIVER, NODE, REPO, Cluster
-from tests.e2e.controlplane import write_kubeconfig
 from tests.support.connectproxy import ConnectProxy
 
 _SCRIPT = """

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from driver.plugin import ClaimRef
+from harness.controlplane import wait_for
+from harness.kubeletclient import KubeletClient
 from tests.e2e.conftest import DRIVER, Cluster
-from tests.e2e.controlplane import wait_for
 from tests.e2e.test_claims import claim_pod, device_numa, generated_claim, numa_template
-from tests.support.kubeletclient import KubeletClient
 
 pytestmark = pytest.mark.e2e
 

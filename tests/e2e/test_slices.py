@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from harness.controlplane import wait_for
 from tests.e2e.conftest import DRIVER, NODE, NODE_NAME_EXTRA, REPO, RESOURCE, Cluster
-from tests.e2e.controlplane import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -59,7 +59,7 @@ def test_slices_match_the_inventory_and_pass_strict_validation(cluster: Cluster)
 
 def test_policy_rejects_a_slice_for_another_node(cluster: Cluster) -> None:
     """The deploy/ admission policy stops the driver's identity from writing another node's slice."""
-    from tests.e2e.controlplane import ApiClient, ApiError
+    from harness.controlplane import ApiClient, ApiError
 
     as_driver = ApiClient(cluster.plane.server, cluster.driver_token, cluster.plane.ca_file)
     review = as_driver.create(

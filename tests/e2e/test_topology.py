@@ -1,6 +1,6 @@
 """Topology as the hardware has it, through the real scheduler: sub-NUMA clusters, GPU memory nodes.
 
-On an SNC-2 node (tests/support/topologies.py ``snc2``) each socket's GPU sits on its first NUMA
+On an SNC-2 node (harness/topologies.py ``snc2``) each socket's GPU sits on its first NUMA
 node and its NIC on the second, so ``matchAttribute: resource.kubernetes.io/numaNode`` with the
 int form refuses a pair that is in fact close. Two answers are checked:
 
@@ -27,9 +27,9 @@ from typing import Any
 
 import pytest
 
+from harness.hosttree import TOPOLOGIES, Topology, write_host_tree
+from harness.poll import wait_for
 from tests.e2e.conftest import DRIVER, NODE, RESOURCE, TOPOLOGY, Cluster, condition, start_cluster
-from tests.support.hosttree import TOPOLOGIES, Topology, write_host_tree
-from tests.support.poll import wait_for
 
 pytestmark = pytest.mark.e2e
 

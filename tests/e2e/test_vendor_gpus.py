@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 
+from harness.hosttree import TOPOLOGIES, aer_fatal_text, write_host_tree
+from harness.poll import wait_for
 from tests.e2e.conftest import DRIVER, NODE, TOPOLOGY, Cluster, condition
-from tests.support.hosttree import TOPOLOGIES, aer_fatal_text, write_host_tree
-from tests.support.poll import wait_for
 
 pytestmark = pytest.mark.e2e
 

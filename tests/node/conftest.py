@@ -1,7 +1,7 @@
 """One real node for the whole node-tier session: control plane, containerd + NRI, a kubelet, numadra.
 
 Started once (``node_session``, session scope): containerd 2.4 (CRI, NRI, CDI from the driver's
-CDI dir), the e2e control plane (tests/e2e/controlplane.py), a real kubelet 1.37 registered as the
+CDI dir), the e2e control plane (harness/controlplane.py), a real kubelet 1.37 registered as the
 Node, the objects of deploy/ (DaemonSet aside), a pod ``numadra-host`` the kubelet really runs,
 and ``numadra run --pinning nri`` as a host process with a ServiceAccount token bound to that pod
 (its UID is the driver's POD_UID). The driver pins on the real host's CPUs (``cpu.numadra.dev``).
@@ -37,9 +37,7 @@ import pytest
 from driver.claims.render import claim_spec_file_name
 from driver.pinning.types import ENV_CPUS, ENV_MEMS, parse_cpulist
 from driver.state.journal import Journal, journal_path
-from tests.conftest import CALL_FAILED
-from tests.e2e.conftest import collection_path, condition, kustomize_base_objects, log_tails
-from tests.e2e.controlplane import (
+from harness.controlplane import (
     ApiClient,
     ApiError,
     ControlPlane,
@@ -50,6 +48,8 @@ from tests.e2e.controlplane import (
     wait_for,
     write_kubeconfig,
 )
+from tests.conftest import CALL_FAILED
+from tests.e2e.conftest import collection_path, condition, kustomize_base_objects, log_tails
 from tests.node.host import HostRecord
 from tests.node.images import BUSYBOX_IMAGE, PAUSE_CMD, PAUSE_IMAGE, busybox_binary, write_image_archive
 from tests.node.stack import Containerd, Kubelet, missing_node_binaries, node_binary_dir, preflight
@@ -64,7 +64,7 @@ HOST_POD = "numadra-host"
 REAL_KUBELET_ROOT = Path("/var/lib/kubelet")
 #: the kube-apiserver's ``kubernetes`` Service IP (first of --service-cluster-ip-range)
 KUBERNETES_SERVICE_IP = "10.96.0.1"
-#: the controllers a node with real pods needs (tests/e2e/controlplane.py ControlPlane)
+#: the controllers a node with real pods needs (harness/controlplane.py ControlPlane)
 CONTROLLERS = (
     "resourceclaim-controller",
     "serviceaccount-controller",

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.e2e.controlplane import Process, free_port, wait_for
+from harness.controlplane import Process, free_port, wait_for
 
 __all__ = [
     "BRIDGE",

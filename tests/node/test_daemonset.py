@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
+from harness.controlplane import wait_for
 from tests.e2e.conftest import condition, kustomize_base_objects
-from tests.e2e.controlplane import wait_for
 from tests.node.conftest import (
     KUBERNETES_SERVICE_IP,
     NAMESPACE,

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from tests.e2e.controlplane import wait_for
+from harness.controlplane import wait_for
 from tests.node.conftest import HOST_POD, NAMESPACE, NodeCluster, busybox_pod, figure
 
 pytestmark = pytest.mark.node

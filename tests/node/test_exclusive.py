@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from harness.controlplane import wait_for
 from tests.e2e.conftest import condition
-from tests.e2e.controlplane import wait_for
 from tests.node.conftest import NodeCluster, busybox_pod
 
 pytestmark = pytest.mark.node

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from driver.pinning.types import ENV_CLAIM_UID, ENV_CPU_MODE, ENV_CPUS, ENV_MEMS, ENV_REQUEST
-from tests.e2e.controlplane import wait_for
+from harness.controlplane import wait_for
 from tests.node.conftest import NodeCluster, busybox_pod
 
 pytestmark = [pytest.mark.node, pytest.mark.fault]

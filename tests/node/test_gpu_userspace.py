@@ -24,10 +24,9 @@ from typing import Any
 import pytest
 
 from driver.state.journal import Journal
-from tests.node.conftest import DEFAULT_DRIVER_FLAGS, NodeCluster, busybox_pod
-from tests.support.hostspec import GpuSpec, Topology
-from tests.support.hosttree import write_host_tree
-from tests.support.nvidia import (
+from harness.hostspec import GpuSpec, Topology
+from harness.hosttree import write_host_tree
+from harness.nvidia import (
     NvidiaDriver,
     ToolkitGpu,
     driver_file_content,
@@ -36,7 +35,8 @@ from tests.support.nvidia import (
     write_nvidia_driver,
     write_toolkit_spec,
 )
-from tests.support.poll import wait_for
+from harness.poll import wait_for
+from tests.node.conftest import DEFAULT_DRIVER_FLAGS, NodeCluster, busybox_pod
 
 pytestmark = pytest.mark.node
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from harness.controlplane import wait_for
 from tests.e2e.conftest import condition
-from tests.e2e.controlplane import wait_for
 from tests.node.conftest import NodeCluster, busybox_pod, figure
 from tests.node.test_shared_pool import online_cpus
 

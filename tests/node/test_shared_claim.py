@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from driver.pinning.types import ENV_CLAIM_UID, ENV_CPU_MODE, ENV_CPUS, ENV_MEMS, ENV_REQUEST
-from tests.e2e.controlplane import wait_for
+from harness.controlplane import wait_for
 from tests.node.conftest import RESOURCE, NodeCluster, busybox_pod, cpu_template
 
 pytestmark = pytest.mark.node

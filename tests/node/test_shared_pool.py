@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from driver.pinning.types import parse_cpulist
-from tests.e2e.controlplane import wait_for
+from harness.controlplane import wait_for
 from tests.node.conftest import NodeCluster, ProcStatus, busybox_pod
 
 pytestmark = pytest.mark.node

@@ -292,8 +292,8 @@ def test_shareable_kinds_are_the_published_ones(tmp_path: Path) -> None:
     from driver.claims.selection import SHAREABLE_KINDS
     from driver.inventory.discovery import discover
     from driver.slices.builder import build_slices
+    from harness.hosttree import TOPOLOGIES, write_host_tree
     from tests.integration.claims._world import NODE, make_inventory
-    from tests.support.hosttree import TOPOLOGIES, write_host_tree
 
     shareable: set[str] = set()
     whole: set[str] = set()

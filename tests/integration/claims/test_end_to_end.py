@@ -16,6 +16,8 @@ from driver.kubelet.server import KubeletPluginServer
 from driver.pinning.planner import CpuPlanner
 from driver.plugin import ClaimRef
 from driver.state.journal import Journal, journal_path
+from harness.fakeapiserver import FakeApiServer
+from harness.kubeletclient import KubeletClient
 from tests.integration.claims._world import (
     DRIVER,
     GPU0,
@@ -27,8 +29,6 @@ from tests.integration.claims._world import (
     make_inventory,
     result,
 )
-from tests.support.fakeapiserver import FakeApiServer
-from tests.support.kubeletclient import KubeletClient
 
 
 @pytest.fixture

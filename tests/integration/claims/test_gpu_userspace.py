@@ -3,7 +3,7 @@
 Real files throughout: a generated host tree with two NVIDIA GPUs (UUIDs in the driver's
 information files) and an AMD GPU, an NVIDIA driver root in it, real character devices for the
 nodes the toolkit's spec names, and the real ClaimsDriver writing CDI specs. The toolkit's spec is
-a stand-in of ``nvidia-ctk cdi generate``'s output (tests/support/nvidia.py).
+a stand-in of ``nvidia-ctk cdi generate``'s output (harness/nvidia.py).
 """
 
 from __future__ import annotations
@@ -21,10 +21,9 @@ from driver.claims.hostedits import HostEdits
 from driver.inventory.discovery import discover
 from driver.inventory.nvidia_source import UserspaceSource
 from driver.kube.types import JsonObject
-from tests.integration.claims._world import DRIVER, World, claim, result
-from tests.support.hostspec import GpuSpec, Topology
-from tests.support.hosttree import write_host_tree
-from tests.support.nvidia import (
+from harness.hostspec import GpuSpec, Topology
+from harness.hosttree import write_host_tree
+from harness.nvidia import (
     NvidiaDriver,
     ToolkitGpu,
     make_char_devices,
@@ -32,6 +31,7 @@ from tests.support.nvidia import (
     write_nvidia_driver,
     write_toolkit_spec,
 )
+from tests.integration.claims._world import DRIVER, World, claim, result
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="device nodes and groups need root")
 

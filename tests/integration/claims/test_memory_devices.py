@@ -18,8 +18,8 @@ from driver.pinning.binding import claim_binding
 from driver.pinning.types import parse_cpulist
 from driver.state.index import prepared_view
 from driver.state.journal import Journal, journal_path
+from harness.hosttree import TOPOLOGIES, write_host_tree
 from tests.integration.claims._world import DRIVER, World, claim, cpu_result, result
-from tests.support.hosttree import TOPOLOGIES, write_host_tree
 
 GPU = "gpu-0009-01-00-0"
 HBM = "memory-numa1"

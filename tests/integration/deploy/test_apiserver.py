@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.support.poll import wait_for
+from harness.poll import wait_for
 
 ROOT = Path(__file__).resolve().parents[3]
 BASE = ROOT / "deploy" / "kustomize" / "base"

@@ -14,7 +14,7 @@ from xml.etree import ElementTree as ET
 import pytest
 
 from driver.inventory.svg import HEALTH_STROKE, PALETTE, overlay_from_claims, render_html, render_svg
-from tests.support.chromium import dump_dom, find_chromium, png_colours, png_size, screenshot
+from harness.chromium import dump_dom, find_chromium, png_colours, png_size, screenshot
 from tests.unit.inventory.trees import inventory
 
 BROWSER = find_chromium()

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from driver.cli import main
-from tests.support.fakeapiserver import FakeApiServer
-from tests.support.hosttree import write_host_tree
-from tests.support.topologies import TOPOLOGIES
+from harness.fakeapiserver import FakeApiServer
+from harness.hosttree import write_host_tree
+from harness.topologies import TOPOLOGIES
 
 CLAIM = {
     "apiVersion": "resource.k8s.io/v1",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.support.hosttree import GpuSpec, NicSpec, Topology
+from harness.hosttree import GpuSpec, NicSpec, Topology
 
 GPU_BDF = "0000:3b:00.0"
 NIC_BDF = "0000:1a:00.0"

@@ -13,9 +13,9 @@ from driver.inventory.discovery import discover
 from driver.inventory.model import DeviceKind, Inventory, pci_device_name
 from driver.kube.client import KubeClient
 from driver.plugin import DeviceHealth, HealthState, PreparedDevice
-from tests.support.fakeapiserver import FakeApiServer
-from tests.support.hosttree import write_host_tree
-from tests.support.topologies import cloud_vm
+from harness.fakeapiserver import FakeApiServer
+from harness.hosttree import write_host_tree
+from harness.topologies import cloud_vm
 
 from .conftest import DRIVER, NODE
 from .hosts import GPU_BDF, NIC_BDF, NIC_IF, health_topology

@@ -24,7 +24,7 @@ from driver.health.signals import SignalReader
 from driver.inventory.discovery import discover
 from driver.inventory.model import DeviceKind, pci_device_name
 from driver.plugin import HealthState
-from tests.support.hosttree import write_host_tree
+from harness.hosttree import write_host_tree
 
 from .hosts import GPU_BDF, NIC_BDF, bump_aer, health_topology
 

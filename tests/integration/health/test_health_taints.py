@@ -26,8 +26,8 @@ from driver.kube.backoff import RetryPolicy
 from driver.kube.client import KubeClient
 from driver.plugin import HealthSource, HealthState
 from driver.slices.publisher import SlicePublisher
-from tests.support.fakeapiserver import FakeApiServer
-from tests.support.hosttree import write_host_tree
+from harness.fakeapiserver import FakeApiServer
+from harness.hosttree import write_host_tree
 
 from .conftest import DRIVER, NODE
 from .hosts import GPU_BDF, NIC_BDF, bump_aer, health_topology, replug, set_carrier, unplug

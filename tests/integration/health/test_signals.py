@@ -11,7 +11,7 @@ from driver.health.signals import SignalReader
 from driver.inventory.discovery import discover
 from driver.inventory.model import Inventory, InventoryDevice, NumaNode
 from driver.plugin import HealthState
-from tests.support.hosttree import write_host_tree
+from harness.hosttree import write_host_tree
 
 from .hosts import GPU_BDF, NIC_BDF, NIC_IF, RDMA, bump_aer, health_topology, set_carrier, unplug, write
 

@@ -27,8 +27,8 @@ from driver.kube.backoff import RetryPolicy
 from driver.kube.client import KubeClient
 from driver.plugin import HealthState, PreparedDevice
 from driver.slices.publisher import SlicePublisher
-from tests.support.fakeapiserver import FakeApiServer
-from tests.support.hosttree import write_host_tree
+from harness.fakeapiserver import FakeApiServer
+from harness.hosttree import write_host_tree
 
 from .conftest import DRIVER, NODE
 from .fake_xid import FakeXidSource

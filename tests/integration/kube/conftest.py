@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.fakeapiserver import FakeApiServer
-
-from .fake_tls_api import FakeTlsApiServer, Pki, make_pki
+from harness.fake_tls_api import FakeTlsApiServer, Pki, make_pki
+from harness.fakeapiserver import FakeApiServer
 
 
 @pytest.fixture(scope="session")

@@ -12,10 +12,9 @@ import pytest
 
 from driver.errors import KubeError
 from driver.kube.client import KubeClient, error_kind
+from harness.fake_tls_api import write_kubeconfig
+from harness.fakeapiserver import FakeApiServer, Fault
 from tests.support.connectproxy import ConnectProxy
-from tests.support.fakeapiserver import FakeApiServer, Fault
-
-from .fake_tls_api import write_kubeconfig
 
 CLAIMS = "/apis/resource.k8s.io/v1/namespaces"
 

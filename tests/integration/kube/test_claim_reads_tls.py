@@ -15,8 +15,7 @@ import pytest
 
 from driver.errors import ConfigError, KubeError
 from driver.kube.client import KubeClient, error_kind
-
-from .fake_tls_api import FakeTlsApiServer, Pki, write_kubeconfig
+from harness.fake_tls_api import FakeTlsApiServer, Pki, write_kubeconfig
 
 MakeClient = Callable[..., KubeClient]
 

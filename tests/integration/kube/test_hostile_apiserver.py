@@ -15,9 +15,9 @@ import pytest
 
 from driver.errors import KubeError
 from driver.kube.client import KubeClient, error_kind
+from harness.fake_tls_api import write_kubeconfig
 from tests.support.connectproxy import ConnectProxy
 
-from .fake_tls_api import write_kubeconfig
 from .hostile_api import HostileApiServer, Mode
 
 pytestmark = pytest.mark.fault

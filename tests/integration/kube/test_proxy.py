@@ -17,10 +17,9 @@ import pytest
 from driver.errors import ConfigError, KubeError
 from driver.kube.client import KubeClient, slice_field_selector
 from driver.kube.incluster import InCluster
+from harness.fake_tls_api import FakeTlsApiServer, Pki, write_kubeconfig
+from harness.fakeapiserver import FakeApiServer
 from tests.support.connectproxy import ConnectProxy
-from tests.support.fakeapiserver import FakeApiServer
-
-from .fake_tls_api import FakeTlsApiServer, Pki, write_kubeconfig
 
 NAME = "kubernetes.default.svc"
 BASIC = "Basic dXNlcjpwdw=="  # user:pw

@@ -17,10 +17,10 @@ import pytest
 
 from driver.errors import KubeError
 from driver.kube.client import RESOURCE_API, KubeClient, error_kind
+from harness.fake_tls_api import FakeTlsApiServer, Pki, write_kubeconfig
+from harness.fakeapiserver import FakeApiServer, Fault
 from tests.support.connectproxy import ConnectProxy
-from tests.support.fakeapiserver import FakeApiServer, Fault
 
-from .fake_tls_api import FakeTlsApiServer, Pki, write_kubeconfig
 from .hostile_api import HostileApiServer
 
 DRIVER = "numadra.dev"

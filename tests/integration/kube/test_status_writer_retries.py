@@ -21,8 +21,8 @@ from driver.inventory.model import Inventory
 from driver.kube.backoff import RetryPolicy
 from driver.kube.client import KubeClient
 from driver.plugin import PreparedDevice
-from tests.support.fakeapiserver import FakeApiServer, Fault
-from tests.support.poll import wait_for
+from harness.fakeapiserver import FakeApiServer, Fault
+from harness.poll import wait_for
 
 pytestmark = pytest.mark.fault
 

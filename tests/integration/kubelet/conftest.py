@@ -18,9 +18,9 @@ import pytest
 
 from driver.kubelet.server import KubeletPluginServer
 from driver.plugin import ClaimRef
+from harness.kubeletclient import KubeletClient
+from harness.poll import wait_for
 from tests.support.fakeplugin import FAKE_DRIVER, FakePlugin, StubClaims
-from tests.support.kubeletclient import KubeletClient
-from tests.support.poll import wait_for
 
 REPO = Path(__file__).resolve().parents[3]
 

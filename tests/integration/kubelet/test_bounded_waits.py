@@ -22,12 +22,12 @@ from driver.kubelet.admission import CallKind
 from driver.kubelet.serialize import SerializeLock
 from driver.kubelet.server import KubeletPluginServer
 from driver.plugin import ClaimRef
+from harness.fake_tls_api import write_kubeconfig
+from harness.kubeletclient import KubeletClient
+from harness.poll import wait_for
 from tests.integration.claims._world import DRIVER, NODE, make_inventory
-from tests.integration.kube.fake_tls_api import write_kubeconfig
 from tests.integration.kube.hostile_api import HostileApiServer, wait_connections
 from tests.support.fakeplugin import FakePlugin, StubClaims
-from tests.support.kubeletclient import KubeletClient
-from tests.support.poll import wait_for
 
 from .conftest import Dirs
 

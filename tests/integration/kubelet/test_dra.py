@@ -11,8 +11,8 @@ import pytest
 from driver.kubelet import translate
 from driver.kubelet.server import KubeletPluginServer
 from driver.plugin import ClaimRef
+from harness.kubeletclient import KubeletClient
 from tests.support.fakeplugin import FakePlugin, StubClaims
-from tests.support.kubeletclient import KubeletClient
 
 from .conftest import Dirs, assert_no_overlap
 

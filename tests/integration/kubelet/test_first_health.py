@@ -20,9 +20,9 @@ from driver.health.signals import Reading, SignalReader
 from driver.inventory.discovery import discover
 from driver.inventory.model import InventoryDevice
 from driver.kubelet.server import KubeletPluginServer
+from harness.hosttree import TOPOLOGIES, write_host_tree
+from harness.kubeletclient import KubeletClient
 from tests.support.fakeplugin import FakePlugin
-from tests.support.hosttree import TOPOLOGIES, write_host_tree
-from tests.support.kubeletclient import KubeletClient
 
 
 class SlowReader(SignalReader):

@@ -17,7 +17,7 @@ import pytest
 from driver._proto import dra_v1_pb2, dra_v1beta1_pb2, health_v1_pb2, pluginregistration_v1_pb2
 from driver.kubelet.server import KubeletPluginServer
 from driver.plugin import ClaimRef
-from tests.support.kubeletclient import KubeletClient
+from harness.kubeletclient import KubeletClient
 
 pytestmark = pytest.mark.fault
 

@@ -11,8 +11,8 @@ import pytest
 
 from driver.kubelet.server import KubeletPluginServer
 from driver.plugin import ClaimRef, DeviceHealth, HealthState
+from harness.kubeletclient import KubeletClient
 from tests.support.fakeplugin import FakePlugin
-from tests.support.kubeletclient import KubeletClient
 
 VERSIONS = [pytest.param("v1", id="v1"), pytest.param("v1alpha1", id="v1alpha1")]
 

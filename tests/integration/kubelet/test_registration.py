@@ -14,8 +14,8 @@ import pytest
 from driver.errors import ConfigError
 from driver.kubelet.server import KubeletPluginServer
 from driver.plugin import ClaimRef
+from harness.kubeletclient import KubeletClient
 from tests.support.fakeplugin import FAKE_DRIVER, FakePlugin
-from tests.support.kubeletclient import KubeletClient
 
 from .conftest import Dirs, PluginProcess
 

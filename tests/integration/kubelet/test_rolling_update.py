@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable
 
 from driver.plugin import ClaimRef
-from tests.support.kubeletclient import KubeletClient
+from harness.kubeletclient import KubeletClient
 
 from .conftest import Dirs, PluginProcess, assert_no_overlap
 

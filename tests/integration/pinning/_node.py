@@ -25,9 +25,9 @@ from driver.pinning.nri import NriPlugin
 from driver.plugin import ClaimRef
 from driver.state.index import PreparedIndex
 from driver.state.journal import Journal, JournalEntry, journal_path
+from harness.fake_nri_runtime import FakeNriRuntime, FakePluginConnection, connect_plugin
+from harness.fakeapiserver import FakeApiServer
 from tests.integration.claims._world import ServedDriver, World
-from tests.integration.pinning.fake_nri_runtime import FakeNriRuntime, FakePluginConnection, connect_plugin
-from tests.support.fakeapiserver import FakeApiServer
 
 
 def reserved(*uids: str) -> list[dict[str, str]]:

@@ -22,6 +22,7 @@ from driver.errors import ConsumersUnknownError
 from driver.kubelet.serialize import SerializeLock
 from driver.pinning.consumers import ClaimConsumers
 from driver.pinning.types import format_cpulist
+from harness.fake_nri_runtime import container, pod
 from tests.integration.claims._world import GPU0, claim, cpu_result, result
 from tests.integration.pinning._node import (
     PinningNode,
@@ -31,7 +32,6 @@ from tests.integration.pinning._node import (
     make_node,
     reserved,
 )
-from tests.integration.pinning.fake_nri_runtime import container, pod
 
 pytestmark = pytest.mark.fault
 

@@ -2,7 +2,7 @@
 
 The attacker is a pod without a claim (or with another claim) that copies a claim's marker env
 (``NUMADRA_CLAIM_UID``, ``NUMADRA_CPUS``, ...) into its own container spec. The fake runtime
-plays containerd (see ``fake_nri_runtime.py``); it sends what containerd sends, in particular the
+plays containerd (see ``harness/fake_nri_runtime.py``); it sends what containerd sends, in particular the
 pod sandbox's Kubernetes UID and namespace with every container. A refusal is a non-OK ttrpc
 status on CreateContainer: containerd then fails the CRI call and the kubelet reports
 CreateContainerError.
@@ -23,7 +23,7 @@ from driver.pinning.failures import PinFailure
 from driver.pinning.nri import NriPlugin
 from driver.pinning.planner import CpuPlanner
 from driver.pinning.types import ClaimBinding, ClaimPinning, CpuAssignment, CpuMode, CpuRequest, marker_env
-from tests.integration.pinning.fake_nri_runtime import (
+from harness.fake_nri_runtime import (
     POD,
     FakeNriRuntime,
     FakePluginConnection,
@@ -31,7 +31,7 @@ from tests.integration.pinning.fake_nri_runtime import (
     container,
     pod,
 )
-from tests.unit.pinning.topo import synthetic_inventory
+from harness.synthetic import synthetic_inventory
 
 pytestmark = pytest.mark.fault
 

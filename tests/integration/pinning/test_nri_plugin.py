@@ -16,7 +16,7 @@ from driver.pinning.backend import PinTarget
 from driver.pinning.failures import PinFailure
 from driver.pinning.nri import NriPlugin, PinningHandlers
 from driver.pinning.types import ClaimBinding, ClaimPinning, CpuAssignment, CpuMode
-from tests.integration.pinning.fake_nri_runtime import (
+from harness.fake_nri_runtime import (
     FakeNriRuntime,
     FakePluginConnection,
     container,

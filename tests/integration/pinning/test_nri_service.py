@@ -11,7 +11,7 @@ import pytest
 
 from driver.errors import ConfigError
 from driver.pinning.factory import NriService, nri_service
-from tests.integration.pinning.fake_nri_runtime import FakeNriRuntime
+from harness.fake_nri_runtime import FakeNriRuntime
 
 WAIT = 10.0
 

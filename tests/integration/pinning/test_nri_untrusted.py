@@ -19,7 +19,7 @@ import pytest
 
 from driver.pinning.nri import NriPlugin
 from driver.pinning.types import ClaimBinding, ClaimPinning, CpuAssignment, CpuMode, marker_env
-from tests.integration.pinning.fake_nri_runtime import (
+from harness.fake_nri_runtime import (
     POD,
     FakeNriRuntime,
     FakePluginConnection,

@@ -19,10 +19,10 @@ from driver.kube.client import KubeClient
 from driver.observability import Metrics
 from driver.observability.pinreports import PinningReports, pin_failure_event
 from driver.pinning.failures import PinFailure
+from harness.fake_nri_runtime import container, pod
+from harness.fakeapiserver import FakeApiServer
 from tests.integration.claims._world import claim, cpu_result
 from tests.integration.pinning._node import PinningNode, claim_env, make_node, reserved
-from tests.integration.pinning.fake_nri_runtime import container, pod
-from tests.support.fakeapiserver import FakeApiServer
 
 
 def _failure(pod_uid: str = "p-1", reason: str = "not_reserved", action: str = "refused") -> PinFailure:

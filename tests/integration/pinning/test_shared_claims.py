@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from driver._proto.nri import api_pb2 as nri
+from harness.fake_nri_runtime import container, pod
 from tests.integration.claims._world import GPU1, claim, cpu_result, result
 from tests.integration.pinning._node import (
     PinningNode,
@@ -28,7 +29,6 @@ from tests.integration.pinning._node import (
     make_node,
     reserved,
 )
-from tests.integration.pinning.fake_nri_runtime import container, pod
 
 SHARED = "6a7b8c9d-0d1b-4c3a-9e8f-0000000000c1"
 GPU_SHARED = "6a7b8c9d-0d1b-4c3a-9e8f-0000000000c2"

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from driver.kube.client import KubeClient
-from tests.support.fakeapiserver import FakeApiServer
+from harness.fakeapiserver import FakeApiServer
 
 NODE = "node-a"
 DRIVER = "numadra.dev"

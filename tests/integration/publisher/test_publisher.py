@@ -15,7 +15,7 @@ from driver.kube.backoff import RetryPolicy
 from driver.kube.client import KubeClient
 from driver.slices.builder import build_slices
 from driver.slices.publisher import SlicePublisher
-from tests.support.fakeapiserver import FakeApiServer, Fault
+from harness.fakeapiserver import FakeApiServer, Fault
 
 from .conftest import DRIVER, NODE
 from .inventories import gpu_inventory

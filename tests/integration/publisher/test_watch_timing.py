@@ -14,8 +14,8 @@ from driver.kube.backoff import RetryPolicy
 from driver.kube.client import KubeClient, SliceWatch
 from driver.slices.builder import build_slices
 from driver.slices.publisher import SlicePublisher
-from tests.support.fakeapiserver import FakeApiServer
-from tests.support.poll import wait_for
+from harness.fakeapiserver import FakeApiServer
+from harness.poll import wait_for
 
 from .conftest import DRIVER, NODE
 from .inventories import gpu_inventory

@@ -25,10 +25,10 @@ from typing import Any
 
 import pytest
 
-from tests.support.fakeapiserver import FakeApiServer
-from tests.support.hosttree import TOPOLOGIES, write_host_tree
-from tests.support.kubeletclient import KubeletClient, Registration
-from tests.support.poll import wait_for
+from harness.fakeapiserver import FakeApiServer
+from harness.hosttree import TOPOLOGIES, write_host_tree
+from harness.kubeletclient import KubeletClient, Registration
+from harness.poll import wait_for
 
 DRIVER = "numadra.dev"
 NODE = "node-run"

@@ -37,6 +37,8 @@ from driver.inventory.discovery import discover
 from driver.kubelet.paths import SERIALIZE_LOCK_NAME
 from driver.plugin import ClaimRef
 from driver.state.journal import RECOVERIES_FILE, journal_path
+from harness.hosttree import TOPOLOGIES, write_host_tree
+from harness.poll import wait_for
 from tests.integration.run.conftest import (
     DRIVER,
     GPU,
@@ -46,9 +48,7 @@ from tests.integration.run.conftest import (
     gpu_cpu_claim,
     load_slack,
 )
-from tests.support.hosttree import TOPOLOGIES, write_host_tree
 from tests.support.planted import PLANTS, plant
-from tests.support.poll import wait_for
 
 pytestmark = pytest.mark.fault
 

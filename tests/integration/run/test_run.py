@@ -14,10 +14,11 @@ import pytest
 from driver.claims.render import claim_spec_file_name
 from driver.pinning.types import ENV_CPUS, parse_cpulist
 from driver.plugin import ClaimRef
-from tests.integration.pinning.fake_nri_runtime import POD as NRI_POD
-from tests.integration.pinning.fake_nri_runtime import FakeNriRuntime
-from tests.integration.pinning.fake_nri_runtime import container as nri_container
-from tests.integration.pinning.fake_nri_runtime import pod as nri_pod
+from harness.fake_nri_runtime import POD as NRI_POD
+from harness.fake_nri_runtime import FakeNriRuntime
+from harness.fake_nri_runtime import container as nri_container
+from harness.fake_nri_runtime import pod as nri_pod
+from harness.kubeletclient import KubeletClient
 from tests.integration.run.conftest import (
     CPU_DEVICE,
     DRIVER,
@@ -31,7 +32,6 @@ from tests.integration.run.conftest import (
     load_slack,
     wait_for,
 )
-from tests.support.kubeletclient import KubeletClient
 
 
 def _put_claim(node: RunNode, name: str, cpus: int = 2, gpu: str = GPU, pod_uid: str = "") -> ClaimRef:

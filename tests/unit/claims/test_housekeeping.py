@@ -73,3 +73,33 @@ def test_stop_ends_the_thread() -> None:
     done = list(calls)
     keeper.request_rescan()
     assert calls == done
+
+
+def test_wakes_within_the_settle_time_share_one_round() -> None:
+    """A busy node wakes the thread after every call: the wakes of the settle time make one round,
+    and a rescan request does not wait for it."""
+    index = PreparedIndex(list)
+    rounds: list[str] = []
+    done = threading.Semaphore(0)
+    pause = threading.Event()
+
+    def after() -> None:
+        rounds.append("after")
+        done.release()
+
+    keeper = Housekeeping(
+        index=index, rescan=lambda: rounds.append("rescan"), rescan_interval=0.0, settle=3.0
+    )
+    keeper.after_each_round(after)
+    keeper.start()
+    for _ in range(3):  # three calls a little apart: without the settle time, three rounds
+        index.invalidate()
+        keeper.wake()
+        pause.wait(0.2)
+    assert done.acquire(timeout=WAIT)
+    assert rounds == ["after"]
+    assert not index.stale
+    keeper.request_rescan()
+    assert done.acquire(timeout=WAIT)
+    assert rounds == ["after", "rescan", "after"]
+    keeper.stop(WAIT)

@@ -18,7 +18,7 @@ from driver.claims.render import claim_spec
 from driver.claims.selection import AllocatedDevice, ClaimView
 from driver.inventory.discovery import discover
 from driver.inventory.model import DeviceKind, Gpu, Inventory
-from tests.support.hosttree import TOPOLOGIES, write_host_tree
+from harness.hosttree import TOPOLOGIES, write_host_tree
 from tests.unit.inventory.trees import host_tree, inventory
 
 DRIVER = "numadra.dev"

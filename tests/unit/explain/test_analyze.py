@@ -18,8 +18,8 @@ from driver.pinning.types import ClaimPinning, CpuAssignment, CpuMode
 from driver.plugin import PreparedDevice
 from driver.slices.builder import build_slices
 from driver.state.journal import JournalEntry
-from tests.support.hosttree import write_host_tree
-from tests.support.topologies import TOPOLOGIES
+from harness.hosttree import write_host_tree
+from harness.topologies import TOPOLOGIES
 
 NUMA = 'device.attributes["resource.kubernetes.io"].numaNode'
 PF_RDMA = 'device.attributes["numadra.dev"].sriovVF == false && device.attributes["numadra.dev"].rdma'

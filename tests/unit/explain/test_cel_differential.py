@@ -45,8 +45,8 @@ from driver.explain.cel import CelDevice, evaluate
 from driver.explain.devices import devices_from_inventory
 from driver.inventory.discovery import discover
 from driver.kube.quantity import parse_quantity
-from tests.support.hosttree import write_host_tree
-from tests.support.topologies import TOPOLOGIES
+from harness.hosttree import write_host_tree
+from harness.topologies import TOPOLOGIES
 
 cel = pytest.importorskip("cel_expr_python.cel", reason="cel-expr-python (test extra) is not installed")
 ext_optional = pytest.importorskip("cel_expr_python.ext.ext_optional")

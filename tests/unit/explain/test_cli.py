@@ -14,8 +14,8 @@ from driver.cli import main
 from driver.pinning.types import ClaimPinning, CpuAssignment, CpuMode
 from driver.plugin import PreparedDevice
 from driver.state.journal import Journal, JournalEntry, journal_path
-from tests.support.hosttree import write_host_tree
-from tests.support.topologies import TOPOLOGIES
+from harness.hosttree import write_host_tree
+from harness.topologies import TOPOLOGIES
 
 ROOT = Path(__file__).resolve().parents[3]
 NUMA = 'device.attributes["resource.kubernetes.io"].numaNode'

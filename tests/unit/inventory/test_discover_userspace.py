@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from driver.cli import main
-from tests.support.hostspec import GpuSpec, Topology
-from tests.support.hosttree import write_host_tree
-from tests.support.nvidia import (
+from harness.hostspec import GpuSpec, Topology
+from harness.hosttree import write_host_tree
+from harness.nvidia import (
     NvidiaDriver,
     ToolkitGpu,
     make_char_devices,

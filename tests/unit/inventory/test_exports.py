@@ -22,10 +22,10 @@ MODULES = [
     "driver.kube.quantity",
     "driver.slices.builder",
     "driver.slices.validation",
-    "tests.support.hostspec",
-    "tests.support.nvidia",
-    "tests.support.hosttree",
-    "tests.support.topologies",
+    "harness.hostspec",
+    "harness.hosttree",
+    "harness.topologies",
+    "harness.nvidia",
     "driver.cli.discover",
 ]
 

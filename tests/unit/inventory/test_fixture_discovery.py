@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from driver.inventory.model import NumaNode
-from tests.support.topologies import HOSTILE_PRODUCT_NAME
+from harness.topologies import HOSTILE_PRODUCT_NAME
 from tests.unit.inventory.trees import inventory
 
 DGX_ROOTS = [0x15, 0x26, 0x37, 0x48, 0x95, 0xA6, 0xB7, 0xC8]

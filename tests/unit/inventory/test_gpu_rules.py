@@ -14,7 +14,7 @@ from driver.inventory.discovery import discover
 from driver.inventory.facts import HostFacts, NvidiaFacts, PciFacts
 from driver.inventory.model import Gpu, Inventory, SkippedDevice
 from driver.inventory.probe import probe_host
-from tests.support.hosttree import GpuSpec, Topology, write_host_tree
+from harness.hosttree import GpuSpec, Topology, write_host_tree
 from tests.unit.inventory.trees import host_tree, inventory
 
 BDF = "0000:18:00.0"

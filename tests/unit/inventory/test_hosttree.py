@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.hosttree import TOPOLOGIES, Topology, write_host_tree
+from harness.hosttree import TOPOLOGIES, Topology, write_host_tree
 from tests.unit.inventory.trees import host_tree
 
 

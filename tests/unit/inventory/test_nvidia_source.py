@@ -10,9 +10,9 @@ from driver.inventory.nodeaccess import access_gid
 from driver.inventory.nvidia_source import UserspaceSource, choose_source
 from driver.inventory.nvidia_toolkit import ToolkitSpecFinder
 from driver.inventory.nvidia_userspace import discover_driver_userspace
-from tests.support.hostspec import GpuSpec, Topology
-from tests.support.hosttree import write_host_tree
-from tests.support.nvidia import NvidiaDriver, write_nvidia_driver
+from harness.hostspec import GpuSpec, Topology
+from harness.hosttree import write_host_tree
+from harness.nvidia import NvidiaDriver, write_nvidia_driver
 
 TOPOLOGY = Topology(
     name="one-nvidia", gpus=(GpuSpec(bus_id="0000:17:00.0", nvidia_minor=0, nvidia_uuid="GPU-1"),)

@@ -15,9 +15,9 @@ from driver.inventory.model import Gpu
 from driver.inventory.nvidia_source import UserspaceSource, choose_source
 from driver.inventory.nvidia_toolkit import MAX_SPEC_BYTES, ToolkitSpecFinder
 from driver.inventory.nvidia_userspace import discover_driver_userspace
-from tests.support.hostspec import GpuSpec, Topology
-from tests.support.hosttree import write_host_tree
-from tests.support.nvidia import (
+from harness.hostspec import GpuSpec, Topology
+from harness.hosttree import write_host_tree
+from harness.nvidia import (
     NvidiaDriver,
     ToolkitGpu,
     make_char_devices,

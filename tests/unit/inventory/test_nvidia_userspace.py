@@ -15,7 +15,7 @@ from driver.inventory.nvidia_userspace import (
     discover_driver_userspace,
     driver_version,
 )
-from tests.support.nvidia import NvidiaDriver, write_nvidia_driver
+from harness.nvidia import NvidiaDriver, write_nvidia_driver
 
 V = "550.54.15"
 LIB = "/usr/lib/x86_64-linux-gnu"

@@ -13,7 +13,7 @@ from structlog.testing import capture_logs
 
 from driver.inventory.discovery import discover
 from driver.inventory.model import DeviceKind, Inventory, MemoryKind, NumaNode
-from tests.support.hosttree import TOPOLOGIES, Topology, write_host_tree
+from harness.hosttree import TOPOLOGIES, Topology, write_host_tree
 from tests.unit.inventory.trees import inventory
 
 GiB = 1024**3

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from driver.inventory.discovery import discover
 from driver.inventory.model import Inventory
-from tests.support.hosttree import TOPOLOGIES, write_host_tree
+from harness.hosttree import TOPOLOGIES, write_host_tree
 
 __all__ = ["host_tree", "inventory"]
 

@@ -6,7 +6,7 @@ import pytest
 
 from driver.errors import KubeError
 from driver.kube.client import KubeClient, error_kind, slice_field_selector
-from tests.support.fakeapiserver import FakeApiServer, Fault
+from harness.fakeapiserver import FakeApiServer, Fault
 
 
 @pytest.mark.parametrize(

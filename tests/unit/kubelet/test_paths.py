@@ -9,7 +9,7 @@ import pytest
 from driver.errors import ConfigError
 from driver.kubelet import paths
 from driver.kubelet.registration import supported_versions
-from tests.support.kubeletclient import pick_dra_service, pick_health_service
+from harness.kubeletclient import pick_dra_service, pick_health_service
 
 POD_UID = "9b2f6c1e-5a4d-4e3b-8c7a-1f0e2d3c4b5a"
 

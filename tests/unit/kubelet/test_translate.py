@@ -134,7 +134,7 @@ def _results() -> dict[str, PrepareResult]:
 
 def test_prepare_response_v1_roundtrip() -> None:
     """v1 keeps share_id where given and leaves it unset (not empty) elsewhere; errors per UID."""
-    wire = translate.prepare_response_v1(_results()).SerializeToString()
+    wire = translate.prepare_response(translate.DRA_V1, _results()).SerializeToString()
     back = dra_v1_pb2.NodePrepareResourcesResponse.FromString(wire)
     assert set(back.claims) == {"ok", "bad", "empty"}
     gpu, nic = back.claims["ok"].devices
@@ -147,10 +147,17 @@ def test_prepare_response_v1_roundtrip() -> None:
     assert back.claims["empty"].error == "" and not back.claims["empty"].devices
 
 
+def test_the_versions_are_read_from_their_modules() -> None:
+    """Each version's service name and whether its Device has share_id come from its descriptor."""
+    assert translate.DRA_V1.service == "k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin"
+    assert translate.DRA_V1BETA1.service == "k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin"
+    assert (translate.DRA_V1.share_id, translate.DRA_V1BETA1.share_id) == (True, False)
+
+
 def test_prepare_response_v1beta1_has_no_share_id() -> None:
     """v1beta1 carries the same devices; share_id does not exist in its schema."""
     back = dra_v1beta1_pb2.NodePrepareResourcesResponse.FromString(
-        translate.prepare_response_v1beta1(_results()).SerializeToString()
+        translate.prepare_response(translate.DRA_V1BETA1, _results()).SerializeToString()
     )
     gpu, _ = back.claims["ok"].devices
     assert gpu.device_name == "gpu-0"
@@ -159,16 +166,13 @@ def test_prepare_response_v1beta1_has_no_share_id() -> None:
 
 
 @pytest.mark.parametrize(
-    "build",
-    [
-        pytest.param(translate.unprepare_response_v1, id="v1"),
-        pytest.param(translate.unprepare_response_v1beta1, id="v1beta1"),
-    ],
+    "api",
+    [pytest.param(translate.DRA_V1, id="v1"), pytest.param(translate.DRA_V1BETA1, id="v1beta1")],
 )
-def test_unprepare_response_keeps_empty_entries(build: object) -> None:
+def test_unprepare_response_keeps_empty_entries(api: translate.DraApi) -> None:
     """A successful unprepare still has a (empty) map entry on the wire."""
-    msg = build({"done": "", "failed": "busy"})  # type: ignore[operator]
-    back = type(msg).FromString(msg.SerializeToString())
+    msg = translate.unprepare_response(api, {"done": "", "failed": "busy"})
+    back = api.messages.NodeUnprepareResourcesResponse.FromString(msg.SerializeToString())
     assert set(back.claims) == {"done", "failed"}
     assert back.claims["done"].error == ""
     assert back.claims["failed"].error == "busy"
@@ -255,5 +259,7 @@ def test_every_claim_gets_exactly_one_entry(claims: list[ClaimRef]) -> None:
     assert len(valid) == len(set(valid))
     assert set(valid).isdisjoint(check.rejected)
     assert set(valid) | set(check.rejected) == {c.uid for c in claims}
-    response = translate.prepare_response_v1(translate.complete_results(check.valid, {}, check.rejected))
+    response = translate.prepare_response(
+        translate.DRA_V1, translate.complete_results(check.valid, {}, check.rejected)
+    )
     assert set(response.claims) == {c.uid for c in claims}

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from driver.errors import CpuExhaustedError
 from driver.inventory.model import Cpu
 from driver.pinning.allocator import allocate_cpus, free_cpus
-from tests.unit.pinning.topo import synthetic_cpus
+from harness.synthetic import synthetic_cpus
 
 
 def _whole_cores(cpus: tuple[Cpu, ...], chosen: frozenset[int]) -> int:

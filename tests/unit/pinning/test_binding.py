@@ -7,7 +7,7 @@ import pytest
 from driver.errors import PinningError, PinRefusedError
 from driver.pinning.binding import bind, claim_binding
 from driver.pinning.types import ClaimBinding, ClaimPinning, CpuAssignment, CpuMode, PreparedClaimView
-from tests.unit.pinning.topo import synthetic_inventory
+from harness.synthetic import synthetic_inventory
 
 MAIN = CpuAssignment("main", CpuMode.EXCLUSIVE, frozenset({2, 3}), frozenset({0}))
 POOL = CpuAssignment("sidecar", CpuMode.SHARED, frozenset({4}), frozenset({0}))

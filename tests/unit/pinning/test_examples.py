@@ -11,7 +11,7 @@ import yaml
 from driver.claims.config import decode_parameters
 from driver.pinning.planner import CpuPlanner
 from driver.pinning.types import CpuMode, CpuRequest
-from tests.unit.pinning.topo import synthetic_inventory
+from harness.synthetic import synthetic_inventory
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "deploy" / "examples"
 NUMA = "resource.kubernetes.io/numaNode"

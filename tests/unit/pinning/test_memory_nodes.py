@@ -11,7 +11,7 @@ from driver.inventory.discovery import discover
 from driver.inventory.model import Inventory
 from driver.pinning.planner import CpuPlanner, mems_for_devices
 from driver.pinning.types import CpuMode, CpuRequest
-from tests.support.hosttree import TOPOLOGIES, Topology, write_host_tree
+from harness.hosttree import TOPOLOGIES, Topology, write_host_tree
 from tests.unit.inventory.trees import inventory
 
 GPU = "gpu-0009-01-00-0"

@@ -10,7 +10,7 @@ from driver.errors import ClaimError, CpuExhaustedError, PinningError
 from driver.inventory.model import Gpu, Inventory, Nic, PciTopology
 from driver.pinning.planner import CpuPlanner, mems_for_devices
 from driver.pinning.types import CpuMode, CpuRequest, marker_env
-from tests.unit.pinning.topo import synthetic_inventory
+from harness.synthetic import synthetic_inventory
 
 EXCL = CpuMode.EXCLUSIVE
 SHARED = CpuMode.SHARED

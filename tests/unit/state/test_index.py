@@ -128,3 +128,18 @@ def test_views_are_what_pinning_reads_of_each_entry() -> None:
     assert [v.claim_uid for v in index.views()] == ["a", "b", "c"]
     reads = journal.reads
     assert index.view("zz") is None and journal.reads == reads + 1  # a miss refreshes once
+
+
+def test_claimed_cpus_refresh_a_stale_index() -> None:
+    """The node's shared pool is every CPU no claim holds: a container started right after a
+    prepare, before the housekeeping round, must not get the CPUs that prepare made exclusive."""
+    journal = _Journal()
+    index = PreparedIndex(journal)
+    index.refresh()
+    journal.entries.append(_entry("new", "gpu-1", frozenset({4, 5})))
+    index.invalidate()  # what every prepare does
+    assert index.claimed_cpus() == frozenset({4, 5})
+    assert not index.stale
+    reads = journal.reads
+    assert index.claimed_cpus() == frozenset({4, 5})
+    assert journal.reads == reads  # fresh: served from the copy

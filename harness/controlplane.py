@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tests.support.poll import free_port, wait_for
+from harness.poll import free_port, wait_for
 
 __all__ = [
     "COMPONENTS",
@@ -221,7 +221,7 @@ class Process:
 
 def _kubernetes_module_version() -> str:
     """The k8s.io/kubernetes version drakubelet is built from (tests/e2e/k8s/go.mod); it has no --version."""
-    go_mod = Path(__file__).resolve().parent / "k8s" / "go.mod"
+    go_mod = Path(__file__).resolve().parents[1] / "tests" / "e2e" / "k8s" / "go.mod"
     for line in go_mod.read_text().splitlines() if go_mod.exists() else ():
         parts = line.split()
         if len(parts) >= 2 and parts[0] == "k8s.io/kubernetes":

@@ -2,14 +2,14 @@
 host, mixed-vendor GPU node, and the NUMA shapes of issue 21: a Grace Hopper node (GPU memory as a
 CPU-less node), a two-socket node with sub-NUMA clustering, a node with a CXL memory expander.
 
-Each is a :class:`~tests.support.hosttree.Topology`; generate it with
-:func:`~tests.support.hosttree.write_host_tree`. The figures are part of the contract that tests
+Each is a :class:`~harness.hosttree.Topology`; generate it with
+:func:`~harness.hosttree.write_host_tree`. The figures are part of the contract that tests
 assert on, so change them only together with those tests.
 """
 
 from __future__ import annotations
 
-from tests.support.hostspec import GiB_KIB, GpuSpec, NicSpec, NodeSpec, Topology, VfSpec
+from harness.hostspec import GiB_KIB, GpuSpec, NicSpec, NodeSpec, Topology, VfSpec
 
 __all__ = [
     "HOSTILE_PRODUCT_NAME",

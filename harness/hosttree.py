@@ -17,8 +17,8 @@ import os
 from pathlib import Path
 
 from driver.pinning.types import format_cpulist
-from tests.support.hostspec import GiB_KIB, GpuSpec, NicSpec, NodeSpec, Topology, VfSpec
-from tests.support.topologies import TOPOLOGIES
+from harness.hostspec import GiB_KIB, GpuSpec, NicSpec, NodeSpec, Topology, VfSpec
+from harness.topologies import TOPOLOGIES
 
 __all__ = [
     "TOPOLOGIES",

@@ -28,10 +28,10 @@ from driver._proto import (
     pluginregistration_v1_pb2_grpc,
 )
 from driver.plugin import ClaimRef
-from tests.support.fakeplugin import StubClaims
 
 __all__ = [
     "KUBELET_DRA_SERVICES",
+    "ClaimSink",
     "DraVersion",
     "HealthStream",
     "HealthVersion",
@@ -46,6 +46,14 @@ HealthVersion = Literal["v1", "v1alpha1"]
 
 #: what a 1.37 kubelet speaks, in its own order of preference
 KUBELET_DRA_SERVICES = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
+
+
+class ClaimSink(Protocol):
+    """A stand-in apiserver that can be made to hold a claim (``tests.support.fakeplugin.StubClaims``)."""
+
+    def add(self, ref: ClaimRef) -> None:
+        """Make ``ref`` exist."""
+        ...
 
 
 class HealthStream(Protocol):
@@ -109,7 +117,7 @@ class KubeletClient:
     prepare is made to exist there first, as a real kubelet names only claims that exist.
     """
 
-    def __init__(self, claims: StubClaims | None = None) -> None:
+    def __init__(self, claims: ClaimSink | None = None) -> None:
         self._channels: dict[str, grpc.Channel] = {}
         self._claims = claims
 

@@ -1,6 +1,6 @@
 """Stand-ins for an NVIDIA node's user space: a driver root in a host tree, and a toolkit-style CDI spec.
 
-:func:`write_nvidia_driver` adds to a host tree (:func:`tests.support.hosttree.write_host_tree`)
+:func:`write_nvidia_driver` adds to a host tree (:func:`harness.hosttree.write_host_tree`)
 what the NVIDIA driver installs: the kernel module's version files (``sys/module/nvidia/version``,
 ``proc/driver/nvidia/version``), the user-space libraries with their version suffix and the SONAME
 and development links the installer makes, ``nvidia-smi`` and friends, the GSP firmware, and

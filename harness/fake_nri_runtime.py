@@ -212,7 +212,7 @@ def container(
     env: list[str] | None = None,
     cpus: str = "",
     mems: str = "",
-    state: int = nri.CONTAINER_RUNNING,
+    state: nri.ContainerState = nri.CONTAINER_RUNNING,
     sandbox: str = "pod-1",
 ) -> nri.Container:
     """An NRI Container message with the given env and current cpuset."""

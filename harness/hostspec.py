@@ -1,7 +1,7 @@
 """Compact host topology descriptions (dataclasses) for the host-tree generator.
 
-Kept apart from the writer so that :mod:`tests.support.topologies` can build on them without an
-import cycle; import everything from :mod:`tests.support.hosttree`.
+Kept apart from the writer so that :mod:`harness.topologies` can build on them without an
+import cycle; import everything from :mod:`harness.hosttree`.
 """
 
 from __future__ import annotations
