@@ -43,8 +43,9 @@ from driver.kube.types import JsonObject
 from driver.log import get_logger
 from driver.pinning.types import ClaimPinning, CpuRequest, format_cpulist
 from driver.plugin import Claim, ClaimRef, PreparedDevice, PrepareResult
+from driver.state.entry import JournalEntry, StoredFile
 from driver.state.evidence import Evidence, holds_only
-from driver.state.journal import Journal, JournalEntry, StoredFile, journal_path
+from driver.state.journal import Journal, journal_path
 from driver.untrusted.files import read_file
 
 __all__ = ["ClaimsDriver", "InventoryProvider", "PinPlanner", "StatusWriter"]

@@ -15,7 +15,7 @@ from driver.inventory.model import Gpu, Inventory, Nic
 from driver.inventory.svg import Overlay, overlay_from_claims, render_html, render_svg
 
 if TYPE_CHECKING:
-    from driver.state.journal import JournalEntry
+    from driver.state.entry import JournalEntry
 
 __all__ = ["PICTURE_FORMATS", "health_of", "overlay_for", "picture"]
 

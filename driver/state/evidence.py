@@ -50,7 +50,7 @@ from driver.pinning.types import (
     parse_cpulist,
 )
 from driver.plugin import PreparedDevice
-from driver.state.journal import JournalEntry, StoredFile
+from driver.state.entry import JournalEntry, StoredFile
 from driver.untrusted.files import read_file_text
 from driver.untrusted.values import loads_json
 
