@@ -41,7 +41,7 @@ from driver.errors import ClaimError, PinningError, is_recoverable
 from driver.inventory.model import DeviceKind, Inventory
 from driver.kube.types import JsonObject
 from driver.log import get_logger
-from driver.pinning.types import ClaimPinning, CpuRequest, format_cpulist
+from driver.pinning.types import ClaimPinning, CpuRequest
 from driver.plugin import Claim, ClaimRef, PreparedDevice, PrepareResult
 from driver.state.entry import JournalEntry, StoredFile
 from driver.state.evidence import Evidence, holds_only
@@ -122,15 +122,7 @@ def _prepared_keys(entry: JournalEntry) -> dict[str, Any]:
     if entry.reserved_pods is not None:
         keys["pods"] = list(entry.reserved_pods)
     if entry.pinning is not None:
-        keys["pinning"] = [
-            {
-                "request": a.request,
-                "mode": a.mode.value,
-                "cpus": format_cpulist(a.cpus),
-                "mems": format_cpulist(a.mems),
-            }
-            for a in entry.pinning.assignments
-        ]
+        keys["pinning"] = [a.log_fields() for a in entry.pinning.assignments]
     return keys
 
 

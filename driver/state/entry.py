@@ -12,8 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from driver.inventory.cpulist import MAX_CPUS, MAX_NODES
-from driver.pinning.types import ClaimPinning, CpuAssignment, CpuMode
+from driver.pinning.types import ClaimPinning, CpuAssignment
 from driver.plugin import PreparedDevice
 from driver.untrusted.values import bounded_int
 
@@ -81,15 +80,7 @@ class JournalEntry:
         if self.adopted:  # only then: prepared entries keep their text
             out["adopted"] = True
         if self.pinning is not None:
-            out["pinning"] = [
-                {
-                    "request": a.request,
-                    "mode": a.mode.value,
-                    "cpus": sorted(a.cpus),
-                    "mems": sorted(a.mems),
-                }
-                for a in self.pinning.assignments
-            ]
+            out["pinning"] = [a.to_json() for a in self.pinning.assignments]
         return out
 
     @classmethod
@@ -100,18 +91,7 @@ class JournalEntry:
         pinning = None
         if pinning_raw is not None:
             pinning = ClaimPinning(
-                claim_uid=uid,
-                assignments=tuple(
-                    CpuAssignment(
-                        request=_str(a["request"]),
-                        mode=CpuMode(a["mode"]),
-                        cpus=frozenset(bounded_int(c, what="cpu", lo=0, hi=MAX_CPUS - 1) for c in a["cpus"]),
-                        mems=frozenset(
-                            bounded_int(m, what="memory node", lo=0, hi=MAX_NODES - 1) for m in a["mems"]
-                        ),
-                    )
-                    for a in pinning_raw
-                ),
+                claim_uid=uid, assignments=tuple(CpuAssignment.from_json(a) for a in pinning_raw)
             )
         return cls(
             namespace=_str(obj["namespace"]),

@@ -155,16 +155,7 @@ def _entry_text(entry: JournalEntry) -> str:
     )
     pinning = "null"
     if entry.pinning is not None:
-        pinning = "[{}]".format(
-            ",".join(
-                [
-                    f'{{"cpus":[{",".join(map(str, sorted(a.cpus)))}],'
-                    f'"mems":[{",".join(map(str, sorted(a.mems)))}],'
-                    f'"mode":{_quote(a.mode.value)},"request":{_quote(a.request)}}}'
-                    for a in entry.pinning.assignments
-                ]
-            )
-        )
+        pinning = f"[{','.join([a.json_text() for a in entry.pinning.assignments])}]"
     admin = f'"adminDevices":{_strings(entry.admin_devices)},' if entry.admin_devices else ""
     adopted = '"adopted":true,' if entry.adopted else ""
     pods = "" if entry.reserved_pods is None else f'"reservedPods":{_strings(entry.reserved_pods)},'
