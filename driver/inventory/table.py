@@ -17,10 +17,10 @@ from driver.inventory.cpulist import format_cpulist
 from driver.inventory.model import Cpu, Gpu, Inventory, Nic, NumaNode, SkippedDevice
 from driver.inventory.nvidia_source import SourceChoice, UserspaceSource
 
-__all__ = ["render_table"]
+__all__ = ["format_size", "hugepage_size", "memory_summary", "render_table"]
 
 
-def _size(value: int) -> str:
+def format_size(value: int) -> str:
     """Bytes as a short binary size ("1.0 TiB", "512 MiB")."""
     size = float(value)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
@@ -36,7 +36,8 @@ def _clip(text: str, width: int = 48) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _page(kib: int) -> str:
+def hugepage_size(kib: int) -> str:
+    """A hugepage size in KiB as Kubernetes spells it in resource names ("2Mi", "1Gi")."""
     return f"{kib // 1024 // 1024}Gi" if kib >= 1024 * 1024 else f"{kib // 1024}Mi"
 
 
@@ -65,8 +66,8 @@ def _node_line(node: NumaNode, cpus: Sequence[Cpu], reserved: frozenset[int]) ->
         owner = f" of GPU {node.gpu_bus_id}" if node.gpu_bus_id else ""
         socket = "?" if node.socket is None else str(node.socket)
         lines.append(f"  kind      {(node.memory_kind or 'unknown')} memory{owner}, socket {socket}")
-    lines.append(f"  memory    {_size(node.memory_bytes)}")
-    pages = ", ".join(f"{_page(size)} x {count}" for size, count in node.hugepages) or "none"
+    lines.append(f"  memory    {format_size(node.memory_bytes)}")
+    pages = ", ".join(f"{hugepage_size(size)} x {count}" for size, count in node.hugepages) or "none"
     lines.append(f"  hugepages {pages}")
     if len(node.distances) > 1:
         lines.append(f"  distance  {' '.join(map(str, node.distances))}")
@@ -110,18 +111,18 @@ def _nic_line(nic: Nic) -> str:
     return f"  nic  {nic.name}  " + "  ".join(p for p in parts if p)
 
 
-def _memory_total(inventory: Inventory) -> str:
+def memory_summary(inventory: Inventory) -> str:
     """The NUMA nodes' memory (what the cpu devices publish), and the host's MemTotal when it differs.
 
     Some VMs report less memory on their nodes than /proc/meminfo holds; printing only the nodes'
     sum there would understate the machine, and printing only MemTotal would overstate what is
     published, so the table says which is which.
     """
-    nodes = _size(sum(n.memory_bytes for n in inventory.numa_nodes))
+    nodes = format_size(sum(n.memory_bytes for n in inventory.numa_nodes))
     text = f"{nodes} NUMA-node memory"
     host = inventory.memory_total_bytes
-    if host is not None and _size(host) != nodes:
-        text += f" (host MemTotal {_size(host)})"
+    if host is not None and format_size(host) != nodes:
+        text += f" (host MemTotal {format_size(host)})"
     return text
 
 
@@ -160,7 +161,7 @@ def render_table(
     if facts:
         lines.append("host      " + ", ".join(f"{k} {_clip(v, 64)}" for k, v in sorted(facts.items())))
     lines.append(
-        f"total     {len(inventory.cpus)} CPUs, {_memory_total(inventory)}, {len(inventory.numa_nodes)} NUMA"
+        f"total     {len(inventory.cpus)} CPUs, {memory_summary(inventory)}, {len(inventory.numa_nodes)} NUMA"
         f" node(s), {len(inventory.gpus)} GPU(s), {len(inventory.nics)} NIC(s)"
     )
     if userspace is not None and any(g.vendor == "nvidia" for g in inventory.gpus):
