@@ -1,4 +1,4 @@
-"""The glue between the CLIs and :mod:`driver.inventory.svg`: health readings and journal claims.
+"""The glue between the CLIs and :mod:`driver.presentation.svg`: health readings and journal claims.
 
 ``numadra discover -o svg|html`` draws the host as discovered, with one health reading per device
 (the same :class:`~driver.health.signals.SignalReader` the driver polls; no history, so an AER
@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from driver.inventory.model import Gpu, Inventory, Nic
-from driver.inventory.svg import Overlay, overlay_from_claims, render_html, render_svg
+from driver.presentation.svg import Overlay, overlay_from_claims, render_html, render_svg
 
 if TYPE_CHECKING:
     from driver.state.entry import JournalEntry
