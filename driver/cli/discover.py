@@ -72,7 +72,7 @@ def register(sub: Any) -> None:
 def _run(args: argparse.Namespace) -> int:
     from driver.inventory.discovery import discover
     from driver.inventory.model import kept_out_cpus
-    from driver.inventory.table import render_table
+    from driver.presentation.table import render_table
     from driver.slices.builder import build_slices
 
     node_name = check_node_name(args.node_name or default_node_name())

@@ -7,7 +7,7 @@ distance table is drawn as a small matrix. Claims colour the CPUs and devices th
 legend (``namespace/name``); health draws the outline (red: Unhealthy, amber: Unknown, dashed:
 tainted in the published slice).
 
-Pure (data in, text out, same model as :mod:`driver.inventory.table`), built with
+Pure (data in, text out, same model as :mod:`driver.presentation.table`), built with
 :mod:`xml.etree.ElementTree` so every label is escaped by the serializer, never by hand. Nothing
 is loaded from the network: the generic ``monospace`` family, no scripts, so the file renders the
 same offline, in a browser, or embedded in a README. Every CPU and device element carries
@@ -28,7 +28,7 @@ from xml.etree import ElementTree as ET
 
 from driver.inventory.cpulist import format_cpulist
 from driver.inventory.model import Cpu, Gpu, Inventory, Nic, NumaNode
-from driver.inventory.table import format_size, hugepage_size, memory_summary
+from driver.presentation.table import format_size, hugepage_size, memory_summary
 
 __all__ = ["PALETTE", "Overlay", "build_svg", "overlay_from_claims", "render_html", "render_svg"]
 
