@@ -28,7 +28,7 @@ from xml.etree import ElementTree as ET
 
 from driver.inventory.cpulist import format_cpulist
 from driver.inventory.model import Cpu, Gpu, Inventory, Nic, NumaNode
-from driver.presentation.table import format_size, hugepage_size, memory_summary
+from driver.presentation.sizes import format_size, hugepage_size, memory_summary
 
 __all__ = ["PALETTE", "Overlay", "build_svg", "overlay_from_claims", "render_html", "render_svg"]
 
