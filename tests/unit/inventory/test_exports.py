@@ -19,6 +19,7 @@ MODULES = [
     "driver.inventory.probe",
     "driver.inventory.watch",
     "driver.kube.quantity",
+    "driver.presentation.picture",
     "driver.presentation.sizes",
     "driver.presentation.table",
     "driver.slices.builder",
