@@ -34,15 +34,16 @@ from cdi.spec import CdiSpecError
 from driver.claims.attributes import PublishedAttributes
 from driver.claims.hostedits import DeviceExtras, HostEdits, UserspaceWarnings
 from driver.claims.metadata import METADATA_DIR, metadata_dir, metadata_file_glob, metadata_files
-from driver.claims.names import check_claim_uid, describe_claim, dir_prefix
+from driver.claims.names import dir_prefix
 from driver.claims.render import CpuHook, claim_spec, claim_spec_file_name
 from driver.claims.selection import SHAREABLE_KINDS, ClaimView, cpu_requests, memory_nodes, select_devices
 from driver.errors import ClaimError, PinningError, is_recoverable
 from driver.inventory.model import DeviceKind, Inventory
 from driver.kube.types import JsonObject
 from driver.log import get_logger
+from driver.names import check_claim_uid
 from driver.pinning.types import ClaimPinning, CpuRequest
-from driver.plugin import Claim, ClaimRef, PreparedDevice, PrepareResult
+from driver.plugin import Claim, ClaimRef, PreparedDevice, PrepareResult, describe_claim
 from driver.state.entry import JournalEntry, StoredFile
 from driver.state.evidence import Evidence, holds_only
 from driver.state.journal import Journal, journal_path

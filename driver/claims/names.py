@@ -1,10 +1,7 @@
-"""Validation of the names that reach file paths, and request-name handling.
+"""The text of the paths prepare writes: claim files below a few directories.
 
-Claim namespaces, names, UIDs and request names end up in file names (CDI specs, metadata
-directories); a name like ``../x`` must be refused before it gets near the file system, with an
-error that quotes it. The rules are the apiserver's own (DNS label / subdomain), so a real claim
-always passes; the rules themselves, and the checks of a claim reference the kubelet layer applies
-too, live in :mod:`driver.names`; ``describe_claim`` lives with ``ClaimRef`` in :mod:`driver.plugin`.
+The names that go into those paths (claim UIDs, request names) are checked first by the rules in
+:mod:`driver.names`, so a name like ``../x`` never gets near the file system.
 """
 
 from __future__ import annotations
@@ -12,31 +9,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from driver.names import check_claim_name, check_claim_uid, check_namespace, is_dns_label
-from driver.plugin import describe_claim
-
-__all__ = [
-    "base_request_name",
-    "check_claim_name",
-    "check_claim_uid",
-    "check_namespace",
-    "check_request_name",
-    "describe_claim",
-    "dir_prefix",
-]
-
-
-def check_request_name(request: str) -> str:
-    """Return an error message unless ``request`` is ``<req>`` or ``<req>/<sub>`` of DNS labels."""
-    parts = request.split("/")
-    if len(parts) > 2 or not all(is_dns_label(p) for p in parts):
-        return f"invalid request name {request!r}: must be <request> or <request>/<subrequest> (DNS labels)"
-    return ""
-
-
-def base_request_name(request: str) -> str:
-    """The request a container references: ``"gpu/high-mem"`` -> ``"gpu"``."""
-    return request.partition("/")[0]
+__all__ = ["dir_prefix"]
 
 
 @functools.lru_cache(maxsize=64)
