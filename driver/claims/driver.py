@@ -34,7 +34,7 @@ from cdi.spec import CdiSpecError
 from driver.claims.attributes import PublishedAttributes
 from driver.claims.hostedits import DeviceExtras, HostEdits, UserspaceWarnings
 from driver.claims.metadata import METADATA_DIR, metadata_dir, metadata_file_glob, metadata_files
-from driver.claims.names import dir_prefix
+from driver.claims.paths import dir_prefix
 from driver.claims.render import CpuHook, claim_spec, claim_spec_file_name
 from driver.claims.selection import SHAREABLE_KINDS, ClaimView, cpu_requests, memory_nodes, select_devices
 from driver.errors import ClaimError, PinningError, is_recoverable

@@ -128,7 +128,7 @@ class Evidence:
         self.plugin_dir = plugin_dir
         self.driver_name = driver_name
         self.pool = pool
-        # the same text as the paths prepare writes (``driver.claims.names.dir_prefix``)
+        # the same text as the paths prepare writes (``driver.claims.paths.dir_prefix``)
         self._cdi_base = str(cdi_dir / "_")[:-1]
         self._meta_base = str(plugin_dir / _METADATA_DIR)
         vendor, _ = split_kind(f"{driver_name}/{_CLAIM_CLASS}")
