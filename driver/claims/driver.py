@@ -45,7 +45,7 @@ from driver.names import check_claim_uid
 from driver.pinning.types import ClaimPinning, CpuRequest
 from driver.plugin import Claim, ClaimRef, PreparedDevice, PrepareResult, describe_claim
 from driver.state.entry import JournalEntry, StoredFile
-from driver.state.evidence import Evidence, holds_only
+from driver.state.evidence import Evidence
 from driver.state.journal import Journal, journal_path
 from driver.untrusted.files import read_file
 
@@ -200,7 +200,7 @@ class ClaimsDriver:
                 ref, got = claim.ref, claim.obj
                 try:
                     entry = self._journal.get(ref.uid)
-                    if entry is not None and not holds_only(entry):
+                    if entry is not None and not entry.holds_devices_without_spec():
                         devices, changed = self._repeat(entry, got, ref, inventory, attrs)
                         dirty |= changed
                         results[ref.uid] = PrepareResult(devices=devices)

@@ -49,6 +49,12 @@ class JournalEntry:
     #: kubelet: its claim is checked against the apiserver and released once confirmed gone
     adopted: bool = False
 
+    def holds_devices_without_spec(self) -> bool:
+        """True for an entry rebuilt from metadata alone: it holds its devices, but the CDI spec that
+        gives them to a container is gone, so a repeat prepare must render the claim anew (every
+        prepared claim with devices has that spec otherwise)."""
+        return bool(self.devices) and not self.cdi_specs
+
     def files(self) -> tuple[StoredFile, ...]:
         """Every file of the claim: CDI specs then metadata files."""
         return self.cdi_specs + self.metadata_files

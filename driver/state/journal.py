@@ -237,7 +237,7 @@ class Journal:
         for entry in entries.values():
             self._index(entry)
 
-    def _recovery(self, problem: str, path: Path | None = None) -> JournalError:
+    def _recovery_error(self, problem: str, path: Path | None = None) -> JournalError:
         return journal_recovery_error(path or self.path, problem)
 
     def load(self, *, persist: bool = True) -> None:
@@ -254,7 +254,7 @@ class Journal:
         try:
             if not self._v1_checked:
                 if os.path.lexists(self.v1_path):
-                    raise self._recovery(
+                    raise self._recovery_error(
                         f"is a version 1 journal, which this numadra does not read (its journal is "
                         f"{self.path.name}; version 1 was never released)",
                         self.v1_path,
@@ -262,7 +262,7 @@ class Journal:
                 self._v1_checked = True
             replay = self._log.read()
         except OSError as exc:
-            raise self._recovery(f"cannot be read ({exc.strerror or exc})") from exc
+            raise self._recovery_error(f"cannot be read ({exc.strerror or exc})") from exc
         if replay.reset:
             self._reset({}, {})
             if not self._check_due or self._check_due == RESET_START:
@@ -274,7 +274,7 @@ class Journal:
             if put is None:
                 self._drop(uid)
                 continue
-            entry = self._entry(uid, put.entry, self.path)
+            entry = self._parse_entry(uid, put.entry, self.path)
             self._drop(uid)
             self._entries[uid] = entry
             self._text[uid] = put.text
@@ -311,7 +311,7 @@ class Journal:
                 self.save()
                 self._record_recoveries(found, reason)
             except OSError as exc:
-                raise self._recovery(
+                raise self._recovery_error(
                     f"lost {len(found)} prepared claim(s) and cannot record them again ({exc})"
                 ) from exc
         for item in found:
@@ -358,13 +358,13 @@ class Journal:
         finally:
             os.close(fd)
 
-    def _entry(self, uid: str, obj: Any, path: Path) -> JournalEntry:
+    def _parse_entry(self, uid: str, obj: Any, path: Path) -> JournalEntry:
         try:
             entry = JournalEntry.from_json(obj)
         except (KeyError, TypeError, ValueError) as exc:
-            raise self._recovery(f"is corrupt (entry {uid!r}: {exc!r})", path) from exc
+            raise self._recovery_error(f"is corrupt (entry {uid!r}: {exc!r})", path) from exc
         if entry.uid != uid:
-            raise self._recovery(f"is corrupt (entry {uid!r} has uid {entry.uid!r})", path)
+            raise self._recovery_error(f"is corrupt (entry {uid!r} has uid {entry.uid!r})", path)
         return entry
 
     def save(self) -> None:
