@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO))
 
 from cdi.io import atomic_write_bytes  # noqa: E402 (needs REPO on sys.path)
 from driver.plugin import PreparedDevice  # noqa: E402
-from driver.state.journal import JournalEntry, StoredFile  # noqa: E402
+from driver.state.entry import JournalEntry, StoredFile  # noqa: E402
 from driver.state.wal import JournalLog  # noqa: E402
 
 COUNTS = (0, 30, 100, 300)

@@ -29,6 +29,7 @@ from cdi.naming import (
 )
 from cdi.spec import (
     HOOK_NAMES,
+    KNOWN_VERSIONS,
     CdiSpecError,
     ContainerEdits,
     Device,
@@ -36,10 +37,10 @@ from cdi.spec import (
     Hook,
     Mount,
     Spec,
+    min_cdi_version,
     spec_from_json,
     validate_spec,
 )
-from cdi.version import KNOWN_VERSIONS, min_cdi_version
 
 __all__ = [
     "HOOK_NAMES",

@@ -8,7 +8,8 @@ final newline: ``"numadra.dev\\n"`` and ``"node1\\n"`` passed. Here every patter
 rule, so a caller cannot use one without the other.
 
 The rules are the apiserver's (``k8s.io/apimachinery/pkg/util/validation``): a real object's name
-always passes.
+always passes. A request name is ``<request>`` or ``<request>/<subrequest>``; containers and the
+kubelet only know the first part (:func:`base_request_name`).
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ __all__ = [
     "MAX_CLAIM_UID",
     "MAX_LABEL",
     "MAX_SUBDOMAIN",
+    "base_request_name",
     "check_claim_name",
     "check_claim_uid",
     "check_namespace",
+    "check_request_name",
     "is_c_identifier",
     "is_claim_uid",
     "is_dns_label",
@@ -83,3 +86,17 @@ def check_claim_uid(uid: str) -> str:
     if not is_claim_uid(uid):
         return f"invalid claim UID {uid!r}: letters, digits and '-' only"
     return ""
+
+
+def check_request_name(request: str) -> str:
+    """Return an error message unless ``request`` is ``<req>`` or ``<req>/<sub>`` of DNS labels."""
+    parts = request.split("/")
+    if len(parts) > 2 or not all(is_dns_label(p) for p in parts):
+        return f"invalid request name {request!r}: must be <request> or <request>/<subrequest> (DNS labels)"
+    return ""
+
+
+def base_request_name(request: str) -> str:
+    """``"gpu/high-mem"`` -> ``"gpu"``: containers reference, and the kubelet matches them on, the
+    base request name."""
+    return request.partition("/")[0]

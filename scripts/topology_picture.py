@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Regenerate docs/topology-dgx.png: the generated DGX topology with three example claims, drawn by
-``driver.inventory.svg`` and rasterized by headless Chromium. Run from the repo root:
+``driver.presentation.svg`` and rasterized by headless Chromium. Run from the repo root:
 ``.venv/bin/python scripts/topology_picture.py``."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # harness/ (the host-tree generator) is not installed
 
 from driver.inventory.discovery import discover  # noqa: E402 (needs REPO on sys.path)
-from driver.inventory.svg import build_svg, overlay_from_claims  # noqa: E402
+from driver.presentation.svg import build_svg, overlay_from_claims  # noqa: E402
 from harness.chromium import find_chromium, screenshot  # noqa: E402
 from harness.hosttree import write_host_tree  # noqa: E402
 from harness.topologies import dgx  # noqa: E402

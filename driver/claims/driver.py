@@ -34,17 +34,19 @@ from cdi.spec import CdiSpecError
 from driver.claims.attributes import PublishedAttributes
 from driver.claims.hostedits import DeviceExtras, HostEdits, UserspaceWarnings
 from driver.claims.metadata import METADATA_DIR, metadata_dir, metadata_file_glob, metadata_files
-from driver.claims.names import check_claim_uid, describe_claim, dir_prefix
+from driver.claims.paths import dir_prefix
 from driver.claims.render import CpuHook, claim_spec, claim_spec_file_name
 from driver.claims.selection import SHAREABLE_KINDS, ClaimView, cpu_requests, memory_nodes, select_devices
 from driver.errors import ClaimError, PinningError, is_recoverable
 from driver.inventory.model import DeviceKind, Inventory
 from driver.kube.types import JsonObject
 from driver.log import get_logger
-from driver.pinning.types import ClaimPinning, CpuRequest, format_cpulist
-from driver.plugin import Claim, ClaimRef, PreparedDevice, PrepareResult
-from driver.state.evidence import Evidence, holds_only
-from driver.state.journal import Journal, JournalEntry, StoredFile, journal_path
+from driver.names import check_claim_uid
+from driver.pinning.types import ClaimPinning, CpuRequest
+from driver.plugin import Claim, ClaimRef, PreparedDevice, PrepareResult, describe_claim
+from driver.state.entry import JournalEntry, StoredFile
+from driver.state.evidence import Evidence
+from driver.state.journal import Journal, journal_path
 from driver.untrusted.files import read_file
 
 __all__ = ["ClaimsDriver", "InventoryProvider", "PinPlanner", "StatusWriter"]
@@ -121,15 +123,7 @@ def _prepared_keys(entry: JournalEntry) -> dict[str, Any]:
     if entry.reserved_pods is not None:
         keys["pods"] = list(entry.reserved_pods)
     if entry.pinning is not None:
-        keys["pinning"] = [
-            {
-                "request": a.request,
-                "mode": a.mode.value,
-                "cpus": format_cpulist(a.cpus),
-                "mems": format_cpulist(a.mems),
-            }
-            for a in entry.pinning.assignments
-        ]
+        keys["pinning"] = [a.log_fields() for a in entry.pinning.assignments]
     return keys
 
 
@@ -206,7 +200,7 @@ class ClaimsDriver:
                 ref, got = claim.ref, claim.obj
                 try:
                     entry = self._journal.get(ref.uid)
-                    if entry is not None and not holds_only(entry):
+                    if entry is not None and not entry.holds_devices_without_spec():
                         devices, changed = self._repeat(entry, got, ref, inventory, attrs)
                         dirty |= changed
                         results[ref.uid] = PrepareResult(devices=devices)

@@ -49,7 +49,7 @@ from types import MappingProxyType
 from typing import Any
 
 from cdi import Mount
-from driver.claims.names import dir_prefix
+from driver.claims.paths import dir_prefix
 from driver.claims.selection import AllocatedDevice, ClaimView
 from driver.inventory.model import InventoryDevice, Nic
 from driver.log import get_logger

@@ -18,11 +18,10 @@ from driver.claims.config import (
     decode_parameters,
     effective_config,
 )
-from driver.claims.names import base_request_name, check_request_name
 from driver.errors import ClaimError, ConfigDecodeError
 from driver.inventory.model import DeviceKind, Gpu, Inventory, InventoryDevice, Nic, NumaNode
 from driver.kube.types import JsonObject
-from driver.names import is_claim_uid
+from driver.names import base_request_name, check_request_name, is_claim_uid
 from driver.pinning.types import CpuMode, CpuRequest
 from driver.plugin import ClaimRef
 

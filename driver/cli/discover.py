@@ -72,7 +72,7 @@ def register(sub: Any) -> None:
 def _run(args: argparse.Namespace) -> int:
     from driver.inventory.discovery import discover
     from driver.inventory.model import kept_out_cpus
-    from driver.inventory.table import render_table
+    from driver.presentation.table import render_table
     from driver.slices.builder import build_slices
 
     node_name = check_node_name(args.node_name or default_node_name())
@@ -99,7 +99,7 @@ def _run(args: argparse.Namespace) -> int:
         sys.stdout.write(render_table(inventory, reserved_cpus=reserved, userspace=userspace))
         return 0
     if args.output in ("svg", "html"):
-        from driver.cli._picture import overlay_for, picture
+        from driver.presentation.picture import overlay_for, picture
 
         overlay = overlay_for(inventory, host_root=args.host_root, reserved_cpus=reserved)
         sys.stdout.write(picture(inventory, overlay, args.output, title=f"numadra discover: {node_name}"))

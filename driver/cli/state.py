@@ -101,8 +101,8 @@ def _run(args: argparse.Namespace) -> int:
     path = journal.path
     entries = list(journal.entries())
     if args.output in ("svg", "html"):
-        from driver.cli._picture import overlay_for, picture
         from driver.inventory.discovery import discover
+        from driver.presentation.picture import overlay_for, picture
 
         inventory = discover(args.host_root)
         overlay = overlay_for(inventory, entries, host_root=args.host_root)

@@ -41,7 +41,7 @@ from driver.explain.model import (
 from driver.kube.quantity import format_quantity, parse_quantity
 from driver.kube.types import allocation_results
 from driver.pinning.types import format_cpulist
-from driver.state.journal import JournalEntry
+from driver.state.entry import JournalEntry
 
 __all__ = ["DeviceClass", "Usage", "default_device_classes", "explain_claim", "usage_from_journal"]
 

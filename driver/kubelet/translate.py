@@ -25,7 +25,15 @@ from driver._proto import (
     health_v1_pb2,
     health_v1alpha1_pb2,
 )
-from driver.names import MAX_CLAIM_UID, MAX_LABEL, MAX_SUBDOMAIN, is_claim_uid, is_dns_label, is_dns_subdomain
+from driver.names import (
+    MAX_CLAIM_UID,
+    MAX_LABEL,
+    MAX_SUBDOMAIN,
+    base_request_name,
+    is_claim_uid,
+    is_dns_label,
+    is_dns_subdomain,
+)
 from driver.plugin import ClaimRef, DeviceHealth, HealthState, PreparedDevice, PrepareResult
 
 __all__ = [
@@ -35,7 +43,6 @@ __all__ = [
     "MAX_HEALTH_MESSAGE_CHARS",
     "ClaimCheck",
     "DraApi",
-    "base_request_name",
     "check_claims",
     "claims_from_proto",
     "complete_errors",
@@ -157,11 +164,6 @@ def check_claims(claims: Sequence[ClaimRef]) -> ClaimCheck:
         else:
             valid.append(claim)
     return ClaimCheck(valid=tuple(valid), rejected=rejected)
-
-
-def base_request_name(request: str) -> str:
-    """``"gpu/high-mem"`` -> ``"gpu"``: the kubelet matches containers on base request names."""
-    return request.split("/", 1)[0]
 
 
 def _base_names(names: Iterable[str]) -> tuple[str, ...]:

@@ -6,11 +6,14 @@ NRI plugin, the CDI hook and the workload itself all see the same assignment.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from json.encoder import encode_basestring_ascii
+from typing import Any
 
 from driver.inventory.cpulist import MAX_CPUS, MAX_NODES, format_cpulist, parse_cpulist
+from driver.untrusted.values import bounded_int
 
 __all__ = [
     "ENV_CLAIM_UID",
@@ -54,12 +57,59 @@ class CpuMode(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class CpuAssignment:
-    """CPUs and memory nodes given to one request of a claim."""
+    """CPUs and memory nodes given to one request of a claim.
+
+    It has two spellings. The record (:meth:`to_json`, :meth:`from_json`, :meth:`json_text`) is
+    what the journal stores: sets as sorted integer lists, exact and stable, part of a checksummed
+    line. The log fields (:meth:`log_fields`) are for people: sets in the kernel's list format
+    ("0-3,8"), as ``numadra state`` and the marker variables print them.
+    """
 
     request: str  # base request name
     mode: CpuMode
     cpus: frozenset[int]
     mems: frozenset[int]
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as JSON: ``request``, ``mode``, ``cpus`` and ``mems`` (sorted lists)."""
+        return {
+            "request": self.request,
+            "mode": self.mode.value,
+            "cpus": sorted(self.cpus),
+            "mems": sorted(self.mems),
+        }
+
+    def json_text(self) -> str:
+        """``json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"))``, written directly:
+        the journal encodes every prepared claim's record on each call."""
+        return (
+            f'{{"cpus":[{",".join(map(str, sorted(self.cpus)))}],'
+            f'"mems":[{",".join(map(str, sorted(self.mems)))}],'
+            f'"mode":{encode_basestring_ascii(self.mode.value)},"request":{encode_basestring_ascii(self.request)}}}'
+        )
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> CpuAssignment:
+        """Parse a record read back from a file; raises KeyError, TypeError or ValueError (naming
+        the field) on a malformed one: a CPU or node outside the kernel's limits included."""
+        request = obj["request"]
+        if not isinstance(request, str):
+            raise TypeError(f"expected a string, got {type(request).__name__}")
+        return cls(
+            request=request,
+            mode=CpuMode(obj["mode"]),
+            cpus=frozenset(bounded_int(c, what="cpu", lo=0, hi=MAX_CPUS - 1) for c in obj["cpus"]),
+            mems=frozenset(bounded_int(m, what="memory node", lo=0, hi=MAX_NODES - 1) for m in obj["mems"]),
+        )
+
+    def log_fields(self) -> dict[str, str]:
+        """The assignment for a structured log line: CPU and node sets in the kernel's list format."""
+        return {
+            "request": self.request,
+            "mode": self.mode.value,
+            "cpus": format_cpulist(self.cpus),
+            "mems": format_cpulist(self.mems),
+        }
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
+from driver.state.entry import JournalEntry, StoredFile
 from driver.state.journal import (
     JOURNAL_FILE,
     JOURNAL_KIND,
     JOURNAL_VERSION,
     Journal,
-    JournalEntry,
-    StoredFile,
     journal_path,
 )
 

@@ -50,11 +50,11 @@ from driver.pinning.types import (
     parse_cpulist,
 )
 from driver.plugin import PreparedDevice
-from driver.state.journal import JournalEntry, StoredFile
+from driver.state.entry import JournalEntry, StoredFile
 from driver.untrusted.files import read_file_text
 from driver.untrusted.values import loads_json
 
-__all__ = ["Evidence", "Found", "holds_only"]
+__all__ = ["Evidence", "Found"]
 
 #: the spec class (``driver.claims.render.CLAIM_CDI_CLASS``) and the metadata dir
 #: (``driver.claims.metadata.METADATA_DIR``), spelled here so that reading state does not import
@@ -68,15 +68,8 @@ _MAX_READ = 4 << 20
 _log = get_logger("state.evidence")
 
 
-def _names_ok(namespace: str, name: str) -> bool:
+def _is_claim_name(namespace: str, name: str) -> bool:
     return is_dns_label(namespace) and is_dns_subdomain(name)
-
-
-def holds_only(entry: JournalEntry) -> bool:
-    """True for an entry rebuilt from metadata alone: it holds its devices, but the CDI spec that
-    gives them to a container is gone, so a repeat prepare must render the claim anew (every
-    prepared claim with devices has that spec otherwise)."""
-    return bool(entry.devices) and not entry.cdi_specs
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +83,7 @@ class Found:
 
 
 @dataclass(slots=True)
-class _Claim:
+class _ClaimFiles:
     """What the files of one UID say (filled while scanning)."""
 
     spec: str = ""
@@ -107,7 +100,7 @@ class _Streams:
     files: list[StoredFile] = field(default_factory=list)
 
 
-def _read(path: str) -> str:
+def _read_claim_file(path: str) -> str:
     """A file's text through :func:`driver.untrusted.files.read_file_text`: no link followed, no
     blocking open (a FIFO planted under a claim's name), a regular file of a plausible size."""
     return read_file_text(path, max_bytes=_MAX_READ)
@@ -128,7 +121,7 @@ class Evidence:
         self.plugin_dir = plugin_dir
         self.driver_name = driver_name
         self.pool = pool
-        # the same text as the paths prepare writes (``driver.claims.names.dir_prefix``)
+        # the same text as the paths prepare writes (``driver.claims.paths.dir_prefix``)
         self._cdi_base = str(cdi_dir / "_")[:-1]
         self._meta_base = str(plugin_dir / _METADATA_DIR)
         vendor, _ = split_kind(f"{driver_name}/{_CLAIM_CLASS}")
@@ -136,8 +129,8 @@ class Evidence:
 
     # -- scanning ---------------------------------------------------------------------------------
 
-    def _scan(self, known: Container[str]) -> dict[str, _Claim]:
-        claims: dict[str, _Claim] = {}
+    def _scan(self, known: Container[str]) -> dict[str, _ClaimFiles]:
+        claims: dict[str, _ClaimFiles] = {}
         with contextlib.suppress(FileNotFoundError, NotADirectoryError), os.scandir(self.cdi_dir) as it:
             for item in it:
                 name = item.name
@@ -148,14 +141,14 @@ class Evidence:
                     if not item.is_file(follow_symlinks=False):  # numadra writes regular files only
                         _log.warning("not a claim's CDI spec: not a regular file", path=item.path)
                         continue
-                    claims.setdefault(uid, _Claim()).spec = self._cdi_base + name
+                    claims.setdefault(uid, _ClaimFiles()).spec = self._cdi_base + name
         with contextlib.suppress(FileNotFoundError, NotADirectoryError), os.scandir(self._meta_base) as it:
             for item in it:
                 uid, sep, request = item.name.removesuffix(".json").partition("_")
                 if not sep or not item.name.endswith(".json") or uid in known:
                     continue  # not a metadata file (a temp file starts with "."), or a journaled one
                 if is_claim_uid(uid) and is_dns_label(request) and item.is_file(follow_symlinks=False):
-                    claims.setdefault(uid, _Claim()).streams[request] = item.path
+                    claims.setdefault(uid, _ClaimFiles()).streams[request] = item.path
         return claims
 
     def unjournaled(self, known: Container[str]) -> list[Found]:
@@ -173,12 +166,12 @@ class Evidence:
 
     # -- rebuilding -------------------------------------------------------------------------------
 
-    def _streams(self, uid: str, claim: _Claim) -> _Streams:
+    def _read_streams(self, uid: str, claim: _ClaimFiles) -> _Streams:
         """What the claim's metadata streams say (a stream naming another UID is not this claim's)."""
         out = _Streams()
         for request, path in sorted(claim.streams.items()):
             try:
-                content = _read(path)
+                content = _read_claim_file(path)
                 obj = _first_object(content)
                 meta = obj["metadata"]
                 listed = obj["requests"][0]["devices"]
@@ -189,20 +182,20 @@ class Evidence:
                 continue
             out.by_request[request] = held
             ns, nm = meta.get("namespace"), meta.get("name")
-            if isinstance(ns, str) and isinstance(nm, str) and _names_ok(ns, nm):
+            if isinstance(ns, str) and isinstance(nm, str) and _is_claim_name(ns, nm):
                 out.namespace, out.name = ns, nm
             out.files.append(StoredFile(path, content))
         return out
 
-    def _rebuild(self, uid: str, claim: _Claim) -> JournalEntry:
-        streams = self._streams(uid, claim)
+    def _rebuild(self, uid: str, claim: _ClaimFiles) -> JournalEntry:
+        streams = self._read_streams(uid, claim)
         by_request = streams.by_request
         device_request = {dev: req for req, devs in by_request.items() for _, dev in devs}
         devices: list[PreparedDevice] = []
         specs: list[StoredFile] = []
         pinning: ClaimPinning | None = None
         if claim.spec:
-            text, devices, pinning = self._claim_spec(uid, claim.spec, device_request)
+            text, devices, pinning = self._read_claim_spec(uid, claim.spec, device_request)
             specs.append(StoredFile(claim.spec, text))
         else:  # metadata only (the CDI dir was emptied too): hold the devices the streams name
             for request, devs in by_request.items():
@@ -218,12 +211,12 @@ class Evidence:
             adopted=True,
         )
 
-    def _claim_spec(
+    def _read_claim_spec(
         self, uid: str, path: str, device_request: Mapping[str, str]
     ) -> tuple[str, list[PreparedDevice], ClaimPinning | None]:
         """The devices and pinning a claim's CDI spec shows; JournalError when it is not ours."""
         try:
-            text = _read(path)
+            text = _read_claim_file(path)
             spec = loads_json(text, what="CDI spec")
             if spec.get("kind") != f"{self.driver_name}/{_CLAIM_CLASS}":
                 raise ValueError(f"kind {spec.get('kind')!r}")

@@ -19,7 +19,7 @@ from driver.pinning.types import PreparedClaimView
 
 if TYPE_CHECKING:
     from driver.pinning.types import ClaimPinning
-    from driver.state.journal import JournalEntry
+    from driver.state.entry import JournalEntry
 
 __all__ = ["PreparedIndex", "prepared_view"]
 

@@ -39,16 +39,14 @@ import os
 import time
 from collections import Counter
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
 from json.encoder import encode_basestring_ascii
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from driver.errors import JournalError
-from driver.inventory.cpulist import MAX_CPUS, MAX_NODES
 from driver.log import get_logger
-from driver.pinning.types import ClaimPinning, CpuAssignment, CpuMode, format_cpulist
-from driver.plugin import PreparedDevice
+from driver.pinning.types import format_cpulist
+from driver.state.entry import JournalEntry, StoredFile
 from driver.state.wal import (
     RESET_DELETED,
     RESET_EMPTY,
@@ -59,7 +57,7 @@ from driver.state.wal import (
     journal_recovery_error,
 )
 from driver.untrusted.files import read_file
-from driver.untrusted.values import bounded_int, loads_json
+from driver.untrusted.values import loads_json
 
 if TYPE_CHECKING:
     from driver.state.evidence import Evidence, Found
@@ -72,8 +70,6 @@ __all__ = [
     "STATE_RECOVERY_REASONS",
     "V1_JOURNAL_FILE",
     "Journal",
-    "JournalEntry",
-    "StoredFile",
     "journal_path",
     "read_recoveries",
     "recovery_reason",
@@ -127,145 +123,6 @@ def journal_path(plugin_dir: Path) -> Path:
     return plugin_dir / "state" / JOURNAL_FILE
 
 
-@dataclass(frozen=True, slots=True)
-class StoredFile:
-    """A file written for a claim, with its exact content so it can be re-created identically."""
-
-    path: str
-    content: str
-    mode: int = 0o644
-
-
-@dataclass(frozen=True, slots=True)
-class JournalEntry:
-    """Everything numadra did for one prepared claim."""
-
-    namespace: str
-    name: str
-    uid: str
-    devices: tuple[PreparedDevice, ...]
-    cdi_specs: tuple[StoredFile, ...] = ()
-    metadata_files: tuple[StoredFile, ...] = ()
-    pinning: ClaimPinning | None = None
-    #: devices (names, in this driver's pool) held with ``adminAccess``: they block no other claim
-    admin_devices: tuple[str, ...] = field(default=())
-    #: UIDs of the pods in the claim's ``status.reservedFor`` (at prepare, and any the driver read
-    #: since: a shared claim's later pods): pinning is bound to them; None when not known (an entry
-    #: rebuilt from evidence, or written before numadra recorded pods): pinning then reads them
-    reserved_pods: tuple[str, ...] | None = None
-    #: rebuilt from the files on disk (the journal had lost the claim), not prepared for the
-    #: kubelet: its claim is checked against the apiserver and released once confirmed gone
-    adopted: bool = False
-
-    def files(self) -> tuple[StoredFile, ...]:
-        """Every file of the claim: CDI specs then metadata files."""
-        return self.cdi_specs + self.metadata_files
-
-    def to_json(self) -> dict[str, Any]:
-        """The entry as JSON (stable shape; part of the checksummed body)."""
-        out: dict[str, Any] = {
-            "namespace": self.namespace,
-            "name": self.name,
-            "uid": self.uid,
-            "devices": [
-                {
-                    "requestNames": list(d.request_names),
-                    "pool": d.pool_name,
-                    "device": d.device_name,
-                    "cdiDeviceIDs": list(d.cdi_device_ids),
-                    "shareID": d.share_id,
-                }
-                for d in self.devices
-            ],
-            "cdiSpecs": [_file_json(f) for f in self.cdi_specs],
-            "metadataFiles": [_file_json(f) for f in self.metadata_files],
-            "pinning": None,
-        }
-        if self.admin_devices:  # only then: entries without admin access keep their old text
-            out["adminDevices"] = list(self.admin_devices)
-        if self.reserved_pods is not None:  # only when recorded: older entries keep their text
-            out["reservedPods"] = list(self.reserved_pods)
-        if self.adopted:  # only then: prepared entries keep their text
-            out["adopted"] = True
-        if self.pinning is not None:
-            out["pinning"] = [
-                {
-                    "request": a.request,
-                    "mode": a.mode.value,
-                    "cpus": sorted(a.cpus),
-                    "mems": sorted(a.mems),
-                }
-                for a in self.pinning.assignments
-            ]
-        return out
-
-    @classmethod
-    def from_json(cls, obj: Mapping[str, Any]) -> JournalEntry:
-        """Parse an entry; raises KeyError/TypeError/ValueError on a malformed one."""
-        uid = _str(obj["uid"])
-        pinning_raw = obj["pinning"]
-        pinning = None
-        if pinning_raw is not None:
-            pinning = ClaimPinning(
-                claim_uid=uid,
-                assignments=tuple(
-                    CpuAssignment(
-                        request=_str(a["request"]),
-                        mode=CpuMode(a["mode"]),
-                        cpus=frozenset(bounded_int(c, what="cpu", lo=0, hi=MAX_CPUS - 1) for c in a["cpus"]),
-                        mems=frozenset(
-                            bounded_int(m, what="memory node", lo=0, hi=MAX_NODES - 1) for m in a["mems"]
-                        ),
-                    )
-                    for a in pinning_raw
-                ),
-            )
-        return cls(
-            namespace=_str(obj["namespace"]),
-            name=_str(obj["name"]),
-            uid=uid,
-            devices=tuple(
-                PreparedDevice(
-                    request_names=tuple(_str(r) for r in d["requestNames"]),
-                    pool_name=_str(d["pool"]),
-                    device_name=_str(d["device"]),
-                    cdi_device_ids=tuple(_str(c) for c in d["cdiDeviceIDs"]),
-                    share_id=None if d["shareID"] is None else _str(d["shareID"]),
-                )
-                for d in obj["devices"]
-            ),
-            cdi_specs=tuple(_file_from_json(f) for f in obj["cdiSpecs"]),
-            metadata_files=tuple(_file_from_json(f) for f in obj["metadataFiles"]),
-            pinning=pinning,
-            admin_devices=tuple(_str(d) for d in obj.get("adminDevices", ())),
-            reserved_pods=(
-                None if obj.get("reservedPods") is None else tuple(_str(p) for p in obj["reservedPods"])
-            ),
-            adopted=_bool(obj.get("adopted", False)),
-        )
-
-
-def _str(value: Any) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"expected a string, got {type(value).__name__}")
-    return value
-
-
-def _bool(value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"expected a boolean, got {type(value).__name__}")
-    return value
-
-
-def _file_json(f: StoredFile) -> dict[str, Any]:
-    return {"path": f.path, "content": f.content, "mode": f.mode}
-
-
-def _file_from_json(obj: Mapping[str, Any]) -> StoredFile:
-    mode = bounded_int(obj["mode"], what="file mode", lo=0, hi=0o7777)
-    return StoredFile(path=_str(obj["path"]), content=_str(obj["content"]), mode=mode)
-
-
 def _canonical(body: Mapping[str, Any]) -> str:
     return json.dumps(body, sort_keys=True, separators=(",", ":"))
 
@@ -298,16 +155,7 @@ def _entry_text(entry: JournalEntry) -> str:
     )
     pinning = "null"
     if entry.pinning is not None:
-        pinning = "[{}]".format(
-            ",".join(
-                [
-                    f'{{"cpus":[{",".join(map(str, sorted(a.cpus)))}],'
-                    f'"mems":[{",".join(map(str, sorted(a.mems)))}],'
-                    f'"mode":{_quote(a.mode.value)},"request":{_quote(a.request)}}}'
-                    for a in entry.pinning.assignments
-                ]
-            )
-        )
+        pinning = f"[{','.join([a.json_text() for a in entry.pinning.assignments])}]"
     admin = f'"adminDevices":{_strings(entry.admin_devices)},' if entry.admin_devices else ""
     adopted = '"adopted":true,' if entry.adopted else ""
     pods = "" if entry.reserved_pods is None else f'"reservedPods":{_strings(entry.reserved_pods)},'
@@ -389,7 +237,7 @@ class Journal:
         for entry in entries.values():
             self._index(entry)
 
-    def _recovery(self, problem: str, path: Path | None = None) -> JournalError:
+    def _recovery_error(self, problem: str, path: Path | None = None) -> JournalError:
         return journal_recovery_error(path or self.path, problem)
 
     def load(self, *, persist: bool = True) -> None:
@@ -406,7 +254,7 @@ class Journal:
         try:
             if not self._v1_checked:
                 if os.path.lexists(self.v1_path):
-                    raise self._recovery(
+                    raise self._recovery_error(
                         f"is a version 1 journal, which this numadra does not read (its journal is "
                         f"{self.path.name}; version 1 was never released)",
                         self.v1_path,
@@ -414,7 +262,7 @@ class Journal:
                 self._v1_checked = True
             replay = self._log.read()
         except OSError as exc:
-            raise self._recovery(f"cannot be read ({exc.strerror or exc})") from exc
+            raise self._recovery_error(f"cannot be read ({exc.strerror or exc})") from exc
         if replay.reset:
             self._reset({}, {})
             if not self._check_due or self._check_due == RESET_START:
@@ -426,7 +274,7 @@ class Journal:
             if put is None:
                 self._drop(uid)
                 continue
-            entry = self._entry(uid, put.entry, self.path)
+            entry = self._parse_entry(uid, put.entry, self.path)
             self._drop(uid)
             self._entries[uid] = entry
             self._text[uid] = put.text
@@ -463,7 +311,7 @@ class Journal:
                 self.save()
                 self._record_recoveries(found, reason)
             except OSError as exc:
-                raise self._recovery(
+                raise self._recovery_error(
                     f"lost {len(found)} prepared claim(s) and cannot record them again ({exc})"
                 ) from exc
         for item in found:
@@ -510,13 +358,13 @@ class Journal:
         finally:
             os.close(fd)
 
-    def _entry(self, uid: str, obj: Any, path: Path) -> JournalEntry:
+    def _parse_entry(self, uid: str, obj: Any, path: Path) -> JournalEntry:
         try:
             entry = JournalEntry.from_json(obj)
         except (KeyError, TypeError, ValueError) as exc:
-            raise self._recovery(f"is corrupt (entry {uid!r}: {exc!r})", path) from exc
+            raise self._recovery_error(f"is corrupt (entry {uid!r}: {exc!r})", path) from exc
         if entry.uid != uid:
-            raise self._recovery(f"is corrupt (entry {uid!r} has uid {entry.uid!r})", path)
+            raise self._recovery_error(f"is corrupt (entry {uid!r} has uid {entry.uid!r})", path)
         return entry
 
     def save(self) -> None:

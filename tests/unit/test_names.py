@@ -11,11 +11,19 @@ import pytest
 
 from cdi.naming import CdiNameError, transient_spec_file_name, validate_device_name, validate_vendor
 from driver.claims.config import API_VERSION, decode_parameters
-from driver.claims.names import check_claim_name, check_claim_uid, check_namespace, check_request_name
 from driver.cli.discover import check_driver_name, check_node_name
 from driver.errors import ConfigError
 from driver.kubelet.translate import check_claims
-from driver.names import is_c_identifier, is_claim_uid, is_dns_label, is_dns_subdomain
+from driver.names import (
+    check_claim_name,
+    check_claim_uid,
+    check_namespace,
+    check_request_name,
+    is_c_identifier,
+    is_claim_uid,
+    is_dns_label,
+    is_dns_subdomain,
+)
 from driver.plugin import ClaimRef
 from driver.slices.validation import validate_slices
 

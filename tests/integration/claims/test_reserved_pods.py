@@ -7,8 +7,9 @@ from typing import Any
 
 from driver.claims.driver import reserved_pods
 from driver.pinning.binding import claim_binding
+from driver.state.entry import JournalEntry
 from driver.state.index import prepared_view
-from driver.state.journal import Journal, JournalEntry, _canonical, _entry_text, journal_path
+from driver.state.journal import Journal, _canonical, _entry_text, journal_path
 from tests.integration.claims._world import GPU0, GPU1, World, claim, cpu_result, result
 
 UID = "7a1c8a9e-0d1b-4c3a-9e8f-0000000000a1"

@@ -13,7 +13,7 @@ from xml.etree import ElementTree as ET
 
 import pytest
 
-from driver.inventory.svg import HEALTH_STROKE, PALETTE, overlay_from_claims, render_html, render_svg
+from driver.presentation.svg import HEALTH_STROKE, PALETTE, overlay_from_claims, render_html, render_svg
 from harness.chromium import dump_dom, find_chromium, png_colours, png_size, screenshot
 from tests.unit.inventory.trees import inventory
 

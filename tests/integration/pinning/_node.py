@@ -23,8 +23,9 @@ from driver.pinning.consumers import ConsumerCheck
 from driver.pinning.failures import PinFailure
 from driver.pinning.nri import NriPlugin
 from driver.plugin import ClaimRef
+from driver.state.entry import JournalEntry
 from driver.state.index import PreparedIndex
-from driver.state.journal import Journal, JournalEntry, journal_path
+from driver.state.journal import Journal, journal_path
 from harness.fake_nri_runtime import FakeNriRuntime, FakePluginConnection, connect_plugin
 from harness.fakeapiserver import FakeApiServer
 from tests.integration.claims._world import ServedDriver, World

@@ -16,7 +16,8 @@ from driver.pinning.backend import PinTarget
 from driver.pinning.cgroupfs import CgroupfsBackend
 from driver.pinning.planner import CpuPlanner
 from driver.pinning.types import ClaimPinning, CpuAssignment, CpuMode, CpuRequest, format_cpulist, marker_env
-from driver.state.journal import Journal, JournalEntry
+from driver.state.entry import JournalEntry
+from driver.state.journal import Journal
 from tests.integration.pinning.conftest import CgroupProcess
 
 pytestmark = pytest.mark.cgroup

@@ -14,15 +14,15 @@ from driver.claims.config import (
     decode_parameters,
     effective_config,
 )
-from driver.claims.names import (
+from driver.claims.selection import parse_cpu_quantity
+from driver.inventory.model import DeviceKind
+from driver.names import (
     base_request_name,
     check_claim_name,
     check_claim_uid,
     check_namespace,
     check_request_name,
 )
-from driver.claims.selection import parse_cpu_quantity
-from driver.inventory.model import DeviceKind
 from driver.pinning.types import CpuMode
 
 

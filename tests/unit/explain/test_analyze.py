@@ -17,7 +17,7 @@ from driver.inventory.discovery import discover
 from driver.pinning.types import ClaimPinning, CpuAssignment, CpuMode
 from driver.plugin import PreparedDevice
 from driver.slices.builder import build_slices
-from driver.state.journal import JournalEntry
+from driver.state.entry import JournalEntry
 from harness.hosttree import write_host_tree
 from harness.topologies import TOPOLOGIES
 

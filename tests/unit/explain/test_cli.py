@@ -13,7 +13,8 @@ import yaml
 from driver.cli import main
 from driver.pinning.types import ClaimPinning, CpuAssignment, CpuMode
 from driver.plugin import PreparedDevice
-from driver.state.journal import Journal, JournalEntry, journal_path
+from driver.state.entry import JournalEntry
+from driver.state.journal import Journal, journal_path
 from harness.hosttree import write_host_tree
 from harness.topologies import TOPOLOGIES
 

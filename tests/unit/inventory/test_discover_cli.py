@@ -9,7 +9,7 @@ import yaml
 
 from driver.cli import main
 from driver.inventory.model import Cpu, Inventory, NumaNode
-from driver.inventory.table import render_table
+from driver.presentation.table import render_table
 from driver.slices.validation import validate_slices
 from tests.unit.inventory.trees import host_tree
 

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from driver._proto import dra_v1_pb2, dra_v1beta1_pb2, health_v1_pb2, health_v1alpha1_pb2
 from driver.kubelet import translate
+from driver.names import base_request_name
 from driver.plugin import ClaimRef, DeviceHealth, HealthState, PreparedDevice, PrepareResult
 
 UID = "0f6e1b2c-3d4e-4f50-8a9b-0c1d2e3f4a5b"
@@ -89,7 +90,7 @@ def test_batch_at_the_limit_is_accepted() -> None:
 )
 def test_base_request_name(name: str, base: str) -> None:
     """The sub-request part after the first slash is dropped."""
-    assert translate.base_request_name(name) == base
+    assert base_request_name(name) == base
 
 
 def test_complete_results_fills_forgotten_and_drops_unasked() -> None:

@@ -7,8 +7,8 @@ from dataclasses import replace
 
 from driver.pinning.types import ClaimPinning, CpuAssignment, CpuMode
 from driver.plugin import PreparedDevice
+from driver.state.entry import JournalEntry
 from driver.state.index import PreparedIndex, prepared_view
-from driver.state.journal import JournalEntry
 
 
 def _entry(uid: str, device: str, cpus: frozenset[int] = frozenset()) -> JournalEntry:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from driver.claims.names import dir_prefix
+from driver.claims.paths import dir_prefix
 
 
 @pytest.mark.parametrize("directory", ["/", "/var/run/cdi", "/var/run/cdi/", "rel/dir", ".", "/a/./b"])

@@ -13,7 +13,7 @@ from xml.etree import ElementTree as ET
 import pytest
 
 from driver.inventory.model import Gpu, Inventory, Nic
-from driver.inventory.svg import (
+from driver.presentation.svg import (
     FREE,
     HEALTH_STROKE,
     PALETTE,

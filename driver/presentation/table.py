@@ -16,28 +16,15 @@ from collections.abc import Sequence
 from driver.inventory.cpulist import format_cpulist
 from driver.inventory.model import Cpu, Gpu, Inventory, Nic, NumaNode, SkippedDevice
 from driver.inventory.nvidia_source import SourceChoice, UserspaceSource
+from driver.presentation.sizes import format_size, hugepage_size, memory_summary
 
 __all__ = ["render_table"]
-
-
-def _size(value: int) -> str:
-    """Bytes as a short binary size ("1.0 TiB", "512 MiB")."""
-    size = float(value)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if size < 1024 or unit == "PiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{value} B"  # pragma: no cover - the loop always returns
 
 
 def _clip(text: str, width: int = 48) -> str:
     """Printable text of at most ``width`` characters, for one table cell."""
     text = "".join(ch for ch in text if ch.isprintable())
     return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def _page(kib: int) -> str:
-    return f"{kib // 1024 // 1024}Gi" if kib >= 1024 * 1024 else f"{kib // 1024}Mi"
 
 
 def _node_line(node: NumaNode, cpus: Sequence[Cpu], reserved: frozenset[int]) -> list[str]:
@@ -65,8 +52,8 @@ def _node_line(node: NumaNode, cpus: Sequence[Cpu], reserved: frozenset[int]) ->
         owner = f" of GPU {node.gpu_bus_id}" if node.gpu_bus_id else ""
         socket = "?" if node.socket is None else str(node.socket)
         lines.append(f"  kind      {(node.memory_kind or 'unknown')} memory{owner}, socket {socket}")
-    lines.append(f"  memory    {_size(node.memory_bytes)}")
-    pages = ", ".join(f"{_page(size)} x {count}" for size, count in node.hugepages) or "none"
+    lines.append(f"  memory    {format_size(node.memory_bytes)}")
+    pages = ", ".join(f"{hugepage_size(size)} x {count}" for size, count in node.hugepages) or "none"
     lines.append(f"  hugepages {pages}")
     if len(node.distances) > 1:
         lines.append(f"  distance  {' '.join(map(str, node.distances))}")
@@ -110,21 +97,6 @@ def _nic_line(nic: Nic) -> str:
     return f"  nic  {nic.name}  " + "  ".join(p for p in parts if p)
 
 
-def _memory_total(inventory: Inventory) -> str:
-    """The NUMA nodes' memory (what the cpu devices publish), and the host's MemTotal when it differs.
-
-    Some VMs report less memory on their nodes than /proc/meminfo holds; printing only the nodes'
-    sum there would understate the machine, and printing only MemTotal would overstate what is
-    published, so the table says which is which.
-    """
-    nodes = _size(sum(n.memory_bytes for n in inventory.numa_nodes))
-    text = f"{nodes} NUMA-node memory"
-    host = inventory.memory_total_bytes
-    if host is not None and _size(host) != nodes:
-        text += f" (host MemTotal {_size(host)})"
-    return text
-
-
 def _userspace_lines(choice: SourceChoice) -> list[str]:
     """Where the NVIDIA GPUs' user space comes from, then each warning on its own line."""
     if choice.source is UserspaceSource.TOOLKIT:
@@ -160,7 +132,7 @@ def render_table(
     if facts:
         lines.append("host      " + ", ".join(f"{k} {_clip(v, 64)}" for k, v in sorted(facts.items())))
     lines.append(
-        f"total     {len(inventory.cpus)} CPUs, {_memory_total(inventory)}, {len(inventory.numa_nodes)} NUMA"
+        f"total     {len(inventory.cpus)} CPUs, {memory_summary(inventory)}, {len(inventory.numa_nodes)} NUMA"
         f" node(s), {len(inventory.gpus)} GPU(s), {len(inventory.nics)} NIC(s)"
     )
     if userspace is not None and any(g.vendor == "nvidia" for g in inventory.gpus):

@@ -1,4 +1,4 @@
-"""The glue between the CLIs and :mod:`driver.inventory.svg`: health readings and journal claims.
+"""What the topology picture draws on top of the inventory: health readings and journal claims.
 
 ``numadra discover -o svg|html`` draws the host as discovered, with one health reading per device
 (the same :class:`~driver.health.signals.SignalReader` the driver polls; no history, so an AER
@@ -12,10 +12,10 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from driver.inventory.model import Gpu, Inventory, Nic
-from driver.inventory.svg import Overlay, overlay_from_claims, render_html, render_svg
+from driver.presentation.svg import Overlay, overlay_from_claims, render_html, render_svg
 
 if TYPE_CHECKING:
-    from driver.state.journal import JournalEntry
+    from driver.state.entry import JournalEntry
 
 __all__ = ["PICTURE_FORMATS", "health_of", "overlay_for", "picture"]
 

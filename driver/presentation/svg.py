@@ -7,7 +7,7 @@ distance table is drawn as a small matrix. Claims colour the CPUs and devices th
 legend (``namespace/name``); health draws the outline (red: Unhealthy, amber: Unknown, dashed:
 tainted in the published slice).
 
-Pure (data in, text out, same model as :mod:`driver.inventory.table`), built with
+Pure (data in, text out, same model as :mod:`driver.presentation.table`), built with
 :mod:`xml.etree.ElementTree` so every label is escaped by the serializer, never by hand. Nothing
 is loaded from the network: the generic ``monospace`` family, no scripts, so the file renders the
 same offline, in a browser, or embedded in a README. Every CPU and device element carries
@@ -28,7 +28,7 @@ from xml.etree import ElementTree as ET
 
 from driver.inventory.cpulist import format_cpulist
 from driver.inventory.model import Cpu, Gpu, Inventory, Nic, NumaNode
-from driver.inventory.table import _memory_total, _page, _size
+from driver.presentation.sizes import format_size, hugepage_size, memory_summary
 
 __all__ = ["PALETTE", "Overlay", "build_svg", "overlay_from_claims", "render_html", "render_svg"]
 
@@ -370,7 +370,7 @@ def _device_box(
 
 def _gpu_lines(gpu: Gpu) -> list[str]:
     what = gpu.product_name or f"{gpu.vendor_id:04x}:{gpu.device_id:04x}"
-    mem = f", {_size(gpu.memory_bytes)}" if gpu.memory_bytes else ""
+    mem = f", {format_size(gpu.memory_bytes)}" if gpu.memory_bytes else ""
     return [f"GPU {gpu.index}  {gpu.pci.bus_id}", f"{gpu.vendor} {what}{mem}"]
 
 
@@ -489,10 +489,10 @@ def _node_views(inventory: Inventory) -> list[_NodeView]:
 
 
 def _node_detail(node: NumaNode, cpus: Sequence[Cpu]) -> str:
-    pages = ", ".join(f"{_page(size)} x {count}" for size, count in node.hugepages) or "none"
+    pages = ", ".join(f"{hugepage_size(size)} x {count}" for size, count in node.hugepages) or "none"
     cores = len({(c.package_id, c.die_id, c.core_id) for c in cpus})
     what = f"{len(cpus)} CPUs / {cores} cores" if cpus else "no CPUs (memory-only)"
-    return f"{what}, memory {_size(node.memory_bytes)}, hugepages {pages}"
+    return f"{what}, memory {format_size(node.memory_bytes)}, hugepages {pages}"
 
 
 def _draw_node(c: _Canvas, view: _NodeView, x: float, y: float, overlay: Overlay) -> None:
@@ -628,7 +628,7 @@ def build_svg(inventory: Inventory, overlay: Overlay | None = None, *, title: st
     heading = title or "numadra topology"
     c.text(_PAD * 2, 24, heading, 16, fill=_INK, **{"font-weight": "bold"})
     summary = (
-        f"{len(inventory.cpus)} CPUs, {_memory_total(inventory)}, {len(inventory.numa_nodes)} NUMA node(s), "
+        f"{len(inventory.cpus)} CPUs, {memory_summary(inventory)}, {len(inventory.numa_nodes)} NUMA node(s), "
         f"{len(inventory.gpus)} GPU(s), {len(inventory.nics)} NIC(s)"
     )
     c.text(_PAD * 2, 42, _fit(summary, width - 4 * _PAD, 11), 11, fill=_INK)
