@@ -21,7 +21,7 @@ __all__ = ["render_table"]
 
 
 def _size(value: int) -> str:
-    """Bytes as a short binary size ("1.0 TiB", "512 MiB")."""
+    """Bytes as a short binary size: the largest binary unit that keeps the value >= 1."""
     size = float(value)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
         if size < 1024 or unit == "PiB":
