@@ -4,7 +4,7 @@ On a generated host tree with 8 NVIDIA GPUs and a stand-in driver (harness/nvidi
 real ``ClaimsDriver`` prepares and unprepares one-GPU claims (files on ``--base``, /dev/shm by
 default) with:
 
-* ``off``: no host edits (the claim's spec as before the NVIDIA user space existed);
+* ``off``: no host edits (the claim's spec without any NVIDIA user space);
 * ``driver_root``: the driver root's files mounted by numadra's spec (the driver root's lookup is
   cached; the toolkit dirs are still listed per prepare);
 * ``toolkit``: a toolkit spec in the CDI dir, checked against the host per prepare (every mount

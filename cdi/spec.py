@@ -5,8 +5,8 @@ exact JSON the CDI loader accepts (camelCase keys, empty fields omitted, since t
 unknown fields and some runtimes choke on ``null``), and compared for equality on reconcile.
 
 Each class serialises itself once, in ``to_json()``; ``Spec.json_text()`` is its compact text.
-(A second, hand-written text encoder per class saved 6 us of a claim's ~700 us: not worth keeping
-two encodings in step.)
+(A second, hand-written text encoder per class would save too little of a prepare to be worth
+keeping two encodings in step.)
 
 A spec declares the lowest ``cdiVersion`` whose features it uses (:func:`min_cdi_version`, the Go
 library's ``MinimumRequiredVersion``): runtimes that vendor an older CDI library reject specs that

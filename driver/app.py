@@ -216,7 +216,7 @@ def build_background(core: Core) -> Background:
         build=partial(_slices, cfg),
         on_error=publish_error_handler(metrics, core.plugin.handle_error),
         retry=RetryPolicy(cap=cfg.publish_backoff_cap),
-        start_jitter=2.0,  # a restarted fleet LISTs over 2 s, not in one burst (docs/scale.md)
+        start_jitter=2.0,  # a restarted fleet spreads its first LISTs, not one burst (docs/scale.md)
     )
     taints = HealthTaints(publisher, cfg.taint_unhealthy)
     core.monitor.add_listener(taints)  # the current taints now, before the first sync

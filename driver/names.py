@@ -1,10 +1,10 @@
 """The one place that says what a valid Kubernetes name is; every check is a full match.
 
 Names from the kubelet, the apiserver and the command line end up in file names (CDI specs,
-metadata dirs, sockets), in ResourceSlices and in log lines. They used to be checked by three
-copies of these rules written as ``^...$`` with ``re.match``, and ``$`` also matches before a
-final newline: ``"numadra.dev\\n"`` and ``"node1\\n"`` passed. Here every pattern is applied with
-:meth:`re.Pattern.fullmatch`, which has no such exception, and the length limits travel with the
+metadata dirs, sockets), in ResourceSlices and in log lines. Copies of these rules drift, and a
+rule written as ``^...$`` with ``re.match`` lets ``"numadra.dev\\n"`` and ``"node1\\n"`` pass (``$``
+also matches before a final newline). So there is one copy, here, and every pattern is applied
+with :meth:`re.Pattern.fullmatch`, which has no such exception, and the length limits travel with the
 rule, so a caller cannot use one without the other.
 
 The rules are the apiserver's (``k8s.io/apimachinery/pkg/util/validation``): a real object's name

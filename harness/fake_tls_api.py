@@ -1,4 +1,4 @@
-"""A FAKE apiserver over real TLS for the lean claim transport: only claim GET and LIST, with knobs.
+"""A FAKE kube-apiserver over real TLS, for the driver's transport: only claim GET and LIST, with knobs.
 
 FakeApiServer speaks plain HTTP; the TLS side (CA checks, client certificates, SNI) and the
 server-side behaviours the transport must survive (idle connections closed, a request dropped on a

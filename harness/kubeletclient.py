@@ -1,4 +1,7 @@
-"""The kubelet's side of the plugin protocols, built from the same protos, for tests and benches.
+"""A test double of the kubelet's side of the plugin protocols, built from the same protos.
+
+It stands in for the kubelet's plugin watcher and DRA manager in tests and benches; the e2e tier
+runs the kubelet's own DRA manager (``drakubelet``) and the node tier a real kubelet as well.
 
 It registers a plugin the way the kubelet does (GetInfo, pick the services, NotifyRegistrationStatus),
 calls NodePrepareResources / NodeUnprepareResources in v1 or v1beta1, and opens health streams.

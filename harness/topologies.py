@@ -1,6 +1,7 @@
 """Ready-made host topologies for tests: DGX-class server, workstation, cloud VM, huge node, hostile
-host, mixed-vendor GPU node, and the NUMA shapes of issue 21: a Grace Hopper node (GPU memory as a
-CPU-less node), a two-socket node with sub-NUMA clustering, a node with a CXL memory expander.
+host, mixed-vendor GPU node, and NUMA shapes beyond one node per socket: a Grace Hopper node (GPU
+memory as a CPU-less node), a two-socket node with sub-NUMA clustering, a node with a CXL memory
+expander.
 
 Each is a :class:`~harness.hosttree.Topology`; generate it with
 :func:`~harness.hosttree.write_host_tree`. The figures are part of the contract that tests

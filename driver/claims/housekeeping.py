@@ -11,8 +11,8 @@ journal.
 
 A wake (the journal changed) starts its round only after :data:`SETTLE_S`, and the wakes of that
 time share the round. Every prepare and unprepare wakes the thread; a round right behind each
-call took the GIL while the gRPC threads were still answering that call, and a busy node made
-a round per call. The index is refreshed at once where freshness matters (a pinning lookup and
+call would take the GIL while the gRPC threads are still answering that call, and a busy node
+would make a round per call. The index is refreshed at once where freshness matters (a pinning lookup and
 the claimed CPUs refresh a stale index themselves); what waits is the health stream's CDI IDs and
 the metrics. A rescan request and a stop do not wait.
 """

@@ -15,11 +15,11 @@ Why this layout and not the Go helper's (``<ns>_<claim>/<request>/metadata.json`
 spec of kind ``<driver>/metadata`` per request, whose ID is appended to the request's first
 device): the container sees the same file at the same path either way, but the helper's layout
 makes five new inodes per one-request claim (two directories, the stream, two spec files) where
-this one makes two (the stream and the claim's spec), and each inode creation costs 0.3-0.5 ms
-on an aged ext4 root disk (measured in bench/prepare.py's node layout). Keying the file by UID
-instead of by name also means a claim deleted and re-created under its old name never shares a
-file with its predecessor, and no namespace/name pair is too long for a file name (a UID and a
-request name are at most 128 + 1 + 63 bytes, plus ``.json``).
+this one makes two (the stream and the claim's spec), and on a disk every inode created is paid
+for on the prepare path (``bench/prepare.py`` reports new inodes per claim; bench/README.md).
+Keying the file by UID instead of by name also means a claim deleted and re-created under its
+old name never shares a file with its predecessor, and no namespace/name pair is too long for a
+file name (a UID and a request name are bounded by :mod:`driver.names`, far below ``NAME_MAX``).
 
 The pod's claim name comes from the claim's ``resource.kubernetes.io/pod-claim-name`` annotation,
 which anyone who can edit the claim can set: it must be a DNS label (what a pod's claim name is)

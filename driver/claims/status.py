@@ -5,10 +5,11 @@ After a prepare, every allocated result of our driver that we prepared gets an e
 and, for NICs, ``networkData``: the interface name and MAC as the host sees them now (names can
 change; the PCI function cannot) and the addresses in CIDR form. Written by server-side apply with
 our own field manager and ``force``, so entries of other drivers are untouched; an apply with an
-empty list (unprepare) removes exactly what we applied. The apiserver's validation limits of device status are
-enforced here: <= 8 conditions, <= 16 IPs, interface name <= 256 bytes, hardware address <= 128
-bytes, data <= 10 KiB. Needs the RBAC of deploy/ (``resourceclaims/status`` and the synthetic
-``resourceclaims/driver`` with ``associated-node:patch``).
+empty list (unprepare) removes exactly what we applied. The apiserver's validation limits of
+device status are enforced here (conditions, IPs, the lengths of interface name and hardware
+address, the size of ``data``: the ``MAX_*`` constants below). Needs the RBAC of deploy/
+(``resourceclaims/status`` and the synthetic ``resourceclaims/driver`` with
+``associated-node:patch``).
 
 Health: once the health monitor reported (:meth:`ClaimStatusWriter.set_health`, a monitor
 listener), every entry also carries a ``Healthy`` condition with the monitor's state and reason,

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_ATTEMPTS", "AsyncStatusWriter"]
 
-#: tries of one write in all; under the default policy (0.5 s doubling to 30 s) about 2 minutes
+#: tries of one write in all; under the default RetryPolicy the last waits reach its ``cap``
 DEFAULT_ATTEMPTS = 8
 
 _ClaimKey = tuple[str, str, str]  # (namespace, name, uid)

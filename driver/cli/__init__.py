@@ -7,8 +7,9 @@ reason on stderr), 1 runtime failure.
 
 Start-up runs without the cyclic garbage collector: importing what ``numadra run`` needs makes
 tens of thousands of objects that live as long as the process, and the collector, triggered by
-allocation counts, walked all of them again and again before the registration socket appeared,
-and again while the kubernetes client was imported after it (bench/startup.py measures the start).
+allocation counts, would walk all of them again and again before the registration socket
+appears, and again while the kubernetes client is imported after it (bench/startup.py times the
+start).
 :func:`main` turns it off first; ``run`` turns it on when its start-up is over
 (:func:`driver.cli.run.serve`, after freezing the start-up heap), every other command before its
 handler runs.

@@ -80,7 +80,7 @@ _SIMPLE_ESCAPES = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "
 def _unescape(body: str) -> str:
     """The value of a CEL string literal's body: its escapes decoded, every other character kept.
 
-    (Python's ``unicode_escape`` codec reads its input as Latin-1, so it turned "é" into "Ã©".)
+    (Not Python's ``unicode_escape`` codec: it reads its input as Latin-1 and turns "é" into "Ã©".)
     """
 
     def one(m: re.Match[str]) -> str:

@@ -11,10 +11,11 @@ health poll, consumes each file (deletes it) and clears the device's fault when 
 
 * the directory is a real directory owned by the driver's user and writable by nobody else, and
   the file a regular file (not a symlink) of that owner, not writable by group or others, at most
-  4 KiB of JSON with exactly the expected fields;
+  :data:`MAX_REQUEST_BYTES` of JSON with exactly the expected fields;
 * the file is named after the device it names, and that device is published and has a sticky
   fault now;
-* ``requestedAt`` is not older than the fault and not in the future (60 s of clock skew allowed):
+* ``requestedAt`` is not older than the fault and not in the future (:data:`FUTURE_SKEW_S` of
+  clock skew allowed):
   a file left behind, or planted ahead of time, can never clear a fault that happens later.
 
 Every clear and every refused request is logged with the device and the reason; the device then

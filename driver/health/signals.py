@@ -16,8 +16,8 @@ only the AER baselines and the *fatal* faults. Signals, strongest first:
 
 Why fatal faults stick: a fatal AER error or a critical Xid leaves the device in a state that only
 a reset repairs, while the counter that told us simply stays where it is. Reading "no further
-increase" as healthy untainted such a GPU about 6 s later and the scheduler handed it to new pods.
-So a fatal fault is kept until there is evidence of a reset:
+increase" as healthy would untaint such a GPU after the monitor's hysteresis, and the scheduler
+would hand it to new pods. So a fatal fault is kept until there is evidence of a reset:
 
 * the PCI function disappeared and came back (remove/rescan, hot-plug, a secondary bus reset that
   re-enumerates), or

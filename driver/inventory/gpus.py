@@ -1,8 +1,8 @@
 """What is a GPU: which display and accelerator PCI functions numadra publishes as ``gpu`` devices.
 
 A PCI class says "display controller", not "can run a container's compute work". A DGX-class board
-carries an ASPEED BMC chip (vendor 1a03, class 0x0300) next to its eight GPUs; publishing it made
-``nvidia.com/gpu: 1`` land on the BMC and shifted every NVIDIA index by one. So a function is a GPU
+carries an ASPEED BMC chip (vendor 1a03, class 0x0300) next to its eight GPUs; publishing it would
+make ``nvidia.com/gpu: 1`` land on the BMC and shift every NVIDIA index by one. So a function is a GPU
 only when its vendor's compute driver owns it and the device nodes a container needs exist:
 
 * NVIDIA (10de): bound to ``nvidia``, with ``/proc/driver/nvidia/gpus/<bdf>/information`` naming

@@ -8,10 +8,11 @@ Kernel files vanish under our feet (hot-unplug), differ between kernel versions 
 surprises on virtual machines, so every reader here turns "cannot read" into None and leaves the
 choice of a default to the pure builder. A host tree is a directory too: ``--host-root`` may be a
 mounted host or a fixture, so files are read through :func:`driver.untrusted.files.read_file`
-(no link followed, no blocking open, regular files only, at most 64 KiB), and something else
+(no link followed, no blocking open, regular files only, at most a page), and something else
 planted at an attribute's path reads as None like a missing attribute. Paths are plain strings
-and the ``os`` functions are used on purpose: discovery reads hundreds of files and ``pathlib``
-objects cost several times more than the reads themselves (see bench/discover.py).
+and the ``os`` functions are used on purpose: discovery reads hundreds of files, and a
+``pathlib`` object per path would cost more than the read itself (``bench/discover.py`` times
+discovery).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ __all__ = [
 
 # ruff: noqa: PTH115, PTH118, PTH119, PTH120, PTH208 - os functions on purpose, see above
 
-#: sysfs attributes are at most a page (64 KiB pages on some arm64 kernels)
+#: sysfs attributes are at most a page; the largest page size Linux has (arm64, powerpc)
 _MAX_ATTRIBUTE = 1 << 16
 #: an integer attribute longer than this is no count or id (int64 is 19 digits, "0x" + 16 in hex)
 _MAX_INT_TEXT = 24

@@ -1,12 +1,12 @@
 """The one retry policy of every loop that talks to the apiserver.
 
 Why one: a loop that retries at once turns a broken apiserver (or a proxy in front of it) into a
-request storm, multiplied by every node of the fleet. Each loop used to decide on its own when
-to wait; the slice watch did not wait at all when the server ended it at once, so an empty 200,
-a 410 or a stream cut mid-chunk made thousands of requests a second. Now every such loop asks a
-:class:`Backoff` (its own state under the shared :class:`RetryPolicy`) how long to wait, and
-``tests/unit/kube/test_retry_class.py`` checks that every ``while`` loop in ``driver/`` that
-reaches an apiserver call also reaches one.
+request storm, multiplied by every node of the fleet. A loop that decides on its own when to
+wait gets it wrong somewhere: a watch that does not wait when the server ends it at once turns an
+empty 200, a 410 or a stream cut mid-chunk into requests as fast as the network carries them. So
+every such loop asks a :class:`Backoff` (its own state under the shared :class:`RetryPolicy`) how
+long to wait, and ``tests/unit/kube/test_retry_class.py`` checks that every ``while`` loop in
+``driver/`` that reaches an apiserver call also reaches one.
 
 The rules, as client-go's reflector and rate limiters have them:
 

@@ -5,8 +5,7 @@ Why this shape:
 * Every call (claim reads, the status apply, slice writes and watch, the Node read) goes over
   :mod:`driver.kube.transport`, a pool of kept-alive ``http.client`` connections, and the raw
   body is decoded with ``json.loads``: the claim reads and the status apply are on the prepare
-  path, and decoding into the official client's models cost more than the HTTP (issue 15's
-  measurements, bench/README.md).
+  path, and decoding into the official client's models costs more than the HTTP itself.
 * Where the apiserver is and how to authorize to it comes from one of two sources, and only
   from there: in a pod (no kubeconfig) the service account's settings
   (:mod:`driver.kube.incluster`), and the official ``kubernetes`` package is never imported; with
@@ -20,11 +19,12 @@ Why this shape:
   :func:`_transport_error`). The client never retries by itself (beyond the transport's one
   resend of an idempotent request on a connection the server closed): the loops that call it do,
   under :class:`~driver.kube.backoff.RetryPolicy`.
-* A claim read (GET or LIST) ends by ``read_deadline`` seconds (``--claim-read-timeout``, 10 s by
-  default), whatever the apiserver does: the transport cuts every socket wait at the deadline.
-  A prepare call makes at most two reads in a row (a LIST, then GETs for what it lacked), 20 s by
-  default, well inside the kubelet's 45 s call timeout. Every other call ends by
-  ``connect_timeout + timeout`` (13 s), a watch's reads by its ``timeoutSeconds`` + 30 s.
+* A claim read (GET or LIST) ends by ``read_deadline`` seconds (``--claim-read-timeout``,
+  :data:`DEFAULT_READ_DEADLINE` by default), whatever the apiserver does: the transport cuts every
+  socket wait at the deadline. A prepare call makes at most two reads in a row (a LIST, then GETs
+  for what it lacked), so twice the deadline stays inside the kubelet's 45 s call timeout. Every
+  other call ends by ``connect_timeout + timeout``, a watch's reads by its ``timeoutSeconds`` plus
+  a margin for the server's own lateness.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ __all__ = [
 ]
 
 RESOURCE_API = "/apis/resource.k8s.io/v1"
-#: default of ``--claim-read-timeout``: two reads in a row stay far inside the kubelet's 45 s
+#: default of ``--claim-read-timeout``: two reads in a row stay far inside the kubelet's 45 s call timeout
 DEFAULT_READ_DEADLINE = 10.0
 _SLICES = f"{RESOURCE_API}/resourceslices"
 _JSON = "application/json"
@@ -379,7 +379,7 @@ class KubeClient:
         """Server-side apply ``status.devices`` (our entries only) with force.
 
         An empty ``devices`` removes every entry this field manager applied before. Sent as one
-        request of at most ``connect_timeout + timeout`` seconds in all (13 s by default); it may
+        request of at most ``connect_timeout + timeout`` seconds in all; it may
         be sent twice when a kept-alive connection turns out closed, which is safe: a forced apply
         of the same body by the same field manager leaves the claim as one apply does. The answer
         (the whole claim, some KiB) is not decoded: nobody reads it.

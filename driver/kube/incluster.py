@@ -13,8 +13,8 @@ The facts, as client-go's ``rest.InClusterConfig`` and the official client's
   both variables must be set and non-empty;
 * CA ``/var/run/secrets/kubernetes.io/serviceaccount/ca.crt``, which must exist and be non-empty;
 * token ``/var/run/secrets/kubernetes.io/serviceaccount/token``, sent as ``Authorization: Bearer``
-  and read again once a minute: projected tokens are rotated by the kubelet (at 80% of their
-  lifetime, an hour by default), and an old one stops working when it expires. A token that
+  and read again once a minute: projected tokens are rotated by the kubelet well before they
+  expire, and an old one stops working when it does. A token that
   cannot be read again keeps the last good one (client-go does the same), so a passing hiccup of
   the file does not fail calls while the old token is still valid. The token is read on demand,
   by the request that needs it: no loop, nothing to retry;

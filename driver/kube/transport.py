@@ -58,8 +58,9 @@ __all__ = [
     "TransportSettings",
 ]
 
-#: bytes an answer's head may take, interim answers included: an apiserver's is well under 1 KiB
-#: (``http.client`` alone allows 100 lines of 64 KiB, and interim answers without end)
+#: bytes an answer's head may take, interim answers included: far above an apiserver's heads
+#: (``http.client`` alone allows ``_MAXHEADERS`` lines of ``_MAXLINE`` bytes, and interim answers
+#: without end)
 MAX_HEAD = 256 * 1024
 #: bytes a body may take unless the transport says otherwise: far above a page of claims or a
 #: node's slices, far below what hurts the pod
@@ -169,8 +170,8 @@ class _Paced:
     def arm(self) -> None:
         """Set the timeout of the next socket operation: the per-read one, cut at the deadline.
 
-        ``settimeout`` is skipped while the value would change by less than 0.1 s, which is what a
-        fast answer sees (the deadline is then kept to within 0.1 s).
+        ``settimeout`` is skipped while the value would change by less than ``_REARM`` seconds,
+        which is what a fast answer sees (the deadline is then kept to within ``_REARM``).
         """
         left = self.deadline - time.monotonic()
         if left <= 0:
@@ -366,8 +367,8 @@ class Stream:
     def readline(self, limit: int = 16 << 20) -> bytes:
         """The next line with its newline; ``b""`` once the server ended the answer properly.
 
-        ``limit`` bounds one line (a watch event is one object; 16 MiB is far above the 3 MiB an
-        etcd value may hold), so a server that never sends a newline cannot fill the memory. An
+        ``limit`` bounds one line (a watch event is one object; the default is far above the
+        largest value etcd stores), so a server that never sends a newline cannot fill the memory. An
         answer that stops before its end (a chunked one without its last chunk, a sized one short
         of its length) raises :class:`ConnectionClosedError`.
         """

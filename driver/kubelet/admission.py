@@ -1,21 +1,22 @@
 """Admission of the DRA socket's gRPC calls by kind, so no kind can take the threads of another.
 
 The synchronous gRPC server runs every call, of every service on the socket, on one thread pool,
-first come first served. With 16 threads, 17 prepares stuck on a slow apiserver queued an unrelated
-unprepare behind them until the kubelet's 45 s ran out, and 20 open health streams
-(``NodeWatchResources``, which last as long as the kubelet watches) starved prepare altogether.
+first come first served. Without admission, prepares stuck on a slow apiserver fill the pool and
+queue an unrelated unprepare behind them until the kubelet's 45 s call timeout runs out, and open
+health streams (``NodeWatchResources``, which last as long as the kubelet watches) starve prepare
+altogether.
 
 :class:`CallSlots` gives each kind of call its own number of slots: prepare, unprepare and health
 streams. A call that finds its kind's slots all taken is answered at once with
 ``RESOURCE_EXHAUSTED`` (the kubelet retries a failed prepare or unprepare, and reopens a failed
-health stream after 5 s) instead of waiting for a thread. The server's pool has a thread for every
+health stream after a pause) instead of waiting for a thread. The server's pool has a thread for every
 slot plus a few spare ones to answer those refusals, so an admitted call never waits for a thread
 and a slow kind only ever fills its own slots.
 
 The slots are taken by the servicers' own methods, wrapped once when the server is built
 (:meth:`CallSlots.guard`), not by a gRPC server interceptor: grpc runs an interceptor on its one
-polling thread for every call and builds a new method handler each time: 3-5% of the CPU and of
-the latency of a 1-claim call to a server that prepares nothing (paired runs, claims in memory).
+polling thread for every call and builds a new method handler each time, a cost every call pays
+on the one thread that polls for all of them.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ _BY_METHOD = {
 #: the kinds whose method is a server stream; the others are unary
 _STREAMING = frozenset({CallKind.HEALTH})
 
-#: threads beyond the slots: they only answer refusals (and calls of no kind), which take microseconds
+#: threads beyond the slots: they only answer refusals (and calls of no kind), which return at once
 SPARE_THREADS = 4
 
 

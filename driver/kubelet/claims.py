@@ -21,9 +21,7 @@ Reading: the kubelet names the claims of a pod (all in the pod's namespace) and 
 read each from the apiserver; nothing else in the request says what was allocated. The Go helper
 GETs them one after another. On a node the cost of a GET is mostly per request (TLS record, HTTP
 framing, authentication and authorization, a quorum read, JSON), so for many claims of one
-namespace a single LIST of that namespace is far cheaper than as many GETs (measured against
-kube-apiserver 1.37.2 on loopback: 32 consistent GETs took 21 ms over 4 connections, one LIST of
-40 claims 5 ms).
+namespace a single LIST of that namespace is far cheaper than as many GETs.
 
 A LIST without ``resourceVersion`` is a consistent read, exactly like a GET, so the answer is the
 same; only its size differs. To keep a crowded namespace from costing more than the GETs it
@@ -37,7 +35,7 @@ process after one warning, so a cluster that grants only ``get`` still works.
 Time is bounded: each read ends by the source's ``read_deadline`` (the client enforces it), and a
 call waits for its GETs on the shared I/O pool no longer than two read deadlines (plus a second)
 after it started, so that GETs queued behind other calls' stuck reads still end in a per-claim
-error before the kubelet gives up on the call (45 s).
+error within the kubelet's 45 s call timeout.
 """
 
 from __future__ import annotations
@@ -266,8 +264,8 @@ def _by_namespace(refs: Iterable[ClaimRef]) -> dict[str, list[ClaimRef]]:
 
 
 def _is_map(value: object) -> TypeGuard[Mapping[str, Any]]:
-    """``isinstance(value, Mapping)``, without the ABC check for the dicts JSON decodes into:
-    with it, finding the name of a LIST item took 1.75 us, without it 0.43 us."""
+    """``isinstance(value, Mapping)``, without the ABC check for the dicts JSON decodes into: the
+    ABC check costs more than the rest of finding a LIST item's name."""
     return type(value) is dict or isinstance(value, Mapping)
 
 

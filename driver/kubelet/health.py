@@ -1,14 +1,15 @@
 """The ``DRAResourceHealth`` streams (v1 and v1alpha1) fed by a :class:`driver.plugin.HealthSource`.
 
-The kubelet marks a device Unknown when it hears nothing about it within its timeout (30 s by
-default), so every stream sends the full snapshot when it opens, after every change, and at least
-every ``resend_interval`` seconds (10 s by default) even when nothing changed.
+The kubelet marks a device Unknown when it hears nothing about it within its health timeout, so
+every stream sends the full snapshot when it opens, after every change, and at least every
+``resend_interval`` seconds (:data:`DEFAULT_RESEND_INTERVAL`, well inside that timeout) even when
+nothing changed.
 
 One :class:`HealthFanout` thread waits on the source and wakes all open streams; each stream waits
 on that fan-out, its own cancellation (the kubelet went away) and server stop, so neither a
 cancelled client nor ``stop()`` waits for a full resend interval. Streams end with status OK when
 the server stops. A failing snapshot ends the stream with ``UNAVAILABLE`` (the kubelet retries
-after 5 s); ``UNIMPLEMENTED`` is never returned, because it would stop the kubelet watching.
+after a pause); ``UNIMPLEMENTED`` is never returned, because it would stop the kubelet watching.
 """
 
 from __future__ import annotations

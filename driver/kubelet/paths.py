@@ -3,8 +3,9 @@
 The kubelet watches the registration directory for sockets and dials the DRA socket named in the
 registration answer. During a rolling update (``POD_UID`` set) two pods of the DaemonSet run at
 once, so each needs its own socket names: reusing one would make the new pod unlink the old pod's
-socket and break the kubelet's fallback. An AF_UNIX path holds at most 107 bytes plus the NUL, so
-long pod UIDs fall back to hashed names, in the same order as the Go helper.
+socket and break the kubelet's fallback. An AF_UNIX path holds at most
+:data:`MAX_SOCKET_PATH_BYTES` plus the NUL, so long pod UIDs fall back to hashed names, in the
+same order as the Go helper.
 
 Before a process replaces a socket file left at one of its paths, it connects to it
 (:func:`refuse_live_sockets`): a socket that still answers belongs to a running process (a second
@@ -45,7 +46,7 @@ __all__ = [
 DEFAULT_REGISTRAR_DIR = defaults.REGISTRAR_DIR
 #: the kubelet's per-plugin directories; ours is ``<this>/<driver name>``
 DEFAULT_PLUGINS_DIR = defaults.PLUGINS_DIR
-#: sun_path is 108 bytes including the terminating NUL
+#: ``sizeof(sun_path)`` of Linux's ``sockaddr_un``, less the terminating NUL
 MAX_SOCKET_PATH_BYTES = 107
 DRA_SOCKET_NAME = "dra.sock"
 SERIALIZE_LOCK_NAME = "serialize.lock"

@@ -1,6 +1,6 @@
 """The ``pluginregistration.Registration`` service: how the kubelet learns who we are.
 
-The kubelet finds our registration socket, calls ``GetInfo`` (with a 1 s deadline, so the answer
+The kubelet finds our registration socket, calls ``GetInfo`` (with a short deadline, so the answer
 is precomputed) and then ``NotifyRegistrationStatus``. The answer names the DRA socket and the
 services we serve, in order of preference: the kubelet takes the first DRA service it knows, so
 ``v1.DRAPlugin`` comes first.

@@ -7,15 +7,18 @@ names of the checks still missing. The readiness probe is what makes a rolling u
 ``maxUnavailable: 0`` wait until the new pod is registered with the kubelet and has published.
 
 Why it is an event loop in one thread, and not the standard library's threading server: that one
-started a thread per connection and never timed one out, so 1,000 idle connections took the
-driver from 18 to 1,018 threads. Here every connection is a coroutine of one loop thread, and:
+starts a thread per connection and never times one out, so every idle connection a client opens
+holds a thread of the driver for as long as the client likes. Here every connection is a
+coroutine of one loop thread, and:
 
-* at most ``max_connections`` (64) are open; a new one beyond that closes the oldest connection
+* at most ``max_connections`` are open; a new one beyond that closes the oldest connection
   that has no request being answered, or is refused if all are answering;
-* a connection waits at most ``idle_timeout`` (15 s) for the first byte of a request and then at
-  most ``header_timeout`` (5 s) for the end of its head (16 KiB at most), so a slowloris client
+* a connection waits at most ``idle_timeout`` for the first byte of a request and then at
+  most ``header_timeout`` for the end of its head (of bounded size), so a slowloris client
   that sends a header byte now and then is cut;
-* an answer the client does not read within ``write_timeout`` (10 s) closes the connection.
+* an answer the client does not read within ``write_timeout`` closes the connection.
+
+The defaults of those bounds are the constructor's (docs/security.md lists them).
 
 Only ``GET`` and ``HEAD`` without a body are served. Who may connect at all is the deployment's
 NetworkPolicy (docs/security.md).

@@ -29,8 +29,8 @@ refuses.
 credentials of its own, so it reads only what the journal records: the pods reserved when the
 claim was prepared (and at any repeated prepare), plus those the running driver learned since (a
 rebuilt entry's, read by the driver's adopted-claims check). A later pod of a shared claim is not
-recorded until then, and is refused with a message saying so. Asking the driver over a socket was
-rejected: it would add a second local RPC surface into the driver for a mode numadra does not
+recorded until then, and is refused with a message saying so. The hook does not ask the driver
+over a socket: that would add a second local RPC surface into the driver for a mode numadra does not
 deploy, while the argv mode above needs no record at all (the kubelet hands the claim's CDI
 device, and so the hook, only to the claim's pods), shared claims included.
 """

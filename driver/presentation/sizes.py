@@ -8,7 +8,7 @@ __all__ = ["format_size", "hugepage_size", "memory_summary"]
 
 
 def format_size(value: int) -> str:
-    """Bytes as a short binary size ("1.0 TiB", "512 MiB")."""
+    """Bytes as a short binary size: the largest binary unit that keeps the value at least one."""
     size = float(value)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
         if size < 1024 or unit == "PiB":

@@ -14,8 +14,8 @@ same offline, in a browser, or embedded in a README. Every CPU and device elemen
 ``data-cpu`` / ``data-device`` and, when held, ``data-holder``, so tests (and people with a DOM
 inspector) can check the picture against the journal.
 
-Sizes: a cell is 22 px wide, enough for a three-digit CPU id in 9 px monospace; a 224-CPU DGX
-comes out about 1,600 x 1,100 px, a 2-CPU VM about 800 x 300.
+Sizes: a CPU cell is as wide as a three-digit CPU id in the label font needs; the picture grows
+with the node (docs/deploy.md gives the sizes of the DGX and VM pictures, with the command).
 """
 
 from __future__ import annotations

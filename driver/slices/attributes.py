@@ -4,8 +4,9 @@ The single source of the attributes: the slice builder puts them into the Resour
 claim layer writes the very same maps into the KEP-5304 metadata files, so what a container reads
 is exactly what the scheduler matched its selectors against. An attribute depends only on the
 device (and, for a NUMA node's ``cpu`` device, on the inventory's CPUs of that node), never on the
-node name, driver name, pool generation or taints, so one device's map costs a few microseconds
-and needs no slice. Host-derived strings are clipped to 64 bytes on a character boundary and
+node name, driver name, pool generation or taints, so one device's map is computed on its own
+and needs no slice. Host-derived strings are clipped to the API's string limit on a character
+boundary and
 out-of-range integers dropped, as the API demands (see :mod:`driver.slices.builder`).
 
 Topology on every device that has a NUMA node: the standard ``resource.kubernetes.io/numaNode``

@@ -2,7 +2,8 @@
 
 Same inventory and arguments, same slices, byte for byte: the publisher can diff them against the
 apiserver. Host-derived values that would break an API limit are sanitized here (strings clipped
-to 64 bytes on a character boundary, out-of-range integers dropped) rather than failing discovery.
+to the API's string limit on a character boundary, out-of-range integers dropped) rather than
+failing discovery.
 Attributes of the driver's own domain carry no prefix (the API files them under the driver name);
 standard ones carry ``resource.kubernetes.io/``. They come from
 :func:`driver.slices.attributes.device_attributes`, which the metadata writer shares. The names and

@@ -5,8 +5,8 @@
 * :class:`SlicePublisher` runs the plan on a background thread, never blocking its callers: the
   kubelet servers come up and register while the apiserver is unreachable, and the publisher
   retries under the driver's :class:`~driver.kube.backoff.RetryPolicy`. A watch on our own slices
-  notices the kubelet's wipe (at kubelet start, or 30 s after we became unreachable) and
-  re-creates them at once instead of after the Go controller's 30 s delay.
+  notices the kubelet's wipe (at kubelet start, or once we have been unreachable for its grace
+  period) and re-creates them at once instead of after the Go controller's requeue delay.
 * Periodic traffic is jittered so that a fleet started together does not stay in lockstep (the
   5,000 nodes of a large cluster would otherwise renew their watches in the same second every five
   minutes). Each watch asks for a timeout drawn from ``[watch_timeout, 2 * watch_timeout)``, as
@@ -15,8 +15,9 @@
 * There is no periodic re-LIST while the watch is open: the watch starts at the LIST's
   resourceVersion and resumes from the last event or bookmark it saw, so every change to our slices
   reaches us in order, and a 410 (history compacted) calls for a fresh LIST. A LIST every
-  ``resync_interval`` (jittered up to +50 %) is armed only while the watch cannot be opened (a
-  forbidden or failing watch), the one case where the view could go stale.
+  ``resync_interval`` (stretched by up to :data:`RESYNC_JITTER` of it) is armed only while the
+  watch cannot be opened (a forbidden or failing watch), the one case where the view could go
+  stale.
 * A watch the server ends before it ran its course (an empty answer, a 410, an ERROR event, a
   stream cut in the middle) is a failure: the next one waits its backoff step, and a 410's re-LIST
   comes once per step. A fleet behind one broken proxy thus sends a bounded number of requests a
@@ -277,7 +278,7 @@ class SlicePublisher:
         self.published.set()
 
     def _next_resync(self) -> float:
-        """When to re-LIST while the watch is down: ``resync_interval`` plus up to 50 %."""
+        """When to re-LIST while the watch is down: ``resync_interval`` plus up to ``RESYNC_JITTER`` of it."""
         return time.monotonic() + jittered(self._resync_interval, RESYNC_JITTER, self._rng)
 
     def _report(self, err: BaseException) -> None:

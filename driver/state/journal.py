@@ -10,10 +10,12 @@ which CPUs are taken).
 Storage (version 2, ``<plugin-dir>/state/journal.log``): the append-only log of
 :mod:`driver.state.wal`. Each prepare/unprepare call appends one checksummed line holding only the
 entries it changed, synced with one ``fdatasync``, so a call costs the same with 1 or 300 claims
-prepared on the node (version 1 rewrote the whole file per call: 6 ms at 100 claims). Entries are
+prepared on the node, where rewriting one whole file would cost in proportion to them
+(``bench/journal.py`` compares the two; bench/README.md). Entries are
 stored as canonical JSON (``json.dumps(entry, sort_keys=True, separators=(",", ":"))``).
 
-Version 1 (one ``state/journal.json`` rewritten whole) was never released and is not read: a
+A version 1 journal (one ``state/journal.json`` rewritten whole, made only by unreleased builds)
+is not read: a
 ``journal.json`` found on the first load is a :class:`JournalError` naming it, with the recovery
 (move it aside: the cross-check below rebuilds the prepared claims from their files), never
 silently ignored. A corrupt file or an unknown version is never "repaired" silently either:
@@ -143,7 +145,8 @@ def _entry_text(entry: JournalEntry) -> str:
     """``_canonical(entry.to_json())``, written straight from the entry (keys in sorted order).
 
     Every prepared claim is encoded once per call; going through the dict and a sorting encoder
-    costs several times more. The tests hold the two spellings equal on generated entries.
+    would cost more. The tests hold the stored text equal to that canonical form on generated
+    entries.
     """
     devices = ",".join(
         [
@@ -370,7 +373,7 @@ class Journal:
     def save(self) -> None:
         """Append the changes since the last save as one durable record (creating ``state/``).
 
-        On an ``OSError`` the file is as before the call and the changes stay pending.
+        On an ``OSError`` the file is left as it was and the changes stay pending.
         """
         if self.read_only:
             raise JournalError(f"journal {self.path} was opened read-only")

@@ -1,7 +1,7 @@
 """Version 2 of the claim journal's storage: an append-only, checksummed log (``journal.log``).
 
-Version 1 rewrote one JSON file holding every prepared claim (~6 KB each) on every call, so a call
-cost O(claims on the node). Here a call appends one line holding only what it changed, so it costs
+Rewriting one JSON file holding every prepared claim on every call would make a call cost
+O(claims on the node). Here a call appends one line holding only what it changed, so it costs
 O(claims in the call) plus one ``fdatasync``. File shape::
 
     {"kind":"NumadraJournal","version":2}
@@ -74,7 +74,7 @@ __all__ = [
 LOG_FILE = "journal.log"
 LOG_VERSION = 2
 #: a larger log is refused as damage: it is read into memory, and compaction keeps a real one at
-#: most four times its live entries (or 1 MiB)
+#: most four times its live entries (or ``compact_min``)
 MAX_LOG_BYTES = 64 << 20
 _KIND = "NumadraJournal"
 _HEADER = f'{{"kind":"{_KIND}","version":{LOG_VERSION}}}\n'.encode()

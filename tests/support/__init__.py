@@ -1,1 +1,13 @@
-"""Test support shipped with the package (host-tree generator, fakes named as such)."""
+"""Test doubles and fixtures that only the tests use; never shipped.
+
+* ``fakeplugin``: ``FakePlugin``, a double of the claims logic (``driver.claims.ClaimsDriver``)
+  behind the kubelet layer, and ``StubClaims``, a double of the apiserver's claim reads;
+* ``connectproxy``: a real HTTP ``CONNECT`` proxy on loopback, standing in for a node's egress
+  proxy;
+* ``planted``: fixtures that put what an attacker or an accident leaves (FIFOs, sockets, links,
+  sparse files) at the paths numadra reads.
+
+Neither the wheel nor the image carries anything under ``tests/``: only ``driver`` and ``cdi`` are
+packaged (``[tool.setuptools.packages.find]``; ``tests/integration/packaging/test_wheel.py``
+checks the wheel). Doubles that benches and scripts use too live in ``harness/``.
+"""

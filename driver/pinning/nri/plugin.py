@@ -5,8 +5,8 @@ multiplexed connection 2, and serves the ``Plugin`` service (Configure, Synchron
 CreateContainer, ...) that the runtime calls on connection 1. A reader thread demultiplexes
 frames; requests run on a small pool so that a slow request never stalls the socket.
 
-Container creation waits for this plugin, so every request is **time-boxed** (1 s by default, or
-less when the runtime's ttrpc timeout is shorter): a handler that has not answered by then is
+Container creation waits for this plugin, so every request is **time-boxed** (``handler_budget_s``,
+or less when the runtime's ttrpc timeout is shorter): a handler that has not answered by then is
 abandoned and the runtime gets an empty response (no adjustment), with a warning in the log, as
 stalling every pod on the node would be worse. A container that carries a pinning marker is
 refused instead (reported like every refusal): it must not start on CPUs it was not given, and
@@ -15,7 +15,7 @@ the kubelet retries it.
 **One pinner at a time.** During a rolling update two numadra processes are connected to the same
 runtime, and containerd refuses a container when two plugins both set its cpuset ("plugins
 "00-numadra" and "00-numadra" both tried to set CPUSetCPUs"): every claim pod created during the
-overlap failed. So the instances share ``<plugin-dir>/nri-pinner.lock`` (``leader_lock``): the
+overlap would fail. So the instances share ``<plugin-dir>/nri-pinner.lock`` (``leader_lock``): the
 holder answers with adjustments; the other stays connected and keeps its bookkeeping (it sees every
 container, as the pinner does) but answers CreateContainer, UpdateContainer and Synchronize with
 no adjustment. A follower asked about a container tries to take the lock first (waiting up to

@@ -16,6 +16,7 @@ import pytest
 from driver.errors import JournalError
 from driver.plugin import ClaimRef
 from driver.state.journal import read_recoveries
+from driver.state.wal import JournalLog, Put
 from tests.integration.claims._world import GPU0, ServedDriver, World, claim, cpu_result, result
 
 pytestmark = pytest.mark.fault
@@ -195,13 +196,24 @@ def test_an_intact_journal_costs_no_scan(world: World, monkeypatch: pytest.Monke
 def test_a_peer_compaction_is_not_a_loss(world: World) -> None:
     """A journal replaced by another process's compaction holds every claim: nothing rebuilt."""
     drv, _, _ = _first_prepared(world)
-    other = world.driver()
-    other.reconcile()
-    other._journal._log.compact_min = 0  # the next append compacts (a rename: a new inode)
+    # the other process: a log without a minimum size, appending the live state again until its
+    # compaction replaces the file (a rename: a new inode holding every claim)
+    peer = JournalLog(_journal(world), compact_min=0)
+    live: dict[str, str] = {}
+    for op in peer.read().ops:
+        if isinstance(op, Put):
+            live[op.uid] = op.text
+        else:
+            live.pop(op.uid, None)
+    uid, text = next(iter(live.items()))
+    inode = _journal(world).stat().st_ino
+    for _ in range(50):
+        peer.append({uid: text}, (), live)
+        if _journal(world).stat().st_ino != inode:
+            break
+    assert _journal(world).stat().st_ino != inode
+    peer.close()
     world.getter.add(claim("5f2c8a9e-0d1b-4c3a-9e8f-00000000000d", "x", "ml", results=[cpu_result("cpu", 1)]))
-    assert other.prepare_claims([ClaimRef("ml", "x", "5f2c8a9e-0d1b-4c3a-9e8f-00000000000d")])[
-        "5f2c8a9e-0d1b-4c3a-9e8f-00000000000d"
-    ].ok
     assert drv.prepare_claims([ClaimRef("ml", "x", "5f2c8a9e-0d1b-4c3a-9e8f-00000000000d")])[
         "5f2c8a9e-0d1b-4c3a-9e8f-00000000000d"
     ].ok

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from driver.claims.status import ClaimStatusWriter
 from driver.health.signals import Reading, SignalReader
@@ -135,9 +136,21 @@ def test_ip_limit_is_respected(api: FakeApiServer, client: KubeClient, inventory
     assert entry["networkData"]["ips"] == many[NIC_IF][:16]
 
 
-def test_deleted_claim_is_not_an_error(client: KubeClient, inventory: Inventory) -> None:
-    """Clearing the status of a claim that is already gone succeeds quietly."""
-    _writer(client, inventory).clear("team", "gone")
+def test_deleted_claim_is_not_an_error(api: FakeApiServer, client: KubeClient, inventory: Inventory) -> None:
+    """Clearing the status of a claim that is already gone succeeds quietly: the apply is sent,
+    its 404 raises nothing and logs one info line, no warning; nothing is created, and the writer
+    goes on writing for other claims."""
+    writer = _writer(client, inventory)
+    with capture_logs() as logs:
+        writer.clear("team", "gone")
+    assert [(r.method, r.path) for r in api.requests] == [
+        ("PATCH", "/apis/resource.k8s.io/v1/namespaces/team/resourceclaims/gone/status")
+    ]
+    assert api.get_object("ResourceClaim", "gone", "team") is None
+    assert [e["event"] for e in logs] == ["claim gone, no status to write"]
+    assert logs[0]["log_level"] == "info" and logs[0]["claim"] == "team/gone"
+    writer.report_prepared(_claim(api), _prepared(NIC))
+    assert api.writes()[-1].path.endswith("/namespaces/team/resourceclaims/net/status")
 
 
 def test_virtio_nic_network_data_is_read_from_its_live_netdev(tmp_path: Path) -> None:

@@ -153,13 +153,17 @@ def test_a_closed_stream_gives_its_slot_back(
     server = make_server(fake, health_resend_interval=60)
     server.start()
     limit = server.slots.limits[CallKind.HEALTH]
+    admitted = 0
     with KubeletClient() as client:
         for _ in range(3 * limit):
             stream = client.watch_health(server.dra_socket)
-            next(stream)  # admitted: a slot was free
+            next(stream)  # admitted: a slot was free (a refusal raises RESOURCE_EXHAUSTED here)
+            admitted += 1
             stream.cancel()
             # the slot comes back when grpc reports the end of the RPC
             wait_for(lambda: server.slots.free(CallKind.HEALTH) == limit, 10, "the stream's slot back")
+    assert admitted == 3 * limit
+    assert server.slots.free(CallKind.HEALTH) == limit
 
 
 @pytest.mark.parametrize("version", ["v1", "v1beta1"])

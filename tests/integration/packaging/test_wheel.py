@@ -1,9 +1,10 @@
 """What the wheel (and so the image, which installs it) holds: numadra's own modules, nothing else.
 
 Builds the wheel the way a user's ``pip install .`` does (``pip wheel --no-deps``, build isolation
-on) and reads its file list. The runtime package must not carry tests, benchmarks or scripts; the
-test doubles (the fake apiserver, the test kubelet client, the host tree generator: 8 files, 1,899
-lines, 77 KB) live in ``tests/support/`` since issue 15 and used to ship as ``driver/testing/``.
+on) and reads its file list. The runtime package must not carry tests, benchmarks or scripts, nor
+the test doubles and fixtures of ``harness/`` and ``tests/support/`` (the fake apiserver, the test
+kubelet client, the host tree generator, ...); ``driver/testing/`` is where a package-internal
+copy of them would sit, so it is named too.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[3]
-TEST_DOUBLES = ("driver/testing/", "tests/")
+TEST_DOUBLES = ("driver/testing/", "harness/", "tests/")
 
 
 def _tracked(*paths: str) -> list[str]:

@@ -12,8 +12,15 @@ def _udev_threads() -> set[threading.Thread]:
 
 
 def test_stop_before_start_is_fine() -> None:
-    """A start that failed before this part leaves it unstarted; stopping it then does nothing."""
-    HotplugWatcher(lambda: None).stop()
+    """A start that failed before this part leaves it unstarted; stopping it then does nothing:
+    it raises nothing, starts no thread and calls nothing back, also when stopped twice."""
+    before = _udev_threads()
+    changes: list[None] = []
+    watcher = HotplugWatcher(lambda: changes.append(None))
+    watcher.stop()
+    watcher.stop()
+    assert _udev_threads() == before
+    assert changes == []
 
 
 def test_start_then_stop_leaves_no_thread() -> None:

@@ -146,14 +146,18 @@ def test_claims_refused_before_the_driver_are_counted_as_failed_prepares(lock: S
     """The metrics hear of refused claims (an apiserver that cannot serve them must show as prepare
     errors); the driver's own results are metered by MeteredPlugin, not here."""
     from driver.observability.metered import MeteredPlugin
+    from driver.observability.metrics import Metrics
 
     source = _Claims([_obj("ok", "u1"), _obj("ok-unalloc", "u3", allocated=False)])
     refs = [ClaimRef("ns", "ok", "u1"), ClaimRef("ns", "ok-unalloc", "u3"), ClaimRef("ns", "ok-gone", "u4")]
     metered = MeteredPlugin(FakePlugin(), on_change=lambda: None)
     results = ClaimCalls(metered, ClaimFetcher(source), lock, metered.observe_refused).prepare(refs)
     assert [uid for uid, r in sorted(results.items()) if not r.ok] == ["u3", "u4"]
-    pending = [(op, ok) for op, ok, _ in metered._pending]
-    assert sorted(pending) == [("prepare", False), ("prepare", False), ("prepare", True)]
+    metrics = Metrics()
+    metered.attach_metrics(metrics)  # what was observed before the metrics existed is handed over
+    assert metrics.sample("numadra_prepare_total", {"result": "error"}) == 2
+    assert metrics.sample("numadra_prepare_total", {"result": "success"}) == 1
+    assert metrics.sample("numadra_unprepare_total", {"result": "error"}) == 0
 
 
 def test_unprepare_reads_no_claim(lock: SerializeLock) -> None:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import random
+import threading
 import time
-from typing import cast
+from collections.abc import Iterator
+from typing import Any, cast
 
 import pytest
 
@@ -41,22 +43,59 @@ def test_jittered_stretches_by_at_most_the_factor() -> None:
     assert max(draws) - min(draws) > 250.0
 
 
+class _Watch:
+    """A watch that stays open, with no events, until it is closed."""
+
+    def __init__(self) -> None:
+        self._closed = threading.Event()
+
+    def __iter__(self) -> Iterator[tuple[str, dict[str, Any]]]:
+        self._closed.wait()
+        return iter(())
+
+    def close(self) -> None:
+        self._closed.set()
+
+
+class _TimedApi:
+    """An apiserver holding no slices that notes when each call came (monotonic seconds)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, float]] = []
+
+    def get_node(self, name: str) -> dict[str, Any]:
+        self.calls.append(("get_node", time.monotonic()))
+        return {"metadata": {"name": name, "uid": "node-uid"}}
+
+    def list_resource_slices(
+        self, *, field_selector: str = "", label_selector: str = ""
+    ) -> tuple[list[Any], str]:
+        self.calls.append(("list", time.monotonic()))
+        return [], "1"
+
+    def watch_resource_slices(self, **_: Any) -> _Watch:
+        self.calls.append(("watch", time.monotonic()))
+        return _Watch()
+
+
 def test_start_jitter_delays_the_first_sync_by_a_seeded_draw() -> None:
-    """start() defers the first sync by uniform [0, start_jitter) from the injected RNG."""
+    """start() defers the first apiserver call by uniform [0, start_jitter) from the injected RNG;
+    a wish to publish made at once does not cut the delay short."""
+    api = _TimedApi()
     publisher = SlicePublisher(
-        cast(SliceApi, None),
+        cast(SliceApi, api),
         node_name="n1",
         driver_name="numadra.dev",
-        start_jitter=10.0,
+        start_jitter=1.0,
         rng=random.Random(5),
     )
-    expected = random.Random(5).uniform(0.0, 10.0)
+    expected = random.Random(5).uniform(0.0, 1.0)
     before = time.monotonic()
-    publisher.start()  # the loops wait: nothing desired yet, no LIST to watch from
+    publisher.start()
     try:
-        delay = publisher._not_before - before
-        assert expected - 0.5 <= delay <= expected + 0.01
         publisher.publish([])
-        assert not publisher._due()  # a wish does not cut the start delay short
+        assert publisher.wait_synced(timeout=10.0)
+        assert [name for name, _ in api.calls[:2]] == ["get_node", "list"]
+        assert api.calls[0][1] >= before + expected  # not one call before the drawn delay
     finally:
         publisher.stop(timeout=1.0)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import tempfile
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -15,8 +17,23 @@ from driver.errors import JournalError
 from driver.pinning.types import ClaimPinning, CpuAssignment, CpuMode
 from driver.plugin import PreparedDevice
 from driver.state import Journal, JournalEntry, StoredFile, journal_path
-from driver.state.journal import _canonical, _entry_text
 from driver.state.wal import JournalLog
+
+
+def canonical_json(body: Any) -> str:
+    """The form entries are stored in (the journal's docstring): sorted keys, compact separators."""
+    return json.dumps(body, sort_keys=True, separators=(",", ":"))
+
+
+def stored_log(*entries: JournalEntry) -> str:
+    """The text of a fresh journal log after one save of ``entries``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        journal = Journal(journal_path(Path(tmp)))
+        journal.load()
+        for entry in entries:
+            journal.put(entry)
+        journal.save()
+        return journal.path.read_text()
 
 
 def _entry(uid: str = "u1", cpus: frozenset[int] = frozenset({2, 3})) -> JournalEntry:
@@ -134,7 +151,10 @@ def test_a_v1_journal_at_start_is_a_clear_error(tmp_path: Path, content: str, re
 def test_a_v1_journal_next_to_the_log_is_an_error_too(tmp_path: Path) -> None:
     """A journal.json beside a version 2 log (left by an unreleased build) is not silently skipped."""
     path = journal_path(tmp_path)
-    JournalLog(path).append({"u1": _entry_text(_entry("u1"))}, (), {"u1": _entry_text(_entry("u1"))})
+    writer = Journal(path)
+    writer.load()
+    writer.put(_entry("u1"))
+    writer.save()
     path.with_name("journal.json").write_text(_MARKER)
     with pytest.raises(JournalError, match="version 1"):
         Journal(path).load()
@@ -187,22 +207,29 @@ _entries = st.builds(
 @settings(max_examples=150, deadline=None)
 @given(entry=_entries)
 def test_entry_text_is_the_canonical_json(entry: JournalEntry) -> None:
-    """The direct entry encoder writes exactly the sorted, compact json.dumps of to_json()."""
-    assert _entry_text(entry) == _canonical(entry.to_json())
+    """A saved entry is stored as exactly the sorted, compact json.dumps of to_json()."""
+    assert f'"entry":{canonical_json(entry.to_json())}}}' in stored_log(entry)
 
 
 @settings(max_examples=60, deadline=None)
 @given(entry=_entries)
 def test_entries_round_trip_through_their_json(entry: JournalEntry) -> None:
-    """Every field survives to_json/from_json, the adopted mark and the recorded pods included."""
-    back = JournalEntry.from_json(json.loads(_entry_text(entry)))
-    assert (back.adopted, back.reserved_pods) == (entry.adopted, entry.reserved_pods)
+    """The adopted mark and the recorded pods survive a save and a load."""
+    with tempfile.TemporaryDirectory() as tmp:
+        writer = Journal(journal_path(Path(tmp)))
+        writer.load()
+        writer.put(entry)
+        writer.save()
+        reader = Journal(writer.path, read_only=True)
+        reader.load()
+        back = reader.get(entry.uid)
+    assert back is not None and (back.adopted, back.reserved_pods) == (entry.adopted, entry.reserved_pods)
 
 
 def test_a_prepared_entry_keeps_its_text_without_the_adopted_mark() -> None:
     """Only a rebuilt entry carries "adopted"; an entry that is not one writes no such key."""
-    assert "adopted" not in _entry_text(_nic("u1"))
-    assert '"adopted":true' in _entry_text(replace(_nic("u1"), adopted=True))
+    assert "adopted" not in stored_log(_nic("u1"))
+    assert '"adopted":true' in stored_log(replace(_nic("u1"), adopted=True))
     bad = _nic("u1").to_json() | {"adopted": "yes"}
     with pytest.raises(TypeError, match="expected a boolean"):
         JournalEntry.from_json(bad)
@@ -297,5 +324,5 @@ def test_save_appends_one_record_of_canonical_entries(tmp_path: Path) -> None:
         records.append(json.loads(payload))
     puts = {op["put"]: op["entry"] for op in records[0]["ops"]}
     assert puts == {e.uid: e.to_json() for e in (_entry("u1"), _entry("u2", frozenset({4})), _nic("u\u00e9"))}
-    assert _canonical(puts["u1"]) in first  # entries are stored as canonical JSON
+    assert canonical_json(puts["u1"]) in first  # entries are stored as canonical JSON
     assert records[1] == {"ops": [{"remove": "u2"}]}

@@ -6,7 +6,10 @@ import hashlib
 import itertools
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -352,15 +355,34 @@ def test_append_without_a_fresh_read_is_refused(path: Path) -> None:
     assert fresh_state(path) == {"a": text("a"), "b": text("b"), "c": text("c")}
 
 
-def test_creating_the_log_never_replaces_one_made_meanwhile(path: Path) -> None:
+#: another process that creates the log with one entry: ``python -c _RIVAL <path> <entry text>``
+_RIVAL = (
+    "import sys; from pathlib import Path; from driver.state.wal import JournalLog; "
+    "log = JournalLog(Path(sys.argv[1])); log.read(); log.append({'a': sys.argv[2]}, (), {'a': sys.argv[2]})"
+)
+
+
+def test_creating_the_log_never_replaces_one_made_meanwhile(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Two writers past the "no log yet" check at once (no lock): the second create is refused."""
-    one, two = JournalLog(path), JournalLog(path)
-    one.read()
-    two.read()
-    two._check_missing()  # passes: there is no log yet
-    one.append({"a": text("a")}, (), {"a": text("a")})  # ... and now there is
+    writer = JournalLog(path)
+    writer.read()
+    real_link = os.link
+    raced: list[str] = []
+
+    def link_after_another_process(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
+        """This writer found no log; before it links its new file into place, another process
+        (a writer that did not take the lock) creates the log."""
+        if not raced:
+            raced.append(str(dst))
+            subprocess.run([sys.executable, "-c", _RIVAL, str(path), text("a")], check=True, timeout=60)
+        real_link(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "link", link_after_another_process)
     with pytest.raises(JournalError, match="appeared since this process last read it"):
-        two._replace({"b": text("b")}, create=True)
+        writer.append({"b": text("b")}, (), {"b": text("b")})
+    assert raced == [str(path)]
     assert fresh_state(path) == {"a": text("a")}
     assert sorted(p.name for p in path.parent.iterdir()) == [path.name]  # no temp file left
 
