@@ -173,3 +173,29 @@ def test_nothing_missing_writes_an_empty_record_and_no_event(start: Any) -> None
     h.publish()
     assert h.events() == [] and h.features.missing() == frozenset()
     assert load_record(h.plugin_dir).features == ()
+
+
+def test_a_record_path_taken_by_a_directory_or_a_link_never_stops_the_publisher(
+    start: Any, tmp_path: Path
+) -> None:
+    """The record is written by rename: a link there is replaced, never written through; a
+    directory there makes the write fail, logged, and the gate is still named and published."""
+    outside = tmp_path / "outside.json"
+    outside.write_text("keep")
+    (tmp_path / MISSING_FEATURES_FILE).symlink_to(outside)
+    h = start({CONSUMABLE_CAPACITY})
+    h.publish()
+    h.publisher.stop()  # one publisher per pool: the next one is a restarted driver
+    assert outside.read_text() == "keep"
+    assert [f.name for f in load_record(h.plugin_dir).features] == [CONSUMABLE_CAPACITY]
+
+    record = tmp_path / MISSING_FEATURES_FILE
+    record.unlink()
+    record.mkdir()
+    with capture_logs() as logs:
+        again = start({CONSUMABLE_CAPACITY, DEVICE_TAINTS})
+        again.publisher.set_taints({GPU: UNHEALTHY})
+        again.publish()
+    assert any(e["event"] == "cannot record missing api features" for e in logs)
+    assert again.features.missing() == {CONSUMABLE_CAPACITY, DEVICE_TAINTS}
+    assert GPU not in again.stored_devices() and again.publisher.published.is_set()
