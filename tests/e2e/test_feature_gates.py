@@ -295,3 +295,15 @@ def test_device_taints_off_withholds_an_unhealthy_gpu_until_it_is_reset(no_taint
     cluster.delete_pod(ns, "broken")
     cluster.admin.delete(f"{RESOURCE}/namespaces/{ns}/resourceclaims/broken")
     assert len(gated.node_events()) == 1, "said once"
+
+
+# -- every gate at its 1.37 default ------------------------------------------------------------------
+
+
+def test_the_session_cluster_misses_no_feature_numadra_uses(cluster: Cluster) -> None:
+    """No false alarm: with the 1.37.2 defaults the apiserver keeps every field the driver sends."""
+    gated = GatedCluster(cluster, "")
+    wait_for(cluster.slices, 30, "our slices")
+    assert gated.node_events() == []
+    assert not gated.named("apiserver dropped fields")
+    assert "the apiserver kept every field of this node's slices" in gated.state()
