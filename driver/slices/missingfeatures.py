@@ -17,9 +17,9 @@ finds out again within its first sync.
 
 Why a file for ``numadra state``: it reads local state only, so that it answers while the
 apiserver is unreachable and without credentials, and the metrics endpoint may be off. The
-journal is the claims' record (another format and version), and Events expire after an hour.
-The plugin dir is the driver's own directory, already holding its journal and health faults.
-The file is rewritten atomically (temp file, fsync, rename, mode 0600, no link followed) at the
+journal is the claims' record (another format and version), and Events expire (the apiserver's
+``--event-ttl``). The plugin dir is the driver's own directory, already holding its journal and
+health faults. The file is rewritten atomically (temp file, fsync, rename, mode 0600, no link followed) at the
 first write of each process and whenever a gate is added, so it describes the current process;
 it is read back through :mod:`driver.untrusted` (a regular file, capped, strict shape), as the
 plugin dir is a hostPath that others on the node could write into.
