@@ -201,6 +201,7 @@ def build_background(core: Core) -> Background:
     from driver.kube.backoff import RetryPolicy
     from driver.observability import Metrics, MetricsServer, MetricsUpdater
     from driver.observability.updater import publish_error_handler
+    from driver.slices.missingfeatures import MISSING_FEATURES_FILE, MissingFeatures
     from driver.slices.publisher import SlicePublisher
 
     cfg = core.config
@@ -217,6 +218,13 @@ def build_background(core: Core) -> Background:
         on_error=publish_error_handler(metrics, core.plugin.handle_error),
         retry=RetryPolicy(cap=cfg.publish_backoff_cap),
         start_jitter=2.0,  # a restarted fleet spreads its first LISTs, not one burst (docs/scale.md)
+        # gates off on the apiserver: said once each (log, Node Event, metric, numadra state)
+        features=MissingFeatures(
+            node_name=cfg.node_name,
+            driver_name=cfg.driver_name,
+            post=core.kube.create_event,
+            record_path=cfg.effective_plugin_dir / MISSING_FEATURES_FILE,
+        ),
     )
     taints = HealthTaints(publisher, cfg.taint_unhealthy)
     core.monitor.add_listener(taints)  # the current taints now, before the first sync

@@ -24,6 +24,7 @@ from driver.kube.types import JsonObject
 from driver.names import base_request_name, check_request_name, is_claim_uid
 from driver.pinning.types import CpuMode, CpuRequest
 from driver.plugin import ClaimRef
+from driver.slices.features import CONSUMABLE_CAPACITY
 
 __all__ = [
     "MAX_CONFIGS",
@@ -180,6 +181,16 @@ def _resolve_result(
         admin = False
     if not isinstance(admin, bool):
         raise ClaimError(uid, f"{where}: adminAccess must be a boolean, got {admin!r}")
+    if kind is DeviceKind.CPU and share is None and not admin:
+        # Only an allocator without consumable capacity hands a cpu device out whole: it dropped
+        # the claim's CPU count too, and all of a NUMA node's CPUs for one claim is not the answer.
+        raise ClaimError(
+            uid,
+            f"{where} was allocated whole (no shareID): the scheduler treated it as a device for one "
+            f"claim and dropped the claim's CPU count, because the {CONSUMABLE_CAPACITY} feature gate "
+            "is off on kube-apiserver or kube-scheduler; numadra pins no CPUs it cannot count. "
+            f"Enable {CONSUMABLE_CAPACITY} (docs/troubleshooting.md)",
+        )
     return AllocatedDevice(
         request=request,
         device_name=name,
@@ -206,7 +217,8 @@ def select_devices(
     ``claim`` was checked by the kubelet layer (:func:`driver.kubelet.claims.check_claim`: same
     UID as ``ref``, ``status.allocation`` present); the checks here are about devices. Results of
     other drivers are skipped. Raises :class:`ClaimError` when a result of ours is in another pool
-    or on a device this node does not have, or the allocation is malformed;
+    or on a device this node does not have, a cpu device came whole (no consumable capacity on
+    the cluster), or the allocation is malformed;
     :class:`ConfigDecodeError` for invalid configuration of ours.
     """
     uid = ref.uid

@@ -8,6 +8,10 @@ It also shows state that was lost: claims the driver rebuilt from the files it w
 because the journal had lost them (``state/recoveries.log``, newest last), and claims whose CDI
 spec or metadata is on disk right now but which the journal lacks (the driver rebuilds those on
 its next call). Either means the journal was damaged: see docs/troubleshooting.md.
+
+And it names the feature gates the running driver found off on the apiserver (the fields of its
+slices the apiserver dropped or refused, and what that changes), from the record the driver keeps
+in ``<plugin-dir>/api-features.json`` (:mod:`driver.slices.missingfeatures`).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from driver.cli.options import parent
 
 if TYPE_CHECKING:
+    from driver.slices.missingfeatures import FeatureRecord
     from driver.state.evidence import Found
     from driver.state.journal import Journal
 
@@ -87,8 +92,69 @@ def _recovery_lines(recoveries: list[dict[str, Any]], unjournaled: list[Found]) 
     return lines
 
 
+def _api_features(plugin_dir: Path) -> tuple[FeatureRecord | None, str]:
+    """The driver's record of missing api features (None: it wrote none), or why it cannot be read."""
+    from driver.errors import UntrustedFileError, UntrustedValueError
+    from driver.slices.missingfeatures import load_record
+
+    try:
+        return load_record(plugin_dir), ""
+    except FileNotFoundError:
+        return None, ""
+    except (UntrustedFileError, UntrustedValueError, OSError) as exc:
+        return None, str(exc)
+
+
+def _api_feature_lines(record: FeatureRecord | None, error: str) -> list[str]:
+    from driver.slices.features import feature
+
+    if error:
+        return [f"cannot read the driver's record of missing api features: {error}"]
+    if record is None:
+        return []
+    if not record.features:
+        return [
+            "the apiserver kept every field of this node's slices "
+            f"(driver pid {record.pid}, {record.checked_at})"
+        ]
+    lines = [
+        f"API FEATURES MISSING: the apiserver lacks {len(record.features)} feature gate(s) numadra's slices "
+        f"use (driver pid {record.pid}, {record.checked_at}; docs/troubleshooting.md)"
+    ]
+    for cause in record.features:
+        how = "refused a slice that needs" if cause.refused else "dropped"
+        lines.append(
+            f"  {cause.name}: the apiserver {how} {', '.join(cause.fields)} of ResourceSlice {cause.slice} "
+            f"(since {cause.since})"
+        )
+        entry = feature(cause.name)
+        if entry is not None:
+            lines.append(f"    {entry.effect}")
+    return lines
+
+
+def _api_features_json(record: FeatureRecord | None, error: str) -> dict[str, Any] | None:
+    if error:
+        return {"error": error}
+    if record is None:
+        return None
+    missing = [
+        {
+            "name": c.name,
+            "fields": list(c.fields),
+            "example": c.example,
+            "slice": c.slice,
+            "since": c.since,
+            "refused": c.refused,
+        }
+        for c in record.features
+    ]
+    return {"checkedAt": record.checked_at, "pid": record.pid, "missing": missing}
+
+
 def _run(args: argparse.Namespace) -> int:
     from driver.cli.discover import default_node_name
+    from driver.kubelet.paths import default_plugin_dir
     from driver.pinning.types import format_cpulist
     from driver.state.journal import read_recoveries
 
@@ -109,6 +175,7 @@ def _run(args: argparse.Namespace) -> int:
         sys.stdout.write(picture(inventory, overlay, args.output, title=f"numadra state: {path}"))
         return 0
     recoveries = read_recoveries(path.parent)
+    features = _api_features(args.plugin_dir or default_plugin_dir(args.driver_name))
     rebuilt = {str(r.get("uid")): str(r.get("reason")) for r in recoveries}
     if args.output == "json":
         claims = [e.to_json() for e in entries]
@@ -123,6 +190,7 @@ def _run(args: argparse.Namespace) -> int:
                 {"uid": f.uid, "devices": [d.device_name for d in f.entry.devices], "files": list(f.paths)}
                 for f in journal.unjournaled
             ],
+            "apiFeatures": _api_features_json(*features),
         }
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return 0
@@ -143,5 +211,6 @@ def _run(args: argparse.Namespace) -> int:
                 f"memset {format_cpulist(a.mems) or '-'} ({a.mode.value})"
             )
     lines += _recovery_lines(recoveries, journal.unjournaled)
+    lines += _api_feature_lines(*features)
     sys.stdout.write("\n".join(lines) + "\n")
     return 0

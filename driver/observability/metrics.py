@@ -28,6 +28,10 @@ Series (all prefixed ``numadra_``):
 * ``nvidia_userspace_warnings_total`` {source}: claims whose NVIDIA GPUs got the driver root's
   files although a toolkit spec could not serve them, or lacked files (``driver_root``), or got
   no driver user space at all (``none``), each also a Warning Event (docs/gpu-userspace.md);
+* ``api_fields_dropped`` {feature}: the field kinds of our slices the apiserver did not keep, by
+  the feature gate that guards them (``driver.slices.features``: every gate of its table, and
+  ``unknown``); anything but 0 means a gate is off on the apiserver and some devices mean less
+  than published (docs/troubleshooting.md). A gate once seen missing stays so until a restart;
 * ``cpus_free`` {numa_node}: online CPUs of each NUMA node neither reserved nor pinned to a claim;
 * ``registered``: 1 while the kubelet has registered the plugin, 0 before or after a failure;
 * ``build_info`` {version, driver, node}: constant 1, to join other series on.
@@ -43,12 +47,14 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from driver import __version__
 from driver.pinning.consumers import GONE_REASONS as ADOPTED_RELEASE_REASONS
 from driver.pinning.failures import PIN_FAILURE_ACTIONS, PIN_FAILURE_REASONS
+from driver.slices.features import FEATURE_NAMES
 from driver.state.journal import STATE_RECOVERY_REASONS
 
 __all__ = [
     "ADOPTED_RELEASE_REASONS",
     "DEVICE_HEALTH_STATES",
     "DEVICE_TYPES",
+    "FEATURE_NAMES",
     "JOURNAL_ACTIONS",
     "PIN_FAILURE_ACTIONS",
     "PIN_FAILURE_REASONS",
@@ -171,6 +177,12 @@ class Metrics:
             ["source"],
             registry=r,
         )
+        self._fields_dropped = Gauge(
+            "numadra_api_fields_dropped",
+            "Field kinds of the published slices the apiserver did not keep, by the feature gate behind them",
+            ["feature"],
+            registry=r,
+        )
         self._cpus_free = Gauge(
             "numadra_cpus_free",
             "Online CPUs of a NUMA node neither reserved nor pinned to a prepared claim",
@@ -215,6 +227,7 @@ class Metrics:
             self._adopted_releases.labels(reason=reason)
         for source in USERSPACE_WARNING_SOURCES:
             self._userspace_warnings.labels(source=source)
+        self.set_fields_dropped({})
         self.set_device_counts({})
 
     def observe_prepare(self, result: Result, seconds: float, claims: int = 1) -> None:
@@ -261,6 +274,13 @@ class Metrics:
         """Free CPUs per NUMA node id (one series per node: bounded by the hardware)."""
         for node, count in free.items():
             self._cpus_free.labels(numa_node=str(int(node))).set(count)
+
+    def set_fields_dropped(self, counts: Mapping[str, int]) -> None:
+        """Replace the dropped-fields gauge: ``{feature gate: field kinds}``; missing gates read as 0."""
+        for feature in counts:
+            _check(feature, FEATURE_NAMES, "feature")
+        for feature in FEATURE_NAMES:
+            self._fields_dropped.labels(feature=feature).set(counts.get(feature, 0))
 
     def set_registered(self, registered: bool) -> None:
         """Whether the kubelet's registration of the plugin succeeded (the alert's signal)."""

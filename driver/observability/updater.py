@@ -1,8 +1,9 @@
 """Copies the components' own counters and gauges into the :class:`Metrics` facade.
 
-The components count what happens to them in plain attributes (the publisher's writes, the taints'
-transitions, the claims' state recoveries) or can answer a question (how many claims are prepared,
-which CPUs they hold, what each device's health is); none of them knows prometheus. The
+The components count what happens to them in plain attributes (the publisher's writes and the
+feature gates its slices miss, the taints' transitions, the claims' state recoveries) or can
+answer a question (how many claims are prepared, which CPUs they hold, what each device's health
+is); none of them knows prometheus. The
 housekeeping thread of ``numadra run`` (:class:`driver.claims.housekeeping.Housekeeping`) calls
 :meth:`MetricsUpdater.update` after every round, and ``numadra run`` calls it once when the
 metrics are created, so the first scrape already sees every family. The publisher's failed writes
@@ -88,6 +89,7 @@ class MetricsUpdater:
         metrics.set_device_counts(counts)
         metrics.set_taint_transitions(self._taints.transitions)
         metrics.set_publish_writes(self._publisher.stats.writes)
+        metrics.set_fields_dropped(self._publisher.features.dropped_counts())
 
 
 def publish_error_handler(

@@ -22,6 +22,12 @@
   stream cut in the middle) is a failure: the next one waits its backoff step, and a 410's re-LIST
   comes once per step. A fleet behind one broken proxy thus sends a bounded number of requests a
   minute, not a storm (tests/integration/publisher/test_retry_bounds.py counts them).
+* Every write's answer is compared with what was sent: fields the apiserver dropped (a feature
+  gate off, an older minor) or a 422 for a list attribute it could not keep go to
+  :class:`~driver.slices.missingfeatures.MissingFeatures`, which names the gate once per cause.
+  From then on the desired slices are sent in the form that is correct without that gate
+  (:func:`driver.slices.features.adapt`), and what the apiserver keeps of a write is accepted as
+  it is, so a dropped field never causes a rewrite loop.
 """
 
 from __future__ import annotations
@@ -35,11 +41,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from driver.errors import KubeError, SliceError, recoverable
+from driver.errors import KubeError, recoverable
 from driver.inventory.model import Inventory
 from driver.kube.backoff import RetryPolicy
 from driver.kube.client import SliceWatch, error_kind, slice_field_selector
 from driver.log import get_logger
+from driver.slices.features import UNKNOWN, DroppedField, adapt, dropped_fields, refused_fields
+from driver.slices.missingfeatures import MissingFeatures
 from driver.slices.plan import SlicePlan, plan_sync, slice_content
 
 __all__ = [
@@ -114,6 +122,7 @@ class SlicePublisher:
     to ``on_error`` marked recoverable (the driver keeps running); ``published`` is set after the
     first successful sync (readiness). ``retry`` paces both loops (the sync and the watch, each
     with its own count of failures); ``rng`` draws every jitter (tests pass a seeded one).
+    ``features`` hears of every field the apiserver did not keep (one that only logs by default).
     """
 
     def __init__(
@@ -129,10 +138,12 @@ class SlicePublisher:
         watch_timeout: int = 300,
         start_jitter: float = 0.0,
         rng: random.Random | None = None,
+        features: MissingFeatures | None = None,
     ) -> None:
         self._api = api
         self.node_name = node_name
         self.driver_name = driver_name
+        self.features = features or MissingFeatures(node_name=node_name, driver_name=driver_name)
         self._build = build or self._default_build
         self._on_error = on_error
         self._rng = rng or random.Random()  # noqa: S311 - spreads load, guards no secret
@@ -293,8 +304,9 @@ class SlicePublisher:
         with self._cond:
             self._list_rv = list_rv
             self._cond.notify_all()
+        wanted = adapt(desired, self.features.missing())  # as is when no gate is known missing
         plan = plan_sync(
-            desired, stored, owner=_owner(self.node_name, self._node_uid), accepted=self._accepted
+            wanted, stored, owner=_owner(self.node_name, self._node_uid), accepted=self._accepted
         )
         if not plan.empty:
             _log.info(
@@ -318,13 +330,25 @@ class SlicePublisher:
             self._count("delete")
         for obj in plan.updates:
             self._note_sent(obj["metadata"]["name"], slice_content(obj))
-            self._check_kept(obj, self._api.update_resource_slice(obj))
+            self._check_kept(obj, self._write(self._api.update_resource_slice, obj))
             self._count("update")
         for obj in plan.creates:
             self._note_sent(obj["metadata"]["name"], slice_content(obj))
-            self._check_kept(obj, self._api.create_resource_slice(obj))
+            self._check_kept(obj, self._write(self._api.create_resource_slice, obj))
             self._count("create")
         return plan
+
+    def _write(self, call: Callable[[Obj], Obj], obj: Obj) -> Obj:
+        """One create or update; a 422 that a gate explains is named (then raised as any error)."""
+        try:
+            return call(obj)
+        except KubeError as err:
+            if err.status == 422:
+                refused = refused_fields(obj, str(err))
+                if refused:
+                    name = str(obj["metadata"]["name"])
+                    self.features.observe(name, refused, node_uid=self._node_uid, refused=True)
+            raise
 
     def _count(self, verb: str) -> None:
         with self._cond:
@@ -336,17 +360,26 @@ class SlicePublisher:
             self._sent[name] = content
 
     def _check_kept(self, sent: Obj, stored: Obj) -> None:
-        """Notice fields the apiserver dropped, and accept what it kept (no rewrite loop)."""
+        """Name the fields the apiserver dropped, and accept what it kept (no rewrite loop).
+
+        A gate found missing here changes what is desired (:func:`adapt`): the pool is synced once
+        more in that form.
+        """
         name = str(stored["metadata"]["name"])
         mine, kept = slice_content(sent, with_generation=False), slice_content(stored, with_generation=False)
+        dropped: tuple[DroppedField, ...] = ()
         if mine == kept:
             self._accepted.pop(name, None)
-        elif self._accepted.get(name) != (mine, kept):
-            self._accepted[name] = (mine, kept)
-            self._note_sent(name, slice_content(stored))
-            self._report(
-                SliceError(f"apiserver dropped fields of slice {name} (feature gate off?); kept as stored")
-            )
+        else:
+            # owners or labels changed, not the spec: no gate explains that
+            dropped = dropped_fields(sent, stored) or (DroppedField("metadata", "metadata", UNKNOWN),)
+            if self._accepted.get(name) != (mine, kept):
+                self._accepted[name] = (mine, kept)
+                self._note_sent(name, slice_content(stored))
+        if self.features.observe(name, dropped, node_uid=self._node_uid):
+            with self._cond:
+                self._version += 1
+                self._cond.notify_all()
 
     # -- watch --------------------------------------------------------------------------------------
     def _watch_loop(self) -> None:

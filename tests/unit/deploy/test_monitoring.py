@@ -109,6 +109,7 @@ def test_prometheus_rule_has_the_alerts_with_severity_and_text() -> None:
         "NumadraNotRegistered",
         "NumadraPinningFailures",
         "NumadraAdoptedClaimReleased",
+        "NumadraApiFeatureMissing",
     } <= set(alerts)
     for name, alert in alerts.items():
         assert alert["labels"]["severity"] in {"info", "warning", "critical"}, name
@@ -118,6 +119,8 @@ def test_prometheus_rule_has_the_alerts_with_severity_and_text() -> None:
     assert "numadra_registered" in alerts["NumadraNotRegistered"]["expr"]
     assert "numadra_pinning_failures_total" in alerts["NumadraPinningFailures"]["expr"]
     assert "numadra_adopted_claim_releases_total" in alerts["NumadraAdoptedClaimReleased"]["expr"]
+    assert "numadra_api_fields_dropped" in alerts["NumadraApiFeatureMissing"]["expr"]
+    assert "by (node, feature)" in alerts["NumadraApiFeatureMissing"]["expr"]
 
 
 def test_every_expression_is_balanced() -> None:

@@ -159,3 +159,18 @@ def test_cpus_free_per_numa_node_and_registered() -> None:
     assert m.sample("numadra_registered") == 1.0
     m.set_registered(False)
     assert m.sample("numadra_registered") == 0.0
+
+
+def test_fields_dropped_by_feature_gate_start_at_zero_and_are_replaced() -> None:
+    """Every gate of the table (and unknown) is a series from the start; an absent gate reads 0."""
+    m = Metrics()
+    name = "numadra_api_fields_dropped"
+    assert m.sample(name, {"feature": "DRAConsumableCapacity"}) == 0
+    assert m.sample(name, {"feature": "unknown"}) == 0
+    m.set_fields_dropped({"DRAConsumableCapacity": 2, "DRADeviceTaints": 1})
+    assert m.sample(name, {"feature": "DRAConsumableCapacity"}) == 2
+    m.set_fields_dropped({"DRADeviceTaints": 1})
+    assert m.sample(name, {"feature": "DRAConsumableCapacity"}) == 0
+    assert m.sample(name, {"feature": "DRADeviceTaints"}) == 1
+    with pytest.raises(ValueError, match="unknown feature label 'MadeUpGate'"):
+        m.set_fields_dropped({"MadeUpGate": 1})

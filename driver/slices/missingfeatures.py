@@ -1,0 +1,331 @@
+"""The apiserver's missing features, said once per cause: a log line, a Node Event, a metric, a record.
+
+The publisher hands every write's outcome to :meth:`MissingFeatures.observe`: the fields the
+apiserver dropped (or, for a list attribute, refused), each named with the gate that guards it
+(:mod:`driver.slices.features`). The first time a gate is seen missing, this says so where an
+operator looks:
+
+* a warning in the driver's log, naming the gate, the fields, what it changes and the remedy;
+* a ``Warning`` Event ``ApiFieldsDropped`` on the Node (``kubectl describe node``);
+* :meth:`dropped_counts`, which ``numadra_api_fields_dropped{feature}`` mirrors (the alert);
+* the record file ``<plugin-dir>/api-features.json``, which ``numadra state`` prints.
+
+A missing gate stays missing for the life of the process: the publisher leaves its fields out from
+then on (:func:`driver.slices.features.adapt`), so nothing would tell it the gate came back, and
+a gate only changes with an apiserver restart. After enabling it, restart numadra; the new process
+finds out again within its first sync.
+
+Why a file for ``numadra state``: it reads local state only, so that it answers while the
+apiserver is unreachable and without credentials, and the metrics endpoint may be off. The
+journal is the claims' record (another format and version), and Events expire (the apiserver's
+``--event-ttl``). The plugin dir is the driver's own directory, already holding its journal and
+health faults. The file is rewritten atomically (temp file, fsync, rename, mode 0600, no link followed) at the
+first write of each process and whenever a gate is added, so it describes the current process;
+it is read back through :mod:`driver.untrusted` (a regular file, capped, strict shape), as the
+plugin dir is a hostPath that others on the node could write into.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from cdi.io import atomic_write_bytes
+from driver.errors import UntrustedValueError
+from driver.log import get_logger
+from driver.slices.features import FEATURE_NAMES, LIST_TYPE_ATTRIBUTES, UNKNOWN, DroppedField, feature
+from driver.untrusted.files import read_file
+from driver.untrusted.values import loads_json
+
+__all__ = [
+    "EVENT_REASON",
+    "MISSING_FEATURES_FILE",
+    "FeatureRecord",
+    "MissingFeature",
+    "MissingFeatures",
+    "cause_message",
+    "load_record",
+    "node_event",
+]
+
+MISSING_FEATURES_FILE = "api-features.json"
+EVENT_REASON = "ApiFieldsDropped"
+_RECORD_VERSION = 1
+#: the record holds a few gates with a few field patterns each
+_MAX_RECORD_BYTES = 64 << 10
+#: the longest message an Event carries here (the events.k8s.io note limit)
+_MAX_MESSAGE = 1024
+#: bounds on what a record may hold (it is read back from a directory others can write)
+_MAX_TEXT = 512
+_MAX_FIELDS = 64
+
+#: writes one Event into a namespace (``KubeClient.create_event``)
+PostEvent = Callable[[str, Mapping[str, Any]], object]
+
+_log = get_logger("slices.features")
+
+
+@dataclass(frozen=True, slots=True)
+class MissingFeature:
+    """A gate seen missing, with what showed it."""
+
+    name: str  # a gate of the table, or "unknown"
+    fields: tuple[str, ...]  # the field patterns lost, in the order first seen
+    example: str  # one concrete path
+    slice: str  # the slice whose write showed it first
+    since: str  # when, RFC 3339 UTC
+    refused: bool  # the apiserver refused the slice (422) instead of storing it without the fields
+
+
+@dataclass(frozen=True, slots=True)
+class FeatureRecord:
+    """The record file: what the driver process found missing, and when it last wrote the file."""
+
+    checked_at: str
+    pid: int
+    features: tuple[MissingFeature, ...]
+
+
+def _stamp(now: datetime) -> str:
+    return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def cause_message(cause: MissingFeature, *, node_name: str) -> str:
+    """One cause as the operator reads it (the log's message detail and the Event's message)."""
+    fields = ", ".join(cause.fields)
+    entry = feature(cause.name)
+    if entry is None:
+        return (
+            f"the apiserver did not keep {fields} of ResourceSlice {cause.slice} (node {node_name}) "
+            "as sent, for no feature gate numadra knows: the slice is kept as stored; compare "
+            "`numadra discover -o json` with the stored slice"
+        )
+    what = (
+        f"the apiserver refused ResourceSlice {cause.slice} (node {node_name}): it dropped {fields} "
+        "and the attribute was left without a value"
+        if cause.refused
+        else f"the apiserver dropped {fields} from ResourceSlice {cause.slice} (node {node_name})"
+    )
+    remedy = (
+        f"enable {entry.name} on kube-apiserver, kube-scheduler and kube-controller-manager, then "
+        "restart numadra on this node"
+    )
+    if entry.name == LIST_TYPE_ATTRIBUTES:
+        remedy += ", or remove --numa-node-list (NUMADRA_NUMA_NODE_LIST)"
+    return (
+        f"{what}: feature gate {entry.name} is off, or kube-apiserver is older than {entry.since} "
+        f"(in 1.37: {entry.stage}). Effect: {entry.effect}. Remedy: {remedy}"
+    )
+
+
+def node_event(
+    cause: MissingFeature, *, node_name: str, node_uid: str, component: str, now: datetime | None = None
+) -> dict[str, Any]:
+    """The core/v1 Warning Event of one cause, on the Node (Events of cluster objects live in default)."""
+    stamp = _stamp(now or datetime.now(UTC))
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{node_name}.", "namespace": "default"},
+        # no namespace: the Node is cluster-scoped; kubectl describe node finds it by name and UID
+        "involvedObject": {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "name": node_name,
+            "uid": node_uid or node_name,
+        },
+        "reason": EVENT_REASON,
+        "message": cause_message(cause, node_name=node_name)[:_MAX_MESSAGE],
+        "type": "Warning",
+        "source": {"component": component, "host": node_name},
+        "reportingComponent": component,
+        "reportingInstance": node_name,
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
+        "count": 1,
+    }
+
+
+class MissingFeatures:
+    """The gates this driver process found missing (see the module docstring). Thread-safe.
+
+    ``post`` None: no Events; ``record_path`` None: no record file (tests, ``numadra discover``).
+    """
+
+    def __init__(
+        self,
+        *,
+        node_name: str,
+        driver_name: str,
+        post: PostEvent | None = None,
+        record_path: Path | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.node_name = node_name
+        self.driver_name = driver_name
+        self._post = post
+        self._record_path = record_path
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._found: dict[str, MissingFeature] = {}
+        self._recorded = False
+
+    def missing(self) -> frozenset[str]:
+        """The gates found missing so far (never shrinks: module docstring)."""
+        with self._lock:
+            return frozenset(self._found)
+
+    def causes(self) -> tuple[MissingFeature, ...]:
+        """What was found, in the order found."""
+        with self._lock:
+            return tuple(self._found.values())
+
+    def dropped_counts(self) -> dict[str, int]:
+        """Every gate of the table (and ``unknown``) -> the number of its field patterns lost."""
+        with self._lock:
+            found = {name: len(cause.fields) for name, cause in self._found.items()}
+        return {name: found.get(name, 0) for name in FEATURE_NAMES}
+
+    def observe(
+        self, slice_name: str, dropped: Sequence[DroppedField], *, node_uid: str = "", refused: bool = False
+    ) -> list[MissingFeature]:
+        """One write's outcome: ``dropped`` the fields lost (empty: kept in full); returns the new causes.
+
+        Each new cause is logged and posted as a Node Event once; the record is rewritten when
+        anything changed and at the first call. A failure to post or to write is logged, never
+        raised: the publisher goes on.
+        """
+        new: list[MissingFeature] = []
+        with self._lock:
+            changed = not self._recorded
+            for field in dropped:
+                name = field.feature if field.feature in FEATURE_NAMES else UNKNOWN
+                known = self._found.get(name)
+                if known is None:
+                    cause = MissingFeature(
+                        name, (field.pattern,), field.path, slice_name, _stamp(self._clock()), refused
+                    )
+                    self._found[name] = cause
+                    new.append(cause)
+                elif field.pattern not in known.fields:
+                    self._found[name] = _with_field(known, field.pattern)
+                else:
+                    continue
+                changed = True
+            new = [self._found[c.name] for c in new]  # with every field of this write
+            if changed:
+                self._write_record()
+        for cause in new:
+            self._announce(cause, node_uid)
+        return new
+
+    def _announce(self, cause: MissingFeature, node_uid: str) -> None:
+        entry = feature(cause.name)
+        _log.warning(
+            "apiserver refused a slice: feature gate off" if cause.refused else "apiserver dropped fields",
+            feature=cause.name,
+            fields=list(cause.fields),
+            example=cause.example,
+            slice=cause.slice,
+            node=self.node_name,
+            effect=entry.effect if entry else "unknown",
+            detail=cause_message(cause, node_name=self.node_name),
+        )
+        if self._post is None:
+            return
+        event = node_event(cause, node_name=self.node_name, node_uid=node_uid, component=self.driver_name)
+        try:
+            self._post("default", event)
+        except Exception as exc:  # an Event is informational: the log line and the metric say it too
+            _log.warning("cannot post node event", reason=EVENT_REASON, feature=cause.name, error=str(exc))
+
+    def _write_record(self) -> None:
+        """Rewrite the record (under the lock: writes stay in order)."""
+        self._recorded = True
+        if self._record_path is None:
+            return
+        doc = {
+            "version": _RECORD_VERSION,
+            "checkedAt": _stamp(self._clock()),
+            "pid": os.getpid(),
+            "features": [
+                {
+                    "name": c.name,
+                    "fields": list(c.fields),
+                    "example": c.example,
+                    "slice": c.slice,
+                    "since": c.since,
+                    "refused": c.refused,
+                }
+                for c in self._found.values()
+            ],
+        }
+        path = self._record_path
+        data = json.dumps(doc, indent=1).encode()
+        try:
+            atomic_write_bytes(path, data, 0o600, roots=(str(path.parent),))
+        except OSError as exc:
+            _log.error("cannot record missing api features", path=str(path), error=str(exc))
+
+
+def _with_field(cause: MissingFeature, pattern: str) -> MissingFeature:
+    return MissingFeature(
+        cause.name, (*cause.fields, pattern), cause.example, cause.slice, cause.since, cause.refused
+    )
+
+
+def _text(value: object, what: str) -> str:
+    if not isinstance(value, str) or len(value) > _MAX_TEXT or not value.isprintable():
+        raise UntrustedValueError(what, f"must be printable text of at most {_MAX_TEXT} characters")
+    return value
+
+
+def load_record(plugin_dir: Path) -> FeatureRecord:
+    """The record of ``<plugin_dir>/api-features.json``, checked field by field.
+
+    ``FileNotFoundError`` when there is none (the driver never wrote a slice there);
+    :class:`~driver.errors.UntrustedFileError` / :class:`~driver.errors.UntrustedValueError` for a
+    file that is not a small regular file holding a record of this version.
+    """
+    path = plugin_dir / MISSING_FEATURES_FILE
+    where = str(path)
+    doc = loads_json(read_file(path, max_bytes=_MAX_RECORD_BYTES), what=where)
+    if not isinstance(doc, dict) or doc.get("version") != _RECORD_VERSION:
+        raise UntrustedValueError(where, f"is not a version {_RECORD_VERSION} record")
+    items = doc.get("features")
+    pid = doc.get("pid")
+    if not isinstance(items, list) or len(items) > len(FEATURE_NAMES):
+        raise UntrustedValueError(f"{where}: features", f"must be a list of at most {len(FEATURE_NAMES)}")
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid < 0:
+        raise UntrustedValueError(f"{where}: pid", "must be a process id")
+    found: list[MissingFeature] = []
+    for index, item in enumerate(items):
+        at = f"{where}: features[{index}]"
+        if not isinstance(item, dict):
+            raise UntrustedValueError(at, "must be an object")
+        name = _text(item.get("name"), f"{at}.name")
+        if name not in FEATURE_NAMES:
+            raise UntrustedValueError(f"{at}.name", f"{name!r} is no feature gate numadra knows")
+        fields = item.get("fields")
+        if not isinstance(fields, list) or not 0 < len(fields) <= _MAX_FIELDS:
+            raise UntrustedValueError(f"{at}.fields", f"must be a list of 1 to {_MAX_FIELDS} paths")
+        refused = item.get("refused")
+        if not isinstance(refused, bool):
+            raise UntrustedValueError(f"{at}.refused", "must be a boolean")
+        found.append(
+            MissingFeature(
+                name,
+                tuple(_text(f, f"{at}.fields") for f in fields),
+                _text(item.get("example"), f"{at}.example"),
+                _text(item.get("slice"), f"{at}.slice"),
+                _text(item.get("since"), f"{at}.since"),
+                refused,
+            )
+        )
+    return FeatureRecord(_text(doc.get("checkedAt"), f"{where}: checkedAt"), pid, tuple(found))
