@@ -228,7 +228,7 @@ def build_background(core: Core) -> Background:
         features=MissingFeatures(
             node_name=cfg.node_name,
             driver_name=cfg.driver_name,
-            post=core.kube.create_event,
+            events=core.events,
             record_path=cfg.effective_plugin_dir / MISSING_FEATURES_FILE,
         ),
     )
