@@ -187,7 +187,7 @@ class EventPoster:
         """Queue ``event`` and return at once; False when it was dropped (queue full or closed).
 
         ``on_result`` is called on the worker once the Event is written (True) or not (False);
-        it is not called for an Event this refuses.
+        it is not called for an Event this refuses, nor for one :meth:`close` gives up.
         """
         if self._worker.put(_Queued(event, on_result)):
             with self._lock:

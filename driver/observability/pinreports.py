@@ -116,7 +116,7 @@ class PinningReports:
             if self._events is None or self._closed or not self._admit(failure):
                 return
             event = pin_failure_event(failure, node_name=self._node, component=self._component)
-        # outside the lock: the poster may call _written at once, on its thread
+        # outside the lock: post() may log a drop, and _written takes the lock on the poster's thread
         if not self._events.post(event, on_result=self._written):
             with self._lock:
                 self.dropped += 1
