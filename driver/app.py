@@ -12,15 +12,17 @@ kubernetes client, prometheus, yaml and udev, once the kubelet registered us or 
 kubelet's GetInfo and NotifyRegistrationStatus do not wait for the GIL behind those imports.
 
 :attr:`Core.steps`: (while building: refuse a live instance's sockets before touching any state,
-discover the inventory) the plugin directory and the flock shared with the other process of a
-rolling update; the journal, reconciled under it (a corrupt one ends the start with one line
-naming the recovery, exit 1); the first health reading of every device, so that a kubelet opening
-its health stream right after registering gets a complete first message; the kubelet plugin
-server. :attr:`Background.steps`: the health monitor's thread (its taints reach the publisher
-before its first sync), the slice publisher, the housekeeping thread, the check of claims rebuilt
-from files against the apiserver, the udev watcher, the NRI plugin (with the reads of a shared
-claim's consumers and the reports of containers it refuses), the metrics server. They stop the
-other way round: the kubelet's sockets go first.
+discover the inventory) the apiserver client, the claim status writer and the Event poster
+(every Warning Event of the driver goes through its one bounded queue), stopped after everything
+that uses them; the plugin directory and the flock shared with the other process of a rolling
+update; the journal, reconciled under it (a corrupt one ends the start with one line naming the
+recovery, exit 1); the first health reading of every device, so that a kubelet opening its
+health stream right after registering gets a complete first message; the kubelet plugin server.
+:attr:`Background.steps`: the health monitor's thread (its taints reach the publisher before its
+first sync), the slice publisher, the housekeeping thread, the check of claims rebuilt from files
+against the apiserver, the udev watcher, the NRI plugin (with the reads of a shared claim's
+consumers and the reports of containers it refuses), the metrics server. They stop the other way
+round: the kubelet's sockets go first.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from driver.inventory.discovery import discover
 from driver.inventory.holder import InventoryHolder
 from driver.inventory.model import Inventory, kept_out_cpus
 from driver.kube.client import KubeClient, shared_client
+from driver.kube.events import EventPoster
 from driver.kubelet.paths import SERIALIZE_LOCK_NAME, refuse_live_sockets, socket_paths
 from driver.kubelet.serialize import SerializeLock
 from driver.kubelet.server import KubeletPluginServer
@@ -61,7 +64,6 @@ if TYPE_CHECKING:  # the background's: imported by build_background, after the r
     from driver.health.taints import HealthTaints
     from driver.kube.types import JsonObject
     from driver.observability import Metrics, MetricsUpdater
-    from driver.observability.pinreports import PinningReports
     from driver.plugin import DeviceHealth, PreparedDevice
     from driver.slices.publisher import SlicePublisher
 
@@ -87,6 +89,7 @@ class Core:
     config: RunConfig
     inventory: InventoryHolder
     kube: KubeClient
+    events: EventPoster
     planner: CpuPlanner
     status: AsyncStatusWriter | NoClaimStatus
     claims: ClaimsDriver
@@ -129,8 +132,10 @@ def build(config: RunConfig, *, on_fatal: Callable[[str], None]) -> Core:
     status: AsyncStatusWriter | NoClaimStatus = NoClaimStatus()
     if cfg.claim_status:
         status = AsyncStatusWriter(partial(_status_writer, cfg, kube, inventory))
-    # a claim's NVIDIA user-space warnings become Warning Events, posted off the call path
-    claim_events = ClaimEvents(kube.create_event, component=cfg.driver_name, node=cfg.node_name)
+    # every Warning Event of the driver (claims, pinning, missing gates) is posted by this one
+    # worker, off the caller's path; a claim's NVIDIA user-space warnings are the core's
+    events = EventPoster(kube.create_event)
+    claim_events = ClaimEvents(events, component=cfg.driver_name, node=cfg.node_name)
     claims = ClaimsDriver(
         driver_name=cfg.driver_name,
         node_name=cfg.node_name,
@@ -169,7 +174,7 @@ def build(config: RunConfig, *, on_fatal: Callable[[str], None]) -> Core:
     steps = (
         Step("kube client", _nothing, kube.close),
         Step("claim status writer", _nothing, status.close),
-        Step("claim events", _nothing, claim_events.close),
+        Step("event poster", _nothing, events.close),
         Step("serialize lock", partial(_open_lock, plugin_dir, lock), lock.close),
         Step("journal", partial(_reconcile, claims, lock, index), claims.close),
         Step("first health reading", monitor.poll_once, _nothing),
@@ -179,6 +184,7 @@ def build(config: RunConfig, *, on_fatal: Callable[[str], None]) -> Core:
         config=cfg,
         inventory=inventory,
         kube=kube,
+        events=events,
         planner=planner,
         status=status,
         claims=claims,
@@ -222,7 +228,7 @@ def build_background(core: Core) -> Background:
         features=MissingFeatures(
             node_name=cfg.node_name,
             driver_name=cfg.driver_name,
-            post=core.kube.create_event,
+            events=core.events,
             record_path=cfg.effective_plugin_dir / MISSING_FEATURES_FILE,
         ),
     )
@@ -415,7 +421,7 @@ def _nri_steps(core: Core, metrics: Metrics) -> list[Step]:
     fast.configure()
     changed = partial(_journal_changed, index, core.housekeeping)
     records = ConsumerRecords(core.claims, hold=core.lock.hold, on_change=changed)
-    reports: PinningReports = PinningReports(core.kube.create_event, node_name=cfg.node_name)
+    reports = PinningReports(core.events, node_name=cfg.node_name, component=cfg.driver_name)
     reports.attach_metrics(metrics)
     shared = (lambda: planner.node_shared_pool(index.claimed_cpus())) if cfg.nri_shared_pool else None
     service = nri_service(

@@ -13,9 +13,6 @@ with another UID. An outage, a timeout, a 403 or any other answer is "not known"
 
 from __future__ import annotations
 
-import contextlib
-import queue
-import threading
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 
@@ -24,6 +21,7 @@ from driver.errors import ConsumersUnknownError, DriverError, KubeError
 from driver.kube.types import ClaimGetter
 from driver.log import get_logger
 from driver.pinning.consumers import GONE_NOT_FOUND, GONE_REPLACED, ClaimConsumers
+from driver.worker import QueueWorker
 
 __all__ = ["ApiConsumerReader", "ConsumerRecords", "other_consumers"]
 
@@ -73,11 +71,12 @@ class ApiConsumerReader:
 class ConsumerRecords:
     """Keeps learned consumers in the claims' journal entries, on a thread of its own.
 
-    :meth:`record` only queues: the caller is the NRI plugin answering the runtime, which must not
-    wait for the cross-process lock a prepare may hold. The worker takes that lock (``hold``),
-    adds the pods to the entry (:meth:`ClaimsDriver.record_consumers`) and calls ``on_change``
-    (the prepared-claims index goes stale). Best effort: a failed write is logged, and the pod is
-    read again from the apiserver the next time it is needed; a full queue drops the record.
+    :meth:`record` only queues (a :class:`~driver.worker.QueueWorker`): the caller is the NRI
+    plugin answering the runtime, which must not wait for the cross-process lock a prepare may
+    hold. The worker takes that lock (``hold``), adds the pods to the entry
+    (:meth:`ClaimsDriver.record_consumers`) and calls ``on_change`` (the prepared-claims index goes
+    stale). Best effort: a failed write is logged, and the pod is read again from the apiserver
+    the next time it is needed; a full queue drops the record.
     """
 
     def __init__(
@@ -91,61 +90,33 @@ class ConsumerRecords:
         self._claims = claims
         self._hold = hold
         self._on_change = on_change
-        #: (claim UID, pods) to write, an Event a flush waits on, or None: the end
-        self._queue: queue.Queue[tuple[str, frozenset[str]] | threading.Event | None] = queue.Queue(
-            max_queued
+        #: (claim UID, pods) to write
+        self._worker: QueueWorker[tuple[str, frozenset[str]]] = QueueWorker(
+            "consumer-records", self._write, max_queued=max_queued
         )
-        self._thread: threading.Thread | None = None
-        self._start_lock = threading.Lock()
-        self._closed = False
 
     def record(self, claim_uid: str, pods: frozenset[str]) -> None:
         """Queue the pods for the claim's entry (never blocks)."""
-        with self._start_lock:
-            if self._closed:
-                return
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="consumer-records", daemon=True)
-                self._thread.start()
-        try:
-            self._queue.put_nowait((claim_uid, pods))
-        except queue.Full:
-            _log.warning("consumer record dropped: queue full", claim_uid=claim_uid)
+        if not self._worker.put((claim_uid, pods)):
+            why = "closed" if self._worker.closed else "queue full"
+            _log.warning("consumer record dropped", why=why, claim_uid=claim_uid)
 
     def flush(self, timeout: float = 5.0) -> bool:
         """Wait until every record queued before is written (tests, shutdown); False on timeout."""
-        with self._start_lock:
-            if self._thread is None:
-                return True
-        done = threading.Event()
-        self._queue.put(done, timeout=timeout)
-        return done.wait(timeout)
+        return self._worker.flush(timeout)
 
     def close(self, timeout: float = 5.0) -> None:
         """Write what is queued (up to ``timeout``), then end the worker."""
-        with self._start_lock:
-            self._closed = True
-            thread = self._thread
-        if thread is not None:
-            with contextlib.suppress(queue.Full):  # still full after the timeout: let it go
-                self._queue.put(None, timeout=timeout)
-            thread.join(timeout)
+        self._worker.close(timeout)
 
-    def _run(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            if isinstance(item, threading.Event):
-                item.set()
-                continue
-            claim_uid, pods = item
-            try:
-                with self._hold():
-                    changed = self._claims.record_consumers(claim_uid, pods)
-            except (DriverError, OSError) as exc:
-                _log.warning("cannot record the claim's consumers", claim_uid=claim_uid, error=str(exc))
-                continue
-            if changed:
-                _log.info("recorded the claim's consumers", claim_uid=claim_uid, pods=sorted(pods))
-                self._on_change()
+    def _write(self, item: tuple[str, frozenset[str]]) -> None:
+        claim_uid, pods = item
+        try:
+            with self._hold():
+                changed = self._claims.record_consumers(claim_uid, pods)
+        except (DriverError, OSError) as exc:
+            _log.warning("cannot record the claim's consumers", claim_uid=claim_uid, error=str(exc))
+            return
+        if changed:
+            _log.info("recorded the claim's consumers", claim_uid=claim_uid, pods=sorted(pods))
+            self._on_change()

@@ -5,54 +5,41 @@ user space at all, still runs, so the kubelet reports nothing; the user would on
 CUDA finds no driver. :class:`ClaimEvents` tells them where they look: a ``Warning`` Event on each
 pod the claim is reserved for (``kubectl describe pod``), or on the claim when it names no pod.
 
-The Events are ``core/v1`` (``involvedObject``, ``firstTimestamp``, ``count``), posted by one
-daemon thread started at the first warning: a node where every claim gets its user space never
-starts it. A failed post is logged and dropped; the claims driver has already logged the warning
-with the claim's UID, and counts it for the metric.
+The Events are built by :func:`driver.kube.events.warning_event` and handed to the driver's
+:class:`~driver.kube.events.EventPoster`, which posts them from its own thread: :meth:`ClaimEvents.warn`
+runs on the prepare path and returns at once, also while the apiserver hangs. A failed or dropped
+post is logged and counted there; the claims driver has already logged the warning with the
+claim's UID, and counts it for the metric.
 """
 
 from __future__ import annotations
 
-import queue
-import threading
-from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
+from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from driver.inventory.nvidia_source import UserspaceSource
+from driver.kube.events import EventPoster, InvolvedObject, warning_event
 from driver.kube.types import JsonObject
-from driver.log import get_logger
 
-__all__ = ["MAX_EVENT_MESSAGE", "REASONS", "ClaimEvents", "userspace_event"]
+__all__ = ["REASONS", "ClaimEvents", "userspace_event"]
 
-_log = get_logger("claims.events")
-
-#: the apiserver refuses longer Event messages
-MAX_EVENT_MESSAGE = 1024
 #: the Event reason per source that warns
 REASONS: Mapping[UserspaceSource, str] = {
     UserspaceSource.DRIVER_ROOT: "NvidiaUserspaceFromDriverRoot",
     UserspaceSource.NONE: "NvidiaUserspaceMissing",
     UserspaceSource.TOOLKIT: "NvidiaUserspaceFromToolkit",
 }
-#: posts one Event object to a namespace (``KubeClient.create_event``)
-Post = Callable[[str, Mapping[str, Any]], None]
 
 
-def _targets(claim: JsonObject) -> list[dict[str, str]]:
+def _targets(claim: JsonObject) -> list[InvolvedObject]:
     """The objects the Event is about: the claim's reserved pods, else the claim."""
     meta = claim.get("metadata") or {}
     namespace = str(meta.get("namespace", ""))
     status = claim.get("status")
     reserved = status.get("reservedFor") if isinstance(status, Mapping) else None
     pods = [
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "namespace": namespace,
-            "name": str(r["name"]),
-            "uid": str(r["uid"]),
-        }
+        InvolvedObject("Pod", str(r["name"]), uid=str(r["uid"]), namespace=namespace)
         for r in (reserved if isinstance(reserved, list) else ())
         if isinstance(r, Mapping)
         and r.get("resource") == "pods"
@@ -63,13 +50,13 @@ def _targets(claim: JsonObject) -> list[dict[str, str]]:
     if pods:
         return pods
     return [
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaim",
-            "namespace": namespace,
-            "name": str(meta.get("name", "")),
-            "uid": str(meta.get("uid", "")),
-        }
+        InvolvedObject(
+            "ResourceClaim",
+            str(meta.get("name", "")),
+            uid=str(meta.get("uid", "")),
+            namespace=namespace,
+            api_version="resource.k8s.io/v1",
+        )
     ]
 
 
@@ -91,23 +78,10 @@ def userspace_event(
         UserspaceSource.TOOLKIT: "gets the NVIDIA driver's files from the toolkit's CDI spec",
     }[source]
     message = f"claim {claim_name} on node {node} {what}: {'; '.join(warnings)}"
-    if len(message) > MAX_EVENT_MESSAGE:
-        message = message[: MAX_EVENT_MESSAGE - 3] + "..."
-    stamp = (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
     return [
-        {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{target['name']}.", "namespace": target["namespace"]},
-            "involvedObject": target,
-            "reason": REASONS[source],
-            "message": message,
-            "type": "Warning",
-            "source": {"component": component, "host": node},
-            "firstTimestamp": stamp,
-            "lastTimestamp": stamp,
-            "count": 1,
-        }
+        warning_event(
+            target, reason=REASONS[source], message=message, component=component, host=node, now=now
+        )
         for target in _targets(claim)
     ]
 
@@ -115,44 +89,12 @@ def userspace_event(
 class ClaimEvents:
     """The :class:`~driver.claims.hostedits.UserspaceWarnings` that posts Events (module docstring)."""
 
-    def __init__(self, post: Post, *, component: str, node: str) -> None:
-        self._post = post
+    def __init__(self, events: EventPoster, *, component: str, node: str) -> None:
+        self._events = events
         self.component = component
         self.node = node
-        self._queue: queue.SimpleQueue[list[dict[str, Any]] | None] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
 
     def warn(self, claim: JsonObject, source: UserspaceSource, warnings: Sequence[str]) -> None:
-        """Queue the Events of one warning; returns at once."""
-        events = userspace_event(claim, source, warnings, component=self.component, node=self.node)
-        with self._lock:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="claim-events", daemon=True)
-                self._thread.start()
-        self._queue.put(events)
-
-    def close(self, timeout: float = 2.0) -> None:
-        """Post what is queued (up to ``timeout``), then stop the worker."""
-        with self._lock:
-            thread = self._thread
-        if thread is not None:
-            self._queue.put(None)
-            thread.join(timeout)
-
-    def _run(self) -> None:
-        while True:
-            events = self._queue.get()
-            if events is None:
-                return
-            for event in events:
-                target = event["involvedObject"]
-                try:
-                    self._post(target["namespace"], event)
-                except Exception as exc:  # an Event is informational: log and go on
-                    _log.warning(
-                        "cannot post event",
-                        reason=event["reason"],
-                        object=f"{target['kind']} {target['namespace']}/{target['name']}",
-                        error=str(exc),
-                    )
+        """Queue the Events of one warning; returns at once (a full queue drops them, counted)."""
+        for event in userspace_event(claim, source, warnings, component=self.component, node=self.node):
+            self._events.post(event)

@@ -4,11 +4,14 @@
 gives the claims driver the same three calls, queues them and returns at once. A write that fails
 transiently (apiserver unreachable, 429, 5xx) is tried again, up to ``attempts`` times in all,
 each attempt after the writer's backoff step: the Ready condition is not lost to a blip, and an
-outage costs one request per step, not one per queued write.
+outage costs one request per step, not one per queued write. The queue is bounded: while the
+apiserver hangs, a new write beyond :data:`MAX_QUEUED_WRITES` is dropped and logged with its
+claim, instead of every later call's write being held in memory.
 """
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 from collections.abc import Callable, Sequence
@@ -23,10 +26,12 @@ if TYPE_CHECKING:
     from driver.kube.types import JsonObject
     from driver.plugin import DeviceHealth, PreparedDevice
 
-__all__ = ["DEFAULT_ATTEMPTS", "AsyncStatusWriter"]
+__all__ = ["DEFAULT_ATTEMPTS", "MAX_QUEUED_WRITES", "AsyncStatusWriter"]
 
 #: tries of one write in all; under the default RetryPolicy the last waits reach its ``cap``
 DEFAULT_ATTEMPTS = 8
+#: writes waiting at most (a write in hand not counted); only a long-hung apiserver fills it
+MAX_QUEUED_WRITES = 4096
 
 _ClaimKey = tuple[str, str, str]  # (namespace, name, uid)
 
@@ -80,11 +85,17 @@ class AsyncStatusWriter:
     trip per claim; one claim at a time never finds its report still queued.
     """
 
-    def __init__(self, factory: Callable[[], ClaimStatusWriter], *, attempts: int = DEFAULT_ATTEMPTS) -> None:
+    def __init__(
+        self,
+        factory: Callable[[], ClaimStatusWriter],
+        *,
+        attempts: int = DEFAULT_ATTEMPTS,
+        max_queued: int = MAX_QUEUED_WRITES,
+    ) -> None:
         self._factory = factory
         self._attempts = max(1, attempts)
         self._inner: ClaimStatusWriter | None = None
-        self._queue: queue.SimpleQueue[_Write | None] = queue.SimpleQueue()
+        self._queue: queue.Queue[_Write | None] = queue.Queue(max(1, max_queued))
         #: the queued, not yet started report of each claim
         self._reports: dict[_ClaimKey, _Write] = {}
         self._lock = threading.Lock()
@@ -99,25 +110,26 @@ class AsyncStatusWriter:
         key = (namespace, name, str(meta.get("uid", "")))
         keys = {"claim_uid": key[2], "claim": f"{meta.get('namespace')}/{meta.get('name')}"}
         write = _Write("report_prepared", (claim, devices), keys, key)
-        with self._lock:
+        with self._lock:  # queued and registered under the lock, which the worker takes first
+            if not self._enqueue(write):
+                return  # an older report still queued stays: better than none
             self._drop_report(key)
             self._reports[key] = write
-        self._queue.put(write)
 
     def clear(self, namespace: str, name: str, uid: str = "") -> None:
         """Queue the removal of our entries of an unprepared claim."""
         context = {"claim": f"{namespace}/{name}", "claim_uid": uid}
         with self._lock:
             self._drop_report((namespace, name, uid))
-        self._queue.put(_Write("clear", (namespace, name, uid), context, None))
+        self._enqueue(_Write("clear", (namespace, name, uid), context, None))
 
     def set_health(self, snapshot: Sequence[DeviceHealth]) -> None:
         """Queue a health report (a monitor listener): claims holding changed devices are updated."""
-        self._queue.put(_Write("set_health", (snapshot,), {}, None))
+        self._enqueue(_Write("set_health", (snapshot,), {}, None))
 
     def set_inventory(self, inventory: Inventory) -> None:
         """Follow a changed inventory (in queue order)."""
-        self._queue.put(_Write("set_inventory", (inventory,), {}, None))
+        self._enqueue(_Write("set_inventory", (inventory,), {}, None))
 
     def close(self, timeout: float = 2.0) -> None:
         """Finish queued writes (up to ``timeout``), then stop the worker.
@@ -125,7 +137,8 @@ class AsyncStatusWriter:
         Writes still waiting for the apiserver then are given up (status is informational; the
         kubelet's next prepare after a restart writes it again).
         """
-        self._queue.put(None)
+        with contextlib.suppress(queue.Full):  # still full: the worker ends on _closing below
+            self._queue.put(None, timeout=timeout)
         self._thread.join(timeout)
         if self._thread.is_alive():
             self._closing = True
@@ -133,6 +146,15 @@ class AsyncStatusWriter:
             if inner is not None:
                 inner.stop()
             self._thread.join(timeout)
+
+    def _enqueue(self, write: _Write) -> bool:
+        """Queue ``write`` without waiting; False (logged, naming its claim) when the queue is full."""
+        try:
+            self._queue.put_nowait(write)
+        except queue.Full:
+            _log.warning("claim status write dropped: queue full", method=write.method, **write.keys)
+            return False
+        return True
 
     def _drop_report(self, key: _ClaimKey) -> None:
         """Drop the claim's queued report, if any (the caller holds the lock)."""
@@ -144,7 +166,7 @@ class AsyncStatusWriter:
     def _run(self) -> None:
         while True:
             write = self._queue.get()
-            if write is None:
+            if write is None or self._closing:
                 return
             if write.claim is not None:
                 with self._lock:

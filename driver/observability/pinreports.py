@@ -6,28 +6,28 @@ import nothing above pinning). :class:`PinningReports` is that sink in ``numadra
 * it counts the failure at once (``numadra_pinning_failures_total{reason, action}``, through the
   :class:`~driver.observability.metrics.Metrics` attached; failures before that are replayed on
   attach), so an alert fires whether or not an Event can be written;
-* it queues a core/v1 **Warning Event** on the pod (``involvedObject`` the pod, reason
-  ``NumadraPinningRefused`` or ``NumadraNotPinned``, the failure's message), written by a thread
-  of its own: the sink is called on the runtime's path and must never wait for the apiserver.
-  Best effort and bounded: at most one Event per pod and reason per ``per_pod_interval_s``, a
-  token bucket over all pods (a tenant creating many pods that copy a marker cannot flood the
-  apiserver), a bounded queue; what is dropped is counted in :attr:`PinningReports.dropped`.
+* it hands a core/v1 **Warning Event** on the pod (``involvedObject`` the pod and container,
+  reason ``NumadraPinningRefused`` or ``NumadraNotPinned``, the failure's message) to the driver's
+  :class:`~driver.kube.events.EventPoster`, which writes it from a thread of its own: the sink
+  is called on the runtime's path and must never wait for the apiserver. Best effort and
+  bounded: at most one Event per pod and reason per ``per_pod_interval_s``, a token bucket over
+  all pods (a tenant creating many pods that copy a marker cannot flood the apiserver), the
+  poster's bounded queue; what is dropped is counted in :attr:`PinningReports.dropped`.
   A refused container's pod also gets the kubelet's own CreateContainerError event, with the
   same message; the Event here names numadra as the source and stays when the kubelet's is gone.
 """
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
+from collections.abc import Callable
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from driver.errors import DriverError
-from driver.log import get_logger
+from driver.defaults import DRIVER_NAME
+from driver.kube.events import EventPoster, InvolvedObject, warning_event
 from driver.pinning.failures import ACTION_REFUSED, PinFailure
 
 if TYPE_CHECKING:
@@ -39,64 +39,50 @@ __all__ = ["EVENT_REASON_NOT_PINNED", "EVENT_REASON_REFUSED", "PinningReports", 
 EVENT_REASON_REFUSED = "NumadraPinningRefused"
 #: the Event reason of a claim container created or left without its claim's pinning
 EVENT_REASON_NOT_PINNED = "NumadraNotPinned"
-#: the longest message an Event carries here (the events.k8s.io note limit)
-_MAX_MESSAGE = 1024
-
-#: writes one Event into a namespace (``KubeClient.create_event``)
-PostEvent = Callable[[str, Mapping[str, Any]], object]
-
-_log = get_logger("observability.pinreports")
 
 
-def pin_failure_event(failure: PinFailure, *, node_name: str, now: datetime | None = None) -> dict[str, Any]:
-    """The core/v1 Warning Event for one failure, on its pod (``generateName`` from the pod name)."""
-    stamp = (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
+def pin_failure_event(
+    failure: PinFailure, *, node_name: str, component: str = DRIVER_NAME, now: datetime | None = None
+) -> dict[str, Any]:
+    """The core/v1 Warning Event for one failure, on its pod and container."""
     reason = EVENT_REASON_REFUSED if failure.action == ACTION_REFUSED else EVENT_REASON_NOT_PINNED
-    involved: dict[str, Any] = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "namespace": failure.pod_namespace,
-        "name": failure.pod_name,
-        "uid": failure.pod_uid,
-    }
-    if failure.container:
-        involved["fieldPath"] = f"spec.containers{{{failure.container}}}"
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"generateName": f"{failure.pod_name or 'pod'}.", "namespace": failure.pod_namespace},
-        "involvedObject": involved,
-        "reason": reason,
-        "message": f"{failure.message} [{failure.reason}]"[:_MAX_MESSAGE],
-        "type": "Warning",
-        "source": {"component": "numadra", "host": node_name},
-        "reportingComponent": "numadra",
-        "reportingInstance": node_name,
-        "firstTimestamp": stamp,
-        "lastTimestamp": stamp,
-        "count": 1,
-    }
+    pod = InvolvedObject(
+        "Pod",
+        failure.pod_name,
+        uid=failure.pod_uid,
+        namespace=failure.pod_namespace,
+        field_path=f"spec.containers{{{failure.container}}}" if failure.container else "",
+    )
+    return warning_event(
+        pod,
+        reason=reason,
+        message=f"{failure.message} [{failure.reason}]",
+        component=component,
+        host=node_name,
+        now=now,
+    )
 
 
 class PinningReports:
     """The pinning failure sink of ``numadra run`` (see the module docstring).
 
-    ``post_event`` None: count only (no apiserver, or Events not wanted).
+    ``events`` None: count only (no apiserver, or Events not wanted).
     """
 
     def __init__(
         self,
-        post_event: PostEvent | None,
+        events: EventPoster | None,
         *,
         node_name: str,
+        component: str = DRIVER_NAME,
         per_pod_interval_s: float = 60.0,
         burst: int = 10,
         refill_per_s: float = 0.2,
-        max_queued: int = 64,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._post = post_event
+        self._events = events
         self._node = node_name
+        self._component = component
         self._interval = per_pod_interval_s
         self._burst = float(burst)
         self._refill = refill_per_s
@@ -112,8 +98,6 @@ class PinningReports:
         self._last: dict[tuple[str, str], float] = {}
         self._tokens = float(burst)
         self._filled = clock()
-        self._queue: queue.Queue[dict[str, Any] | threading.Event | None] = queue.Queue(max_queued)
-        self._thread: threading.Thread | None = None
         self._closed = False
 
     def attach_metrics(self, metrics: Metrics) -> None:
@@ -129,17 +113,13 @@ class PinningReports:
             self.totals[(failure.reason, failure.action)] += 1
             if self._metrics is not None:
                 self._metrics.count_pinning_failure(failure.reason, failure.action)
-            if self._post is None or self._closed or not self._admit(failure):
+            if self._events is None or self._closed or not self._admit(failure):
                 return
-            event = pin_failure_event(failure, node_name=self._node)
-            try:
-                self._queue.put_nowait(event)
-            except queue.Full:
+            event = pin_failure_event(failure, node_name=self._node, component=self._component)
+        # outside the lock: post() may log a drop, and _written takes the lock on the poster's thread
+        if not self._events.post(event, on_result=self._written):
+            with self._lock:
                 self.dropped += 1
-                return
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="pinning-events", daemon=True)
-                self._thread.start()
 
     def _admit(self, failure: PinFailure) -> bool:
         """Rate limits (the caller holds the lock): per pod and reason, then the shared bucket."""
@@ -160,48 +140,19 @@ class PinningReports:
         self._last[key] = now
         return True
 
+    def _written(self, ok: bool) -> None:
+        """The poster's word on one Event of ours."""
+        with self._lock:
+            if ok:
+                self.posted += 1
+            else:
+                self.dropped += 1
+
     def flush(self, timeout: float = 5.0) -> bool:
         """Wait until the Events queued before are written or dropped (tests, shutdown)."""
-        with self._lock:
-            if self._thread is None:
-                return True
-        done = threading.Event()
-        try:
-            self._queue.put(done, timeout=timeout)
-        except queue.Full:
-            return False
-        return done.wait(timeout)
+        return True if self._events is None else self._events.flush(timeout)
 
-    def close(self, timeout: float = 2.0) -> None:
-        """Stop taking Events, write what is queued (up to ``timeout``), end the thread."""
+    def close(self) -> None:
+        """Stop taking Events (failures are still counted); the poster is closed by its owner."""
         with self._lock:
             self._closed = True
-            thread = self._thread
-        if thread is not None:
-            self._queue.put(None)
-            thread.join(timeout)
-
-    def _run(self) -> None:
-        assert self._post is not None
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            if isinstance(item, threading.Event):
-                item.set()
-                continue
-            namespace = str(item["metadata"]["namespace"])
-            try:
-                self._post(namespace, item)
-            except (DriverError, OSError) as exc:
-                with self._lock:
-                    self.dropped += 1
-                _log.warning(
-                    "cannot write the pinning Event",
-                    pod=f"{namespace}/{item['involvedObject']['name']}",
-                    reason=item["reason"],
-                    error=str(exc),
-                )
-                continue
-            with self._lock:
-                self.posted += 1

@@ -6,7 +6,8 @@ apiserver dropped (or, for a list attribute, refused), each named with the gate 
 operator looks:
 
 * a warning in the driver's log, naming the gate, the fields, what it changes and the remedy;
-* a ``Warning`` Event ``ApiFieldsDropped`` on the Node (``kubectl describe node``);
+* a ``Warning`` Event ``ApiFieldsDropped`` on the Node (``kubectl describe node``), handed to the
+  driver's :class:`~driver.kube.events.EventPoster`: the publisher's thread never waits for it;
 * :meth:`dropped_counts`, which ``numadra_api_fields_dropped{feature}`` mirrors (the alert);
 * the record file ``<plugin-dir>/api-features.json``, which ``numadra state`` prints.
 
@@ -30,7 +31,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -38,6 +39,7 @@ from typing import Any
 
 from cdi.io import atomic_write_bytes
 from driver.errors import UntrustedValueError
+from driver.kube.events import EventPoster, InvolvedObject, warning_event
 from driver.log import get_logger
 from driver.slices.features import FEATURE_NAMES, LIST_TYPE_ATTRIBUTES, UNKNOWN, DroppedField, feature
 from driver.untrusted.files import read_file
@@ -59,14 +61,9 @@ EVENT_REASON = "ApiFieldsDropped"
 _RECORD_VERSION = 1
 #: the record holds a few gates with a few field patterns each
 _MAX_RECORD_BYTES = 64 << 10
-#: the longest message an Event carries here (the events.k8s.io note limit)
-_MAX_MESSAGE = 1024
 #: bounds on what a record may hold (it is read back from a directory others can write)
 _MAX_TEXT = 512
 _MAX_FIELDS = 64
-
-#: writes one Event into a namespace (``KubeClient.create_event``)
-PostEvent = Callable[[str, Mapping[str, Any]], object]
 
 _log = get_logger("slices.features")
 
@@ -127,35 +124,26 @@ def cause_message(cause: MissingFeature, *, node_name: str) -> str:
 def node_event(
     cause: MissingFeature, *, node_name: str, node_uid: str, component: str, now: datetime | None = None
 ) -> dict[str, Any]:
-    """The core/v1 Warning Event of one cause, on the Node (Events of cluster objects live in default)."""
-    stamp = _stamp(now or datetime.now(UTC))
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"generateName": f"{node_name}.", "namespace": "default"},
-        # no namespace: the Node is cluster-scoped; kubectl describe node finds it by name and UID
-        "involvedObject": {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "name": node_name,
-            "uid": node_uid or node_name,
-        },
-        "reason": EVENT_REASON,
-        "message": cause_message(cause, node_name=node_name)[:_MAX_MESSAGE],
-        "type": "Warning",
-        "source": {"component": component, "host": node_name},
-        "reportingComponent": component,
-        "reportingInstance": node_name,
-        "firstTimestamp": stamp,
-        "lastTimestamp": stamp,
-        "count": 1,
-    }
+    """The core/v1 Warning Event of one cause, on the Node.
+
+    Without the Node's UID the Event carries the node name as its UID, as the kubelet's own
+    Events on its Node do; ``kubectl describe node`` looks for both.
+    """
+    node = InvolvedObject("Node", node_name, uid=node_uid or node_name)
+    return warning_event(
+        node,
+        reason=EVENT_REASON,
+        message=cause_message(cause, node_name=node_name),
+        component=component,
+        host=node_name,
+        now=now,
+    )
 
 
 class MissingFeatures:
     """The gates this driver process found missing (see the module docstring). Thread-safe.
 
-    ``post`` None: no Events; ``record_path`` None: no record file (tests, ``numadra discover``).
+    ``events`` None: no Events; ``record_path`` None: no record file (tests, ``numadra discover``).
     """
 
     def __init__(
@@ -163,13 +151,13 @@ class MissingFeatures:
         *,
         node_name: str,
         driver_name: str,
-        post: PostEvent | None = None,
+        events: EventPoster | None = None,
         record_path: Path | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.node_name = node_name
         self.driver_name = driver_name
-        self._post = post
+        self._events = events
         self._record_path = record_path
         self._clock = clock
         self._lock = threading.Lock()
@@ -197,7 +185,7 @@ class MissingFeatures:
     ) -> list[MissingFeature]:
         """One write's outcome: ``dropped`` the fields lost (empty: kept in full); returns the new causes.
 
-        Each new cause is logged and posted as a Node Event once; the record is rewritten when
+        Each new cause is logged and queued as a Node Event once; the record is rewritten when
         anything changed and at the first call. A failure to post or to write is logged, never
         raised: the publisher goes on.
         """
@@ -237,13 +225,10 @@ class MissingFeatures:
             effect=entry.effect if entry else "unknown",
             detail=cause_message(cause, node_name=self.node_name),
         )
-        if self._post is None:
+        if self._events is None:
             return
         event = node_event(cause, node_name=self.node_name, node_uid=node_uid, component=self.driver_name)
-        try:
-            self._post("default", event)
-        except Exception as exc:  # an Event is informational: the log line and the metric say it too
-            _log.warning("cannot post node event", reason=EVENT_REASON, feature=cause.name, error=str(exc))
+        self._events.post(event)  # a dropped or failed post is logged there; the line above says it too
 
     def _write_record(self) -> None:
         """Rewrite the record (under the lock: writes stay in order)."""

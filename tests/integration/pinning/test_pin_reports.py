@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from driver.kube.client import KubeClient
+from driver.kube.events import EventPoster
 from driver.observability import Metrics
 from driver.observability.pinreports import PinningReports, pin_failure_event
 from driver.pinning.failures import PinFailure
@@ -60,15 +61,23 @@ def kube(api: FakeApiServer) -> Iterator[KubeClient]:
     client.close()
 
 
+@pytest.fixture
+def events(kube: KubeClient) -> Iterator[EventPoster]:
+    """The driver's one Event poster, as ``numadra run`` hands it to the reports."""
+    poster = EventPoster(kube.create_event)
+    yield poster
+    poster.close()
+
+
 def _events(api: FakeApiServer) -> list[dict[str, Any]]:
     return api.objects("Event")
 
 
 def test_a_failure_is_counted_and_becomes_a_warning_event_on_the_pod(
-    api: FakeApiServer, kube: KubeClient
+    api: FakeApiServer, events: EventPoster
 ) -> None:
     metrics = Metrics("numadra.dev", "node-a")
-    reports = PinningReports(kube.create_event, node_name="node-a")
+    reports = PinningReports(events, node_name="node-a")
     reports(_failure(action="refused"))  # before the metrics exist: replayed on attach
     reports.attach_metrics(metrics)
     reports(_failure("p-2", reason="consumers_unknown", action="unpinned"))
@@ -96,13 +105,13 @@ def test_a_failure_is_counted_and_becomes_a_warning_event_on_the_pod(
     reports.close()
 
 
-def test_events_are_rate_limited_per_pod_and_overall(api: FakeApiServer, kube: KubeClient) -> None:
+def test_events_are_rate_limited_per_pod_and_overall(api: FakeApiServer, events: EventPoster) -> None:
     """A pod retrying (the kubelet's backoff) gets one Event per interval; many pods draw from
     one bucket, so a tenant's flood of forged pods cannot flood the apiserver. Every failure is
     still counted."""
     clock = Clock()
     metrics = Metrics()
-    reports = PinningReports(kube.create_event, node_name="n", burst=3, refill_per_s=0.0, clock=clock)
+    reports = PinningReports(events, node_name="n", burst=3, refill_per_s=0.0, clock=clock)
     reports.attach_metrics(metrics)
     for _ in range(5):
         reports(_failure("p-1"))
@@ -120,9 +129,11 @@ def test_events_are_rate_limited_per_pod_and_overall(api: FakeApiServer, kube: K
     reports.close()
 
 
-def test_an_unreachable_apiserver_loses_the_event_not_the_count(api: FakeApiServer, kube: KubeClient) -> None:
+def test_an_unreachable_apiserver_loses_the_event_not_the_count(
+    api: FakeApiServer, events: EventPoster
+) -> None:
     metrics = Metrics()
-    reports = PinningReports(kube.create_event, node_name="n")
+    reports = PinningReports(events, node_name="n")
     reports.attach_metrics(metrics)
     api.stop()
     reports(_failure())
@@ -157,7 +168,9 @@ def test_a_forged_marker_puts_an_event_on_the_forgers_pod(node: PinningNode) -> 
     obj["status"]["reservedFor"] = reserved("holder-uid")
     ref = node.put_claim(obj)
     assert node.start_driver().prepare_claims([ref])[ref.uid].ok
-    reports = PinningReports(node.kube().create_event, node_name="node-a")
+    poster = EventPoster(node.kube().create_event)
+    node.closers.append(poster.close)
+    reports = PinningReports(poster, node_name="node-a")
     node.closers.append(reports.close)
     _plugin, conn = node.start_plugin(on_failure=reports)
     forger = pod("sb-f", "forger-uid", name="miner", namespace="ml")

@@ -9,7 +9,8 @@ slices in the form that is correct without the gate (no tainted device without t
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from structlog.testing import capture_logs
 
 from driver.kube.backoff import RetryPolicy
 from driver.kube.client import KubeClient
+from driver.kube.events import CreateEvent, EventPoster
 from driver.slices.builder import build_slices
 from driver.slices.features import CONSUMABLE_CAPACITY, DEVICE_TAINTS, LIST_TYPE_ATTRIBUTES
 from driver.slices.missingfeatures import EVENT_REASON, MISSING_FEATURES_FILE, MissingFeatures, load_record
@@ -35,14 +37,22 @@ UNHEALTHY = [{"key": "numadra.dev/unhealthy", "value": "PciAerFatal", "effect": 
 class Harness:
     """A publisher (with its MissingFeatures) of the dgx node on an apiserver with gates off."""
 
-    def __init__(self, api: FakeApiServer, client: KubeClient, plugin_dir: Path, gates_off: set[str]) -> None:
+    def __init__(
+        self,
+        api: FakeApiServer,
+        client: KubeClient,
+        plugin_dir: Path,
+        gates_off: set[str],
+        create_event: CreateEvent | None = None,
+    ) -> None:
         self.api = api
         self.plugin_dir = plugin_dir
         self.gated = GateOffApi(client, gates_off)
+        self.poster = EventPoster(create_event or client.create_event)
         self.features = MissingFeatures(
             node_name=NODE,
             driver_name=DRIVER,
-            post=client.create_event,
+            events=self.poster,
             record_path=plugin_dir / MISSING_FEATURES_FILE,
         )
         self.errors: list[BaseException] = []
@@ -62,6 +72,8 @@ class Harness:
     lists = False
 
     def events(self) -> list[dict[str, Any]]:
+        """The Node Events written (the poster's queue flushed first: it posts off the publisher)."""
+        assert self.poster.flush(10), "the Event poster did not drain"
         return [e for e in self.api.objects("Event") if e["reason"] == EVENT_REASON]
 
     def stored_devices(self) -> dict[str, dict[str, Any]]:
@@ -76,8 +88,8 @@ class Harness:
 def start(api: FakeApiServer, client: KubeClient, tmp_path: Path) -> Iterator[Any]:
     made: list[Harness] = []
 
-    def make(gates_off: set[str]) -> Harness:
-        harness = Harness(api, client, tmp_path, gates_off)
+    def make(gates_off: set[str], create_event: CreateEvent | None = None) -> Harness:
+        harness = Harness(api, client, tmp_path, gates_off, create_event)
         harness.publisher.start()
         made.append(harness)
         return harness
@@ -85,6 +97,7 @@ def start(api: FakeApiServer, client: KubeClient, tmp_path: Path) -> Iterator[An
     yield make
     for harness in made:
         harness.publisher.stop()
+        harness.poster.close()
 
 
 def test_consumable_capacity_off_is_named_once_and_published_as_kept(start: Any, api: FakeApiServer) -> None:
@@ -119,6 +132,38 @@ def test_consumable_capacity_off_is_named_once_and_published_as_kept(start: Any,
     record = load_record(h.plugin_dir)
     assert [(f.name, f.refused) for f in record.features] == [(CONSUMABLE_CAPACITY, False)]
     assert h.publisher.published.is_set() and h.errors == []
+
+
+class SlowEvents:
+    """``create_event`` of an apiserver that takes Events only once :attr:`release` is set."""
+
+    def __init__(self, client: KubeClient) -> None:
+        self.client = client
+        self.held = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self, namespace: str, event: Mapping[str, Any]) -> None:
+        self.held.set()
+        assert self.release.wait(60)
+        self.client.create_event(namespace, event)
+
+
+def test_the_publisher_never_waits_for_the_node_event(
+    start: Any, api: FakeApiServer, client: KubeClient
+) -> None:
+    """A slow apiserver holds the Node Event's post, not the publisher's thread: the slices
+    converge while the Event is still on its way, and it is written once the apiserver answers."""
+    slow = SlowEvents(client)
+    try:
+        h = start({CONSUMABLE_CAPACITY}, create_event=slow)
+        h.publish()  # converges although the Event's post is held
+        assert slow.held.wait(10), "the Node Event was never posted"
+        assert api.objects("Event") == []
+        assert h.features.missing() == {CONSUMABLE_CAPACITY}
+    finally:
+        slow.release.set()
+    (event,) = h.events()
+    assert "feature gate DRAConsumableCapacity is off" in event["message"]
 
 
 def test_device_taints_off_withholds_the_unhealthy_device_until_it_heals(start: Any) -> None:

@@ -9,8 +9,9 @@ from typing import Any
 
 from structlog.testing import capture_logs
 
-from driver.claims.events import MAX_EVENT_MESSAGE, ClaimEvents, userspace_event
+from driver.claims.events import ClaimEvents, userspace_event
 from driver.inventory.nvidia_source import UserspaceSource
+from driver.kube.events import MAX_MESSAGE, EventPoster
 from driver.observability.metrics import USERSPACE_WARNING_SOURCES, Metrics
 
 CLAIM: dict[str, Any] = {
@@ -62,7 +63,7 @@ def test_a_claim_without_pods_gets_the_event_and_long_messages_are_cut() -> None
     assert event["involvedObject"]["kind"] == "ResourceClaim"
     assert event["involvedObject"]["uid"] == "u-2"
     assert event["reason"] == "NvidiaUserspaceFromDriverRoot"
-    assert len(event["message"]) == MAX_EVENT_MESSAGE
+    assert len(event["message"]) == MAX_MESSAGE
 
 
 def test_posted_from_a_worker_and_failures_only_logged() -> None:
@@ -77,11 +78,12 @@ def test_posted_from_a_worker_and_failures_only_logged() -> None:
             raise OSError("apiserver unreachable")
         done.set()
 
-    sink = ClaimEvents(post, component="numadra.dev", node="n1")
+    poster = EventPoster(post)
+    sink = ClaimEvents(poster, component="numadra.dev", node="n1")
     with capture_logs() as logs:
         sink.warn(CLAIM, UserspaceSource.DRIVER_ROOT, ["toolkit spec not used: x"])
         assert done.wait(10)
-        sink.close()
+        poster.close()
     assert posted == [("ml", "train-0"), ("ml", "train-1")]
     assert [e["object"] for e in logs if e["event"] == "cannot post event"] == ["Pod ml/train-0"]
 

@@ -207,3 +207,24 @@ def test_a_write_is_given_up_after_its_attempts_and_logged(error: KubeError, tri
     failed = [e for e in logs if e["event"] == "claim status write failed"]
     assert writer.tries == tries
     assert [(e["claim_uid"], e["attempts"]) for e in failed] == [("u1", tries)]
+
+
+def test_a_hung_apiserver_bounds_the_queue_and_drops_new_writes_naming_their_claim() -> None:
+    """The writer is stuck on one write: later calls still return at once, the queue keeps its
+    bound, and each write beyond it is logged with its claim, not held in memory."""
+    writer = _HeldWriter()
+    status = AsyncStatusWriter(lambda: cast(Any, writer), max_queued=3)
+    status.report_prepared(_claim("hold", "u0"), ())
+    assert writer.holding.wait(5)
+    with capture_logs() as logs:
+        for i in range(1, 9):
+            status.report_prepared(_claim(f"c{i}", f"u{i}"), ())
+        status.clear("ns", "c9", "u9")
+    dropped = [e for e in logs if e["event"] == "claim status write dropped: queue full"]
+    assert [(e["method"], e["claim_uid"]) for e in dropped] == [
+        *(("report_prepared", f"u{i}") for i in range(4, 9)),
+        ("clear", "u9"),
+    ]
+    writer.release.set()
+    status.close()
+    assert writer.calls == [("report", "hold@u0"), *(("report", f"c{i}@u{i}") for i in range(1, 4))]
