@@ -29,7 +29,7 @@ Each claim holds one NIC VF and a 2-CPU share of a ``cpu-numa<N>`` device, so ev
 does a GET, config resolution, CPU planning, one CDI spec (mounting the metadata files), a metadata
 file per request and one journal write; ``new_inodes_per_claim`` counts the files and directories
 one prepared claim adds below each peer's plugin and CDI dirs. The calls are interleaved: every
-round makes the same call on each plugin in turn (the order rotates), so load on the shared machine
+round makes the same call on each plugin in turn (in a shuffled order), so load on the shared machine
 hits all of them alike. The figures of each plugin are in ``peers``; ``ratios_vs_example`` divides
 numadra's by the example driver's, with this layout's targets (``floor_vs_example``: the floor's);
 ``ratios_vs_go`` divides numadra's by the Go peer's and gives the issue's target for each
@@ -66,6 +66,7 @@ import argparse
 import contextlib
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -245,7 +246,7 @@ def _in_process(
     }
 
 
-#: the peers, in the order of each interleaved round (rotated every round)
+#: the peers, in the order they start (each interleaved round shuffles them: ``_round_order``)
 PEERS = ("numadra", "numadra_run", "numadra_status", "go", "example", "floor")
 
 
@@ -404,13 +405,26 @@ def _settle(children: list[_Child], quiet_s: float = 0.3, cap_s: float = 20.0) -
         last = now
 
 
+def _round_order(children: list[_Child], round_no: int) -> list[_Child]:
+    """The peers in round ``round_no``'s order: shuffled, the same for the same round in every run.
+
+    A rotation keeps the cyclic order, so each peer always follows the same neighbour; measured
+    with two copies of one tree, the copy right after the Go example driver spent 2-4% more CPU
+    per claim than the other (its caches are the coldest). Shuffled, each peer follows each other
+    alike, and none is always first after another's burst of work.
+    """
+    order = list(children)
+    random.Random(round_no).shuffle(order)
+    return order
+
+
 def _measure(children: list[_Child], n_single: int, n_batch: int, starts: int) -> None:
     """Time every peer against the same apiserver, interleaved call by call.
 
     ``starts - 1`` extra cold starts per peer first (interleaved), then one start that stays up
     for the calls: background prepares, warm-up, ``n_single`` rounds of a 1-claim prepare and
-    unprepare per peer, then ``n_batch`` rounds of 32 claims. The order of the peers rotates every
-    round, so none is always first after another's burst of work. CPU per claim is the child's
+    unprepare per peer, then ``n_batch`` rounds of 32 claims, each round in an order of its own
+    (:func:`_round_order`). CPU per claim is the child's
     CPU time over the 1-claim rounds, read after it went quiet (so the claim status writes that
     were queued are counted), divided by the claims prepared.
     """
@@ -438,16 +452,14 @@ def _measure(children: list[_Child], n_single: int, n_batch: int, starts: int) -
         _settle(children)
         cpu0 = {c.name: _cpu_s(c.proc.pid) for c in children if c.proc}
         for i in range(n_single):
-            for k in range(len(children)):
-                child = children[(i + k) % len(children)]
+            for child in _round_order(children, i):
                 child.cycle([child.refs[i % len(child.refs)]], child.prepare_1, child.unprepare_1)
         _settle(children)
         for child in children:
             assert child.proc is not None
             child.cpu_single_s = _cpu_s(child.proc.pid) - cpu0[child.name]
         for i in range(n_batch):
-            for k in range(len(children)):
-                child = children[(i + k) % len(children)]
+            for child in _round_order(children, n_single + i):
                 child.cycle(child.refs[1:33], child.prepare_32, child.unprepare_32)
         _settle(children)
         for child in children:
