@@ -29,7 +29,7 @@ Each claim holds one NIC VF and a 2-CPU share of a ``cpu-numa<N>`` device, so ev
 does a GET, config resolution, CPU planning, one CDI spec (mounting the metadata files), a metadata
 file per request and one journal write; ``new_inodes_per_claim`` counts the files and directories
 one prepared claim adds below each peer's plugin and CDI dirs. The calls are interleaved: every
-round makes the same call on each plugin in turn (the order rotates), so load on the shared machine
+round makes the same call on each plugin in turn (in a shuffled order), so load on the shared machine
 hits all of them alike. The figures of each plugin are in ``peers``; ``ratios_vs_example`` divides
 numadra's by the example driver's, with this layout's targets (``floor_vs_example``: the floor's);
 ``ratios_vs_go`` divides numadra's by the Go peer's and gives the issue's target for each
@@ -66,6 +66,8 @@ import argparse
 import contextlib
 import json
 import os
+import random
+import re
 import shutil
 import signal
 import statistics
@@ -244,7 +246,7 @@ def _in_process(
     }
 
 
-#: the peers, in the order of each interleaved round (rotated every round)
+#: the peers, in the order they start (each interleaved round shuffles them: ``_round_order``)
 PEERS = ("numadra", "numadra_run", "numadra_status", "go", "example", "floor")
 
 
@@ -403,13 +405,26 @@ def _settle(children: list[_Child], quiet_s: float = 0.3, cap_s: float = 20.0) -
         last = now
 
 
+def _round_order(children: list[_Child], round_no: int) -> list[_Child]:
+    """The peers in round ``round_no``'s order: shuffled, the same for the same round in every run.
+
+    A rotation keeps the cyclic order, so each peer always follows the same neighbour; measured
+    with two copies of one tree, the copy right after the Go example driver spent 2-4% more CPU
+    per claim than the other (its caches are the coldest). Shuffled, each peer follows each other
+    alike, and none is always first after another's burst of work.
+    """
+    order = list(children)
+    random.Random(round_no).shuffle(order)
+    return order
+
+
 def _measure(children: list[_Child], n_single: int, n_batch: int, starts: int) -> None:
     """Time every peer against the same apiserver, interleaved call by call.
 
     ``starts - 1`` extra cold starts per peer first (interleaved), then one start that stays up
     for the calls: background prepares, warm-up, ``n_single`` rounds of a 1-claim prepare and
-    unprepare per peer, then ``n_batch`` rounds of 32 claims. The order of the peers rotates every
-    round, so none is always first after another's burst of work. CPU per claim is the child's
+    unprepare per peer, then ``n_batch`` rounds of 32 claims, each round in an order of its own
+    (:func:`_round_order`). CPU per claim is the child's
     CPU time over the 1-claim rounds, read after it went quiet (so the claim status writes that
     were queued are counted), divided by the claims prepared.
     """
@@ -437,16 +452,14 @@ def _measure(children: list[_Child], n_single: int, n_batch: int, starts: int) -
         _settle(children)
         cpu0 = {c.name: _cpu_s(c.proc.pid) for c in children if c.proc}
         for i in range(n_single):
-            for k in range(len(children)):
-                child = children[(i + k) % len(children)]
+            for child in _round_order(children, i):
                 child.cycle([child.refs[i % len(child.refs)]], child.prepare_1, child.unprepare_1)
         _settle(children)
         for child in children:
             assert child.proc is not None
             child.cpu_single_s = _cpu_s(child.proc.pid) - cpu0[child.name]
         for i in range(n_batch):
-            for k in range(len(children)):
-                child = children[(i + k) % len(children)]
+            for child in _round_order(children, n_single + i):
                 child.cycle(child.refs[1:33], child.prepare_32, child.unprepare_32)
         _settle(children)
         for child in children:
@@ -502,11 +515,13 @@ def _apiserver(
         kubeconfig = write_kubeconfig(
             plane.root / "bench.kubeconfig", plane.server, plane.ca_file, token, "admin"
         )
-        for namespace in ("bench", "background", "example"):
-            admin.create("/api/v1/namespaces", {"metadata": {"name": namespace}})
+        namespaces: set[str] = set()
 
         def put_real(obj: dict[str, Any]) -> str:
             namespace = obj["metadata"]["namespace"]
+            if namespace not in namespaces:
+                admin.create("/api/v1/namespaces", {"metadata": {"name": namespace}})
+                namespaces.add(namespace)
             base = f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims"
             body = {k: v for k, v in obj.items() if k != "status"}
             body["metadata"] = {"name": obj["metadata"]["name"], "namespace": namespace}
@@ -603,6 +618,8 @@ def _tree(spec: str) -> tuple[str, Path]:
     tree = Path(path).resolve()
     if kind not in ("", "run") or not label or not (tree / "bench" / "prepare.py").is_file():
         raise SystemExit(f"--tree {spec!r}: want [run:]LABEL=PATH, PATH a source tree with bench/prepare.py")
+    if kind and not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?", label):
+        raise SystemExit(f"--tree {spec!r}: a run tree's LABEL names its driver: a DNS label, say `old`")
     return f"numadra{'_run' if kind else ''}@{label}", tree
 
 
@@ -620,7 +637,9 @@ def _on_tmpfs(path: Path) -> bool:
     return fstype == "tmpfs"
 
 
-def _run_argv(host: Path, reg: Path, plugin_dir: Path, cdi: Path, kubeconfig: str) -> list[str]:
+def _run_argv(
+    host: Path, reg: Path, plugin_dir: Path, cdi: Path, kubeconfig: str, driver: str = DRIVER
+) -> list[str]:
     """``numadra run`` as deploy/ runs it (metrics served, so the per-call metrics and the
     housekeeping round after every call are measured), on the bench's dirs and host tree.
 
@@ -644,7 +663,13 @@ def _run_argv(host: Path, reg: Path, plugin_dir: Path, cdi: Path, kubeconfig: st
         "--hotplug=off",
         "--health-interval=3600",
         "--no-claim-status",
+        f"--driver-name={driver}",
     ]
+
+
+def run_tree_driver(peer: str) -> str:
+    """The driver name of a ``numadra_run@LABEL`` peer: ``LABEL.numadra.dev``, its claims its own."""
+    return f"{peer.partition('@')[2]}.{DRIVER}"
 
 
 def _example_argv(
@@ -814,35 +839,48 @@ def main() -> None:
         if apiserver != "real":  # these publish slices: the real apiserver only
             wanted = tuple(p for p in wanted if p not in ("example", "numadra_run"))
         with _apiserver(apiserver, root) as (kubeconfig, connection, put_claim, put_node):
-            refs: list[ClaimRef] = []
-            objects: dict[tuple[str, str], Any] = {}
-            for i, (vf, node) in enumerate(vfs):
-                name = f"claim-{i}"
-                obj = nic_cpu_claim(
-                    str(uuid.uuid5(uuid.NAMESPACE_DNS, f"bench-{i}")),
-                    name,
-                    vf,
-                    node,
-                    driver=DRIVER,
-                    node=NODE,
-                )
-                uid = put_claim(obj)
-                obj["metadata"]["uid"] = uid
-                objects[("bench", name)] = obj
-                refs.append(ClaimRef("bench", name, uid))
-            background: list[ClaimRef] = []
-            for i in range(args.background):
-                name = f"background-{i}"
+            background_numa: list[int] = []
+            for _ in range(args.background):
                 numa = max(room, key=lambda n: room[n])
                 room[numa] -= 1
-                obj = cpu_claim(str(uuid.uuid4()), name, numa, driver=DRIVER, node=NODE)
-                obj["metadata"]["namespace"] = "background"  # other pods' claims, not in the LIST
-                uid = put_claim(obj)
-                background.append(ClaimRef("background", name, uid))
+                background_numa.append(numa)
+            objects: dict[tuple[str, str], Any] = {}
+
+            def numadra_claims(driver: str, namespace: str) -> tuple[list[ClaimRef], list[ClaimRef]]:
+                """The measured claims of ``driver`` in ``namespace``, and its background claims."""
+                refs: list[ClaimRef] = []
+                for i, (vf, node) in enumerate(vfs):
+                    name = f"claim-{i}"
+                    seed = f"bench-{i}" if namespace == "bench" else f"{namespace}-{i}"
+                    obj = nic_cpu_claim(
+                        str(uuid.uuid5(uuid.NAMESPACE_DNS, seed)), name, vf, node, driver=driver, node=NODE
+                    )
+                    obj["metadata"]["namespace"] = namespace
+                    uid = put_claim(obj)
+                    obj["metadata"]["uid"] = uid
+                    objects[(namespace, name)] = obj
+                    refs.append(ClaimRef(namespace, name, uid))
+                background: list[ClaimRef] = []
+                for i, numa in enumerate(background_numa):
+                    name = f"{namespace}-{i}"
+                    obj = cpu_claim(str(uuid.uuid4()), name, numa, driver=driver, node=NODE)
+                    obj["metadata"]["namespace"] = "background"  # other pods' claims, not in the LIST
+                    uid = put_claim(obj)
+                    background.append(ClaimRef("background", name, uid))
+                return refs, background
+
+            refs, background = numadra_claims(DRIVER, "bench")
+            # each further `numadra run` publishes slices under a driver name of its own: two
+            # publishers of one driver and node would rewrite each other's slices all the while
+            run_trees = {name: run_tree_driver(name) for name in trees if name.startswith("numadra_run@")}
+            run_claims = {
+                name: numadra_claims(driver, f"run-{driver.partition('.')[0]}")
+                for name, driver in run_trees.items()
+            }
             # the example driver's own claims: one fake GPU each (its slices publish gpu-0..N-1)
             example_refs: list[ClaimRef] = []
             example_background: list[ClaimRef] = []
-            if put_node is not None and {"example", "numadra_run"} & set(wanted):
+            if put_node is not None and ({"example", "numadra_run"} & set(wanted) or run_trees):
                 put_node(NODE)  # the slices' owner
             if "example" in wanted:
                 for i in range(len(refs) + args.background):
@@ -894,8 +932,10 @@ def main() -> None:
                 elif name == "numadra_run":
                     child.argv = _run_argv(host, reg, plugin_dir, peer_cdi, kubeconfig)
                     child.stop_signal = signal.SIGTERM
-                elif name in trees and name.startswith("numadra_run@"):
-                    child.argv = _run_argv(host, reg, plugin_dir, peer_cdi, kubeconfig)
+                elif name in run_trees:
+                    child.argv = _run_argv(host, reg, plugin_dir, peer_cdi, kubeconfig, run_trees[name])
+                    child.reg_sock = reg / f"{run_trees[name]}-reg.sock"
+                    child.refs, child.background = run_claims[name]
                     child.cwd = trees[name]  # ``-m driver.cli`` imports from the working directory first
                     child.stop_signal = signal.SIGTERM
                 elif name in trees:
