@@ -12,13 +12,14 @@ from __future__ import annotations
 import contextlib
 import select
 import socket
-import threading
 from collections.abc import Mapping
+
+from tests.support.loopback import LoopbackServer
 
 __all__ = ["ConnectProxy"]
 
 
-class ConnectProxy:
+class ConnectProxy(LoopbackServer):
     """``url`` is ``http://127.0.0.1:<port>``; ``tunnels`` lists every ``host:port`` asked for."""
 
     def __init__(
@@ -28,45 +29,8 @@ class ConnectProxy:
         self.authorization = authorization  # the Proxy-Authorization required ("": none)
         self.tunnels: list[str] = []
         self.authorizations: list[str] = []
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self._listener.settimeout(0.05)
-        self._closed = threading.Event()
-        self._socks: list[socket.socket] = []
-        self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._accept, name="connect-proxy", daemon=True)
-        self._thread.start()
-
-    @property
-    def port(self) -> int:
-        return int(self._listener.getsockname()[1])
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def close(self) -> None:
-        self._closed.set()
-        self._thread.join(5)
-        self._listener.close()
-        with self._lock:
-            socks, self._socks = self._socks, []
-        for sock in socks:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()
-
-    def _accept(self) -> None:
-        while not self._closed.is_set():
-            try:
-                client, _ = self._listener.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            client.settimeout(None)
-            with self._lock:
-                self._socks.append(client)
-            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+        super().__init__("connect-proxy")
+        self.start()
 
     def _serve(self, client: socket.socket) -> None:
         head = b""

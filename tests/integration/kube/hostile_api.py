@@ -14,59 +14,24 @@ Each byte arrives well within any per-read timeout, so only an overall deadline 
 
 from __future__ import annotations
 
-import contextlib
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from typing import Literal
 
+from tests.support.loopback import LoopbackServer
+
 Mode = Literal["trickle-body", "trickle-head", "continue"]
 
 
-class HostileApiServer:
+class HostileApiServer(LoopbackServer):
     """See the module docstring; ``url`` is ``http://127.0.0.1:<port>``."""
 
     def __init__(self, mode: Mode, interval: float = 0.2) -> None:
         self.mode = mode
         self.interval = interval
-        self.connections = 0
-        self._listener = socket.create_server(("127.0.0.1", 0), backlog=128)
-        self._listener.settimeout(0.05)  # accept() is not woken by close(): poll the closed flag
-        self._closed = threading.Event()
-        self._socks: list[socket.socket] = []
-        self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._accept, name="hostile-api", daemon=True)
-        self._thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self._listener.getsockname()[1]}"
-
-    def close(self) -> None:
-        self._closed.set()
-        self._thread.join(5)
-        self._listener.close()
-        with self._lock:
-            socks, self._socks = self._socks, []
-        for sock in socks:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()
-
-    def _accept(self) -> None:
-        while not self._closed.is_set():
-            try:
-                sock, _ = self._listener.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            sock.settimeout(None)
-            with self._lock:
-                self.connections += 1
-                self._socks.append(sock)
-            threading.Thread(target=self._serve, args=(sock,), daemon=True).start()
+        super().__init__("hostile-api")
+        self.start()
 
     def _serve(self, sock: socket.socket) -> None:
         try:
