@@ -259,20 +259,11 @@ class PinningHandlers:
             stopped = ctr.state == nri.CONTAINER_STOPPED
             try:
                 marker = self._resolve(pod, ctr)
-            except PinRefusedError as exc:
-                if exc.reason != REASON_CONSUMERS_UNKNOWN:
-                    _log.error(
-                        "running container not adopted: its pinning marker does not bind; "
-                        "handled as a container without a claim",
-                        container=ctr.id,
-                        pod_uid=pod.uid,
-                        error=str(exc),
-                    )
-                    marker = None
-                else:  # not proof either way: leave it as it runs until its pod can be checked
+            except PinningError as exc:
+                if isinstance(exc, PinRefusedError) and exc.reason == REASON_CONSUMERS_UNKNOWN:
+                    # not proof either way: leave it as it runs until its pod can be checked
                     self.report(pod, ctr, REASON_CONSUMERS_UNKNOWN, ACTION_UNCHECKED, str(exc))
                     continue
-            except PinningError as exc:
                 _log.error(
                     "running container not adopted: its pinning marker does not bind; "
                     "handled as a container without a claim",
