@@ -52,6 +52,7 @@ from cdi import Mount
 from driver.claims.paths import dir_prefix
 from driver.claims.selection import AllocatedDevice, ClaimView
 from driver.inventory.model import InventoryDevice, Nic
+from driver.layout import METADATA_DIR
 from driver.log import get_logger
 from driver.names import is_dns_label
 from driver.untrusted.values import bounded_int, loads_json
@@ -72,7 +73,6 @@ __all__ = [
 #: newest first: the order of objects in the stream
 API_VERSIONS = ("metadata.resource.k8s.io/v1beta1", "metadata.resource.k8s.io/v1alpha1")
 CONTAINER_DIR = "/var/run/kubernetes.io/dra-device-attributes"
-METADATA_DIR = "dra-device-metadata"
 _GENERATION = re.compile(r'"generation":[0-9]+')
 #: the JSON text of a string, as ``json.dumps`` writes it (the C encoder json.dumps itself calls)
 _quote = encode_basestring_ascii

@@ -49,6 +49,7 @@ from cdi import (
 from driver.claims.hostedits import DeviceExtras
 from driver.claims.selection import AllocatedDevice, ClaimView
 from driver.inventory.model import DeviceKind, Gpu, Nic
+from driver.layout import CLAIM_CDI_CLASS
 from driver.pinning.planner import device_numa_node
 from driver.pinning.types import (
     ENV_CLAIM_UID,
@@ -73,8 +74,6 @@ __all__ = [
 
 #: makes the CDI hook that enforces one request's pinning (``driver.pinning.hook.cdi_hook``)
 CpuHook = Callable[[CpuAssignment], Hook]
-#: the CDI class of the per-claim spec: kind ``<driver>/claim``
-CLAIM_CDI_CLASS = "claim"
 
 
 def claim_cdi_kind(driver_name: str) -> str:

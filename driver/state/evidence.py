@@ -37,6 +37,7 @@ from typing import Any
 from cdi.naming import split_kind
 from driver.errors import JournalError
 from driver.inventory.cpulist import MAX_NODES
+from driver.layout import CLAIM_CDI_CLASS, METADATA_DIR
 from driver.log import get_logger
 from driver.names import is_claim_uid, is_dns_label, is_dns_subdomain
 from driver.pinning.types import (
@@ -56,11 +57,6 @@ from driver.untrusted.values import loads_json
 
 __all__ = ["Evidence", "Found"]
 
-#: the spec class (``driver.claims.render.CLAIM_CDI_CLASS``) and the metadata dir
-#: (``driver.claims.metadata.METADATA_DIR``), spelled here so that reading state does not import
-#: the claims package
-_CLAIM_CLASS = "claim"
-_METADATA_DIR = "dra-device-metadata"
 #: a shareID (a UID) at the end of a CDI device name ``<uid>-<device>-<shareID>``
 _SHARE_SUFFIX = re.compile(r"-([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})")
 #: a metadata stream larger than this is not ours (one claim's stream is a few KB)
@@ -123,9 +119,9 @@ class Evidence:
         self.pool = pool
         # the same text as the paths prepare writes (``driver.claims.paths.dir_prefix``)
         self._cdi_base = str(cdi_dir / "_")[:-1]
-        self._meta_base = str(plugin_dir / _METADATA_DIR)
-        vendor, _ = split_kind(f"{driver_name}/{_CLAIM_CLASS}")
-        self._spec_prefix = f"{vendor}_{_CLAIM_CLASS}_"
+        self._meta_base = str(plugin_dir / METADATA_DIR)
+        vendor, _ = split_kind(f"{driver_name}/{CLAIM_CDI_CLASS}")
+        self._spec_prefix = f"{vendor}_{CLAIM_CDI_CLASS}_"
 
     # -- scanning ---------------------------------------------------------------------------------
 
@@ -218,7 +214,7 @@ class Evidence:
         try:
             text = _read_claim_file(path)
             spec = loads_json(text, what="CDI spec")
-            if spec.get("kind") != f"{self.driver_name}/{_CLAIM_CLASS}":
+            if spec.get("kind") != f"{self.driver_name}/{CLAIM_CDI_CLASS}":
                 raise ValueError(f"kind {spec.get('kind')!r}")
             raw_devices = spec["devices"]
             if not isinstance(raw_devices, list):
@@ -247,7 +243,7 @@ class Evidence:
                         request_names=(request,) if request else (),
                         pool_name=self.pool,
                         device_name=device,
-                        cdi_device_ids=(f"{self.driver_name}/{_CLAIM_CLASS}={cdi_name}",),
+                        cdi_device_ids=(f"{self.driver_name}/{CLAIM_CDI_CLASS}={cdi_name}",),
                         share_id=share_id,
                     )
                 )
