@@ -300,7 +300,19 @@ class SlicePublisher:
         """One synchronous reconcile (LIST, plan, write). Raises KubeError; used by the loop."""
         if not self._node_uid:
             self._node_uid = str(self._api.get_node(self.node_name)["metadata"]["uid"])
-        stored, list_rv = self._api.list_resource_slices(field_selector=self._selector)
+        try:
+            stored, list_rv = self._api.list_resource_slices(field_selector=self._selector)
+        except KubeError as err:
+            if err.status == 404:  # the whole collection is missing: the API is not served
+                raise KubeError(
+                    "the apiserver does not serve resource.k8s.io/v1 ResourceSlices (404 on LIST): "
+                    "numadra needs Kubernetes 1.34 or newer with the resource.k8s.io/v1 API enabled "
+                    f"({err})",
+                    verb="list",
+                    resource="resourceslices",
+                    status=404,
+                ) from err
+            raise
         with self._cond:
             self._list_rv = list_rv
             self._cond.notify_all()

@@ -251,3 +251,21 @@ def test_wipe_after_apiserver_restart_is_still_noticed(
     assert [s for s in _stored(api) if s["spec"]["nodeName"] == NODE], "wipe not repaired within 5 s"
     if compacted:
         assert publisher.stats.errors["watch_gone"] >= 1
+
+
+def test_an_apiserver_without_the_v1_api_is_named_as_such(
+    api: FakeApiServer, publisher: SlicePublisher, errors: list[BaseException]
+) -> None:
+    """A 404 on the slice LIST (an apiserver older than 1.34, or resource.k8s.io/v1 turned off)
+    says which API is missing and which version serves it, not a bare "not found"; it is retried."""
+    api.inject_fault(Fault(404, method="GET", path_contains="/resourceslices", times=10**9))
+    publisher.republish(gpu_inventory(2))
+    deadline = time.monotonic() + 10
+    while len(errors) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(errors) >= 2, "the LIST was not retried"
+    text = str(errors[-1])
+    assert "does not serve resource.k8s.io/v1 ResourceSlices" in text
+    assert "Kubernetes 1.34 or newer" in text
+    assert publisher.stats.errors["not_found"] >= 2
+    assert not publisher.published.is_set()
