@@ -257,6 +257,7 @@ def build_background(core: Core) -> Background:
         publisher=publisher,
         adopted_releases=lambda: adopted.releases,
         userspace_warnings=lambda: core.claims.userspace_warnings,
+        events=lambda: {"posted": core.events.posted, "dropped": core.events.dropped},
     )
     core.housekeeping.after_each_round(updater.update)
     updater.update()  # the first scrape sees every family

@@ -28,6 +28,10 @@ Series (all prefixed ``numadra_``):
 * ``nvidia_userspace_warnings_total`` {source}: claims whose NVIDIA GPUs got the driver root's
   files although a toolkit spec could not serve them, or lacked files (``driver_root``), or got
   no driver user space at all (``none``), each also a Warning Event (docs/gpu-userspace.md);
+* ``events_total`` {result}: Warning Events numadra handed to its poster (pinning refusals,
+  NVIDIA user space, missing feature gates): ``posted`` (written to the apiserver) and
+  ``dropped`` (its queue was full, the write failed, or the process stopped first). Events are
+  best effort; a growing ``dropped`` means operators miss them, while the logs still say it all;
 * ``api_fields_dropped`` {feature}: the field kinds of our slices the apiserver did not keep, by
   the feature gate that guards them (``driver.slices.features``: every gate of its table, and
   ``unknown``); anything but 0 means a gate is off on the apiserver and some devices mean less
@@ -54,6 +58,7 @@ __all__ = [
     "ADOPTED_RELEASE_REASONS",
     "DEVICE_HEALTH_STATES",
     "DEVICE_TYPES",
+    "EVENT_RESULTS",
     "FEATURE_NAMES",
     "JOURNAL_ACTIONS",
     "PIN_FAILURE_ACTIONS",
@@ -75,6 +80,8 @@ PUBLISH_OPERATIONS = ("create", "update", "delete")
 #: quarantined: entry could not be repaired and was set aside
 JOURNAL_ACTIONS = ("ok", "recreated", "dropped", "quarantined")
 TAINT_ACTIONS = ("added", "removed")
+#: what became of a Warning Event handed to the poster (``EventPoster.posted`` / ``dropped``)
+EVENT_RESULTS = ("posted", "dropped")
 #: the NVIDIA user-space sources a claim is warned about (``ClaimsDriver.userspace_warnings``)
 USERSPACE_WARNING_SOURCES = ("driver_root", "none")
 
@@ -177,6 +184,12 @@ class Metrics:
             ["source"],
             registry=r,
         )
+        self._events = Counter(
+            "numadra_events",
+            "Warning Events handed to the poster, by result: posted or dropped (queue full, failed, stopped)",
+            ["result"],
+            registry=r,
+        )
         self._fields_dropped = Gauge(
             "numadra_api_fields_dropped",
             "Field kinds of the published slices the apiserver did not keep, by the feature gate behind them",
@@ -200,6 +213,7 @@ class Metrics:
         self._counted_recoveries: dict[str, int] = dict.fromkeys(STATE_RECOVERY_REASONS, 0)
         self._counted_releases: dict[str, int] = dict.fromkeys(ADOPTED_RELEASE_REASONS, 0)
         self._counted_userspace: dict[str, int] = dict.fromkeys(USERSPACE_WARNING_SOURCES, 0)
+        self._counted_events: dict[str, int] = dict.fromkeys(EVENT_RESULTS, 0)
         info = Gauge(
             "numadra_build_info",
             "Constant 1, labelled with version, driver and node",
@@ -227,6 +241,8 @@ class Metrics:
             self._adopted_releases.labels(reason=reason)
         for source in USERSPACE_WARNING_SOURCES:
             self._userspace_warnings.labels(source=source)
+        for outcome in EVENT_RESULTS:
+            self._events.labels(result=outcome)
         self.set_fields_dropped({})
         self.set_device_counts({})
 
@@ -323,6 +339,10 @@ class Metrics:
         again with the same totals adds nothing.
         """
         _catch_up(self._userspace_warnings, "source", self._counted_userspace, totals, "user-space source")
+
+    def set_events(self, totals: Mapping[str, int]) -> None:
+        """Catch up with the Event poster's running totals ``{"posted": n, "dropped": m}``."""
+        _catch_up(self._events, "result", self._counted_events, totals, "event result")
 
     def set_publish_writes(self, totals: Mapping[str, int]) -> None:
         """Catch up with the publisher's cumulative successful writes ``{"create": n, ...}``.

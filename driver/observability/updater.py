@@ -54,6 +54,7 @@ class MetricsUpdater:
         publisher: SlicePublisher,
         adopted_releases: Callable[[], Mapping[str, int]] = dict,
         userspace_warnings: Callable[[], Mapping[str, int]] | None = None,
+        events: Callable[[], Mapping[str, int]] = dict,
     ) -> None:
         self.metrics = metrics
         self._inventory = inventory
@@ -66,6 +67,7 @@ class MetricsUpdater:
         self._publisher = publisher
         self._adopted_releases = adopted_releases
         self._userspace_warnings = userspace_warnings
+        self._events = events
 
     def update(self) -> None:
         """Set every metric that mirrors a component's state (cheap: no I/O, no apiserver)."""
@@ -80,6 +82,7 @@ class MetricsUpdater:
         metrics.set_adopted_releases(self._adopted_releases())
         if self._userspace_warnings is not None:
             metrics.set_userspace_warnings(self._userspace_warnings())
+        metrics.set_events(self._events())
         kinds = {dev.name: kind.value for kind, dev in inventory.devices()}
         counts: Counter[tuple[str, str]] = Counter()
         for health in self._monitor.health_snapshot():

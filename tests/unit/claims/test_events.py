@@ -97,3 +97,30 @@ def test_metric_catches_up_with_the_drivers_totals() -> None:
     name = "numadra_nvidia_userspace_warnings_total"
     assert metrics.sample(name, {"source": "driver_root"}) == 2
     assert metrics.sample(name, {"source": "none"}) == 1
+
+
+def test_posted_and_dropped_events_reach_the_metric() -> None:
+    """numadra_events_total counts what became of each Event: written, or lost (here: refused)."""
+    calls = 0
+
+    def create(namespace: str, event: Mapping[str, Any]) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise OSError("apiserver refused the Event")
+
+    poster = EventPoster(create)
+    try:
+        for name in ("a", "b", "c"):
+            event = {"metadata": {"namespace": "ml", "name": name}, "reason": "Test", "involvedObject": {}}
+            poster.post(event)
+        assert poster.flush(10)
+    finally:
+        poster.close()
+    metrics = Metrics()
+    totals = {"posted": poster.posted, "dropped": poster.dropped}
+    assert totals == {"posted": 2, "dropped": 1}
+    metrics.set_events(totals)
+    metrics.set_events(totals)  # the same totals again add nothing
+    assert metrics.sample("numadra_events_total", {"result": "posted"}) == 2
+    assert metrics.sample("numadra_events_total", {"result": "dropped"}) == 1
