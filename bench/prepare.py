@@ -85,6 +85,9 @@ from urllib.parse import urlsplit
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+#: the caller's own grpc experiments, read before ``driver`` is imported (which sets its default):
+#: each child starts from these, so a ``--tree`` child runs with the settings of its own tree
+CALLER_GRPC_EXPERIMENTS = os.environ.get("GRPC_EXPERIMENTS")
 
 from bench._common import cpu_claim, gpu_claim, nic_cpu_claim, rss_mib  # noqa: E402 (needs REPO on sys.path)
 
@@ -899,6 +902,9 @@ def main() -> None:
             from bench.startup import child_env
 
             bytecode_env = child_env(root / "pycache")
+            bytecode_env.pop("GRPC_EXPERIMENTS", None)
+            if CALLER_GRPC_EXPERIMENTS is not None:
+                bytecode_env["GRPC_EXPERIMENTS"] = CALLER_GRPC_EXPERIMENTS
             for name in (*wanted, *trees):
                 peer_root, peer_cdi = root / name, cdi_root / name
                 reg, plugin_dir = peer_root / "reg", peer_root / "plugin"
