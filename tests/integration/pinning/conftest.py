@@ -1,11 +1,18 @@
-"""A real cpuset cgroup with a real ``sleep`` process inside, removed again after each test."""
+"""Fixtures of the pinning tests.
+
+``cgroup_process``: a real cpuset cgroup with a real ``sleep`` process inside, removed again after
+each test. ``node``: a whole pinning node (:func:`make_node`: the NRI plugin on a real unix socket,
+the fake runtime and apiserver of ``harness/``), closed after each test.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -17,6 +24,8 @@ import pytest
 from driver.errors import PinningError
 from driver.pinning.cgroupfs import CpusetHierarchy, detect_cpuset_hierarchy
 from driver.pinning.types import parse_cpulist
+
+from ._node import PinningNode, make_node
 
 
 @dataclass(frozen=True)
@@ -101,3 +110,14 @@ def cgroup_process() -> Iterator[CgroupProcess]:
                 time.sleep(0.05)
         with contextlib.suppress(FileNotFoundError):
             directory.rmdir()
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[PinningNode]:
+    sock = Path(tempfile.mkdtemp(prefix="nri-", dir="/tmp"))
+    n = make_node(tmp_path, sock)
+    yield n
+    n.close()
+    n.runtime.close()
+    n.api.close()
+    shutil.rmtree(sock, ignore_errors=True)

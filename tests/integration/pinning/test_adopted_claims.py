@@ -9,11 +9,6 @@ never existed was adopted and held its GPU forever.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
 from driver.claims.adopted import AdoptedClaims
@@ -29,7 +24,6 @@ from tests.integration.pinning._node import (
     claim_env,
     cpuset,
     journal_entry,
-    make_node,
     reserved,
 )
 
@@ -52,17 +46,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-@pytest.fixture
-def node(tmp_path: Path) -> Iterator[PinningNode]:
-    sock = Path(tempfile.mkdtemp(prefix="nri-", dir="/tmp"))
-    n = make_node(tmp_path, sock)
-    yield n
-    n.close()
-    n.runtime.close()
-    n.api.close()
-    shutil.rmtree(sock, ignore_errors=True)
 
 
 def _victim(node: PinningNode) -> None:

@@ -7,10 +7,7 @@ real socket, as ``numadra run`` wires it.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,7 +20,7 @@ from driver.pinning.failures import PinFailure
 from harness.fake_nri_runtime import container, pod
 from harness.fakeapiserver import FakeApiServer
 from tests.integration.claims._world import claim, cpu_result
-from tests.integration.pinning._node import PinningNode, claim_env, make_node, reserved
+from tests.integration.pinning._node import PinningNode, claim_env, reserved
 
 
 def _failure(pod_uid: str = "p-1", reason: str = "not_reserved", action: str = "refused") -> PinFailure:
@@ -149,17 +146,6 @@ def test_the_event_message_is_bounded() -> None:
     """A hostile env can make a long message (it quotes the claim UID): the Event carries 1024 chars."""
     long = PinFailure("bad_marker", "refused", "ml", "p", "u", "c", "x" * 5000, "m" * 5000)
     assert len(pin_failure_event(long, node_name="n")["message"]) == 1024
-
-
-@pytest.fixture
-def node(tmp_path: Path) -> Iterator[PinningNode]:
-    sock = Path(tempfile.mkdtemp(prefix="nri-", dir="/tmp"))
-    n = make_node(tmp_path, sock)
-    yield n
-    n.close()
-    n.runtime.close()
-    n.api.close()
-    shutil.rmtree(sock, ignore_errors=True)
 
 
 def test_a_forged_marker_puts_an_event_on_the_forgers_pod(node: PinningNode) -> None:

@@ -10,13 +10,7 @@ wire protocol over a unix socket.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
-
-import pytest
 
 from driver._proto.nri import api_pb2 as nri
 from harness.fake_nri_runtime import container, pod
@@ -26,7 +20,6 @@ from tests.integration.pinning._node import (
     claim_env,
     cpuset,
     journal_entry,
-    make_node,
     reserved,
 )
 
@@ -35,17 +28,6 @@ GPU_SHARED = "6a7b8c9d-0d1b-4c3a-9e8f-0000000000c2"
 POD_A = pod("sb-a", "0b6f3d52-aaaa-4c3a-9e8f-00000000000a", name="a", namespace="ml")
 POD_B = pod("sb-b", "0b6f3d52-bbbb-4c3a-9e8f-00000000000b", name="b", namespace="ml")
 POD_C = pod("sb-c", "0b6f3d52-cccc-4c3a-9e8f-00000000000c", name="c", namespace="ml")
-
-
-@pytest.fixture
-def node(tmp_path: Path) -> Iterator[PinningNode]:
-    sock = Path(tempfile.mkdtemp(prefix="nri-", dir="/tmp"))
-    n = make_node(tmp_path, sock)
-    yield n
-    n.close()
-    n.runtime.close()
-    n.api.close()
-    shutil.rmtree(sock, ignore_errors=True)
 
 
 def _shared_cpu_claim(node: PinningNode) -> dict[str, Any]:
