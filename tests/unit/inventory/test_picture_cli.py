@@ -89,6 +89,7 @@ def test_state_svg_colours_the_journal_claims(tmp_path: Path, capsys: pytest.Cap
     )
     journal.save()
     args = ["state", "--plugin-dir", str(tmp_path), "--host-root", str(host_tree("dgx")), "-o", "svg"]
+    capsys.readouterr()  # the set-up's log lines: structlog's defaults print to stdout until main runs
     assert main(args) == 0
     svg = ET.fromstring(capsys.readouterr().out.encode())
     legend = _groups(svg, "data-claim")
