@@ -138,17 +138,7 @@ def _api_features_json(record: FeatureRecord | None, error: str) -> dict[str, An
         return {"error": error}
     if record is None:
         return None
-    missing = [
-        {
-            "name": c.name,
-            "fields": list(c.fields),
-            "example": c.example,
-            "slice": c.slice,
-            "since": c.since,
-            "refused": c.refused,
-        }
-        for c in record.features
-    ]
+    missing = [c.to_json() for c in record.features]
     return {"checkedAt": record.checked_at, "pid": record.pid, "missing": missing}
 
 

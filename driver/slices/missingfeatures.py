@@ -79,6 +79,17 @@ class MissingFeature:
     since: str  # when, RFC 3339 UTC
     refused: bool  # the apiserver refused the slice (422) instead of storing it without the fields
 
+    def to_json(self) -> dict[str, Any]:
+        """The form of the record file and of ``numadra state -o json``: one spelling for both."""
+        return {
+            "name": self.name,
+            "fields": list(self.fields),
+            "example": self.example,
+            "slice": self.slice,
+            "since": self.since,
+            "refused": self.refused,
+        }
+
 
 @dataclass(frozen=True, slots=True)
 class FeatureRecord:
@@ -239,17 +250,7 @@ class MissingFeatures:
             "version": _RECORD_VERSION,
             "checkedAt": _stamp(self._clock()),
             "pid": os.getpid(),
-            "features": [
-                {
-                    "name": c.name,
-                    "fields": list(c.fields),
-                    "example": c.example,
-                    "slice": c.slice,
-                    "since": c.since,
-                    "refused": c.refused,
-                }
-                for c in self._found.values()
-            ],
+            "features": [c.to_json() for c in self._found.values()],
         }
         path = self._record_path
         data = json.dumps(doc, indent=1).encode()
