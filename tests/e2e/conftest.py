@@ -349,6 +349,32 @@ class Cluster:
         return {entry.uid for entry in journal.entries()}
 
 
+def claim_pod(
+    name: str, requests: Sequence[str], *, claim: str = "", template: str = "", container: str = "app"
+) -> dict[str, Any]:
+    """A pod of one container that uses ``requests`` of one claim: the existing ``claim``, or one
+    made for the pod from ``template``. Its image never runs: the e2e tier has no runtime."""
+    if bool(claim) == bool(template):
+        raise ValueError("name either a claim or a template")
+    source = {"resourceClaimName": claim} if claim else {"resourceClaimTemplateName": template}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "restartPolicy": "Never",
+            "resourceClaims": [{"name": "devices", **source}],
+            "containers": [
+                {
+                    "name": container,
+                    "image": "localhost/never-runs:1",
+                    "resources": {"claims": [{"name": "devices", "request": r} for r in requests]},
+                }
+            ],
+        },
+    }
+
+
 def condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
     """The status condition of type ``kind`` (None when absent)."""
     for cond in obj.get("status", {}).get("conditions", []) or []:

@@ -12,7 +12,7 @@ import pytest
 from driver.claims.metadata import CONTAINER_DIR, METADATA_DIR
 from driver.pinning.types import parse_cpulist
 from harness.controlplane import wait_for
-from tests.e2e.conftest import DRIVER, NODE, RESOURCE, Cluster, condition
+from tests.e2e.conftest import DRIVER, NODE, RESOURCE, Cluster, claim_pod, condition
 
 pytestmark = pytest.mark.e2e
 
@@ -56,24 +56,9 @@ def numa_template(name: str, gpus: int = 1, cpus: int = 8, numa: int | None = No
     return template
 
 
-def claim_pod(name: str, template: str) -> dict[str, Any]:
+def numa_pod(name: str, template: str) -> dict[str, Any]:
     """A pod whose one container uses all three requests of a claim made from ``template``."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {
-            "restartPolicy": "Never",
-            "resourceClaims": [{"name": "devices", "resourceClaimTemplateName": template}],
-            "containers": [
-                {
-                    "name": "trainer",
-                    "image": "localhost/never-runs:1",
-                    "resources": {"claims": [{"name": "devices", "request": r} for r in REQUESTS]},
-                }
-            ],
-        },
-    }
+    return claim_pod(name, REQUESTS, template=template, container="trainer")
 
 
 def start_numa_pod(cluster: Cluster, namespace: str, name: str, **template: Any) -> dict[str, Any]:
@@ -82,7 +67,7 @@ def start_numa_pod(cluster: Cluster, namespace: str, name: str, **template: Any)
         numa_template(name, **template),
         fieldValidation="Strict",
     )
-    return cluster.create_pod(namespace, claim_pod(name, name))
+    return cluster.create_pod(namespace, numa_pod(name, name))
 
 
 def generated_claim(cluster: Cluster, pod: dict[str, Any]) -> dict[str, Any]:

@@ -32,7 +32,16 @@ import pytest
 
 from harness.hosttree import TOPOLOGIES, aer_fatal_text
 from harness.poll import free_port, wait_for
-from tests.e2e.conftest import DRIVER, NODE, REPO, RESOURCE, Cluster, condition, start_cluster
+from tests.e2e.conftest import (
+    DRIVER,
+    NODE,
+    REPO,
+    RESOURCE,
+    Cluster,
+    claim_pod,
+    condition,
+    start_cluster,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -133,25 +142,7 @@ def _claim_pod(cluster: Cluster, namespace: str, name: str, request: dict[str, A
         "spec": {"devices": {"requests": [{"name": "req", "exactly": request}]}},
     }
     stored = cluster.admin.create(f"{RESOURCE}/namespaces/{namespace}/resourceclaims", claim)
-    cluster.create_pod(
-        namespace,
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name},
-            "spec": {
-                "restartPolicy": "Never",
-                "resourceClaims": [{"name": "devices", "resourceClaimName": name}],
-                "containers": [
-                    {
-                        "name": "app",
-                        "image": "localhost/never-runs:1",
-                        "resources": {"claims": [{"name": "devices", "request": "req"}]},
-                    }
-                ],
-            },
-        },
-    )
+    cluster.create_pod(namespace, claim_pod(name, ["req"], claim=name))
     return dict(stored)
 
 

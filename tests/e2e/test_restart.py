@@ -11,7 +11,7 @@ from driver.plugin import ClaimRef
 from harness.controlplane import wait_for
 from harness.kubeletclient import KubeletClient
 from tests.e2e.conftest import DRIVER, Cluster
-from tests.e2e.test_claims import claim_pod, device_numa, generated_claim, numa_template
+from tests.e2e.test_claims import device_numa, generated_claim, numa_pod, numa_template
 
 pytestmark = pytest.mark.e2e
 
@@ -20,7 +20,7 @@ def _start(cluster: Cluster, ns: str, name: str, numa: int | None = None) -> dic
     cluster.admin.create(
         f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaimtemplates", numa_template(name, numa=numa)
     )
-    cluster.create_pod(ns, claim_pod(name, name))
+    cluster.create_pod(ns, numa_pod(name, name))
     return cluster.wait_bound(ns, name)
 
 

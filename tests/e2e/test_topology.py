@@ -29,7 +29,16 @@ import pytest
 
 from harness.hosttree import TOPOLOGIES, Topology, write_host_tree
 from harness.poll import wait_for
-from tests.e2e.conftest import DRIVER, NODE, RESOURCE, TOPOLOGY, Cluster, condition, start_cluster
+from tests.e2e.conftest import (
+    DRIVER,
+    NODE,
+    RESOURCE,
+    TOPOLOGY,
+    Cluster,
+    claim_pod,
+    condition,
+    start_cluster,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -139,31 +148,12 @@ def _pair_claim(name: str, match: str, *, gpu_bus: str, nic_bus: str | None = No
     }
 
 
-def _pod(name: str, claim: str, requests: tuple[str, ...] = ("gpu", "nic")) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {
-            "restartPolicy": "Never",
-            "resourceClaims": [{"name": "devices", "resourceClaimName": claim}],
-            "containers": [
-                {
-                    "name": "app",
-                    "image": "localhost/never-runs:1",
-                    "resources": {"claims": [{"name": "devices", "request": r} for r in requests]},
-                }
-            ],
-        },
-    }
-
-
 def _start(
     cluster: Cluster, namespace: str, claim: dict[str, Any], requests: tuple[str, ...] = ("gpu", "nic")
 ) -> str:
     name = claim["metadata"]["name"]
     cluster.admin.create(f"{RESOURCE}/namespaces/{namespace}/resourceclaims", claim, fieldValidation="Strict")
-    cluster.create_pod(namespace, _pod(name, name, requests))
+    cluster.create_pod(namespace, claim_pod(name, requests, claim=name))
     return str(name)
 
 
