@@ -6,15 +6,30 @@ Every log line about a claim or a device carries ``claim_uid`` / ``device`` as k
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
-from typing import Literal
+from typing import Any, Literal
 
 import structlog
 
 __all__ = ["LogFormat", "configure_logging", "get_logger"]
 
 LogFormat = Literal["json", "console"]
+
+
+def _fallback(obj: Any) -> Any:
+    """What JSON cannot hold goes in as its ``__structlog__()`` or ``repr`` (structlog's rule)."""
+    to_log = getattr(obj, "__structlog__", None)
+    return to_log() if callable(to_log) else repr(obj)
+
+
+#: one encoder for every line: ``json.dumps`` with ``default=`` would build a new one per line
+_ENCODER = json.JSONEncoder(default=_fallback)
+
+
+def _encode(event: Any, **_: Any) -> str:
+    return _ENCODER.encode(event)
 
 
 def configure_logging(fmt: LogFormat = "console", level: int = logging.INFO, *, cache: bool = False) -> None:
@@ -28,7 +43,7 @@ def configure_logging(fmt: LogFormat = "console", level: int = logging.INFO, *, 
     """
     renderer: structlog.typing.Processor
     if fmt == "json":
-        renderer = structlog.processors.JSONRenderer()
+        renderer = structlog.processors.JSONRenderer(serializer=_encode)
     else:
         renderer = structlog.dev.ConsoleRenderer(colors=False)
     structlog.configure(
