@@ -26,7 +26,7 @@ import json
 import os
 import stat
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -331,12 +331,13 @@ def remove_file(path: str | os.PathLike[str], *, sync: bool = False, roots: Sequ
 class _Anchor:
     """One directory below a root, held open between uses (see :class:`DirsUnder`)."""
 
-    __slots__ = ("fd", "ident", "path")
+    __slots__ = ("checked", "fd", "ident", "path")
 
     def __init__(self, path: str) -> None:
         self.path = path
         self.fd = -1
         self.ident = (0, 0)
+        self.checked = -1  # the call (DirsUnder.call) in which fd was last checked against path
 
 
 class DirsUnder:
@@ -352,6 +353,10 @@ class DirsUnder:
     it. Missing directories are made with ``dir_mode``. A path below no root is written as
     :func:`atomic_write_bytes` writes one without roots.
 
+    Inside :meth:`call` a directory is checked once, at its first use in that call: a call (one
+    kubelet request) writes or removes several files of one directory in a row, and a swap
+    between two of them is the same race as one between the check and the write.
+
     Not thread safe: the caller serialises its calls (the claims driver holds its own lock).
     At most ``max_dirs`` descriptors are kept; more directories close the oldest.
     """
@@ -361,6 +366,18 @@ class DirsUnder:
         self._dir_mode = dir_mode
         self._max = max_dirs
         self._held: dict[str, _Anchor] = {}
+        self._calls = 0  # calls begun so far
+        self._in_call = False
+
+    @contextlib.contextmanager
+    def call(self) -> Iterator[None]:
+        """One caller's call: each directory is checked at its first use within it only."""
+        self._calls += 1
+        self._in_call = True
+        try:
+            yield
+        finally:
+            self._in_call = False
 
     def write(self, path: str, data: bytes, mode: int) -> None:
         """Replace ``path`` with ``data`` atomically, unsynced (see :func:`atomic_write_bytes`)."""
@@ -408,16 +425,19 @@ class DirsUnder:
                 if stale.fd >= 0:
                     os.close(stale.fd)
             anchor = self._held[head] = _Anchor(head)
+        if anchor.fd >= 0 and self._in_call and anchor.checked == self._calls:
+            return anchor.fd, name
         if anchor.fd >= 0:
             try:  # the root itself is followed (the operator's flag), what lies below it never is
                 st = os.stat(head) if head == root else os.lstat(head)
             except FileNotFoundError:
                 st = None
             if st is not None and (st.st_dev, st.st_ino) == anchor.ident and stat.S_ISDIR(st.st_mode):
+                anchor.checked = self._calls
                 return anchor.fd, name
             os.close(anchor.fd)
             anchor.fd = -1
         fd = _open_dir_under(root, head[len(root) + 1 :], create=self._dir_mode if create else None)
         st = os.fstat(fd)
-        anchor.fd, anchor.ident = fd, (st.st_dev, st.st_ino)
+        anchor.fd, anchor.ident, anchor.checked = fd, (st.st_dev, st.st_ino), self._calls
         return fd, name

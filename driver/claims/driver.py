@@ -191,7 +191,7 @@ class ClaimsDriver:
         """Prepare every fetched claim; one result per claim UID (see the module docstring)."""
         results: dict[str, PrepareResult] = {}
         planned: list[_Planned] = []
-        with self._lock:
+        with self._lock, self._dirs.call():
             inventory = self._inventory()
             self._journal.load()
             attrs = self._attributes.get(inventory)
@@ -244,7 +244,7 @@ class ClaimsDriver:
         results: dict[str, str] = {}
         cleared: list[ClaimRef] = []
         log = _log.bind()  # one logger for the batch: the lazy proxy re-binds on every call
-        with self._lock:
+        with self._lock, self._dirs.call():
             self._journal.load()
             dirty = False
             for ref in claims:

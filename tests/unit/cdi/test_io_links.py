@@ -175,13 +175,35 @@ def test_held_directories_follow_a_directory_made_anew(tmp_path: Path) -> None:
     dirs.close()
 
 
+def _open_fds() -> int:
+    return sum(1 for _ in Path("/proc/self/fd").iterdir())
+
+
 def test_held_directories_stay_bounded(tmp_path: Path) -> None:
     """However many directories a caller names, at most max_dirs descriptors stay open."""
     root = tmp_path / "root"
     dirs = cdi.DirsUnder([str(root)], max_dirs=3)
-    before = len(os.listdir("/proc/self/fd"))
+    before = _open_fds()
     for i in range(20):
         dirs.write(f"{root}/d{i}/f.json", b"x", 0o644)
-    assert len(os.listdir("/proc/self/fd")) - before <= 3
+    assert _open_fds() - before <= 3
     dirs.close()
-    assert len(os.listdir("/proc/self/fd")) == before
+    assert _open_fds() == before
+
+
+def test_a_call_checks_each_directory_once_and_the_next_call_again(tmp_path: Path, victim: Path) -> None:
+    """Within one call the held directory is checked at its first use; a link planted between
+    calls is refused by the next one."""
+    root = tmp_path / "plugin"
+    dirs = cdi.DirsUnder([str(root)])
+    meta = root / "dra-device-metadata"
+    with dirs.call():
+        dirs.write(f"{meta}/a_x.json", b"a", 0o644)
+        dirs.write(f"{meta}/a_y.json", b"b", 0o644)
+    assert sorted(p.name for p in meta.iterdir()) == ["a_x.json", "a_y.json"]
+    meta.rename(tmp_path / "moved-away")
+    meta.symlink_to(victim)
+    with dirs.call(), pytest.raises(cdi.SymlinkError):
+        dirs.write(f"{meta}/b_x.json", b"c", 0o644)
+    assert list(victim.iterdir()) == []
+    dirs.close()
