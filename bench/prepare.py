@@ -158,7 +158,7 @@ def _serve(host: Path, root: Path, cdi_dir: Path, connection: str, claim_reads: 
     from driver.log import configure_logging
     from driver.pinning.planner import CpuPlanner
 
-    configure_logging("json", logging.INFO)
+    configure_logging("json", logging.INFO, cache=True)  # as `numadra run`
     inventory = discover(host, use_nvml=False)
     client = _client(connection)
     claims = client if claim_reads == "list" else _GetOnly(client)

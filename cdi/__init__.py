@@ -7,6 +7,7 @@ it is a spec every CDI loader accepts, with the lowest ``cdiVersion`` possible, 
 from __future__ import annotations
 
 from cdi.io import (
+    DirsUnder,
     SymlinkError,
     atomic_write_bytes,
     ensure_dir,
@@ -50,6 +51,7 @@ __all__ = [
     "ContainerEdits",
     "Device",
     "DeviceNode",
+    "DirsUnder",
     "Hook",
     "Mount",
     "Spec",

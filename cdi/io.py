@@ -26,13 +26,14 @@ import json
 import os
 import stat
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from cdi.spec import Spec, validate_spec
 
 __all__ = [
+    "DirsUnder",
     "SymlinkError",
     "atomic_write_bytes",
     "ensure_dir",
@@ -170,10 +171,23 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+class _Pid:
+    """This process's ID, asked of the kernel once and again only in a forked child."""
+
+    value = os.getpid()
+
+    @classmethod
+    def refresh(cls) -> None:
+        cls.value = os.getpid()
+
+
+os.register_at_fork(after_in_child=_Pid.refresh)
+
+
 def _temp_name(path: str) -> str:
     """A temp name unique per process, thread and call, hidden and not matching ``*.json``."""
     head, sep, name = path.rpartition("/")
-    return f"{head}{sep}.{name}.{os.getpid()}.{threading.get_ident()}.{next(_counter)}.tmp"
+    return f"{head}{sep}.{name}.{_Pid.value}.{threading.get_ident()}.{next(_counter)}.tmp"
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -312,3 +326,118 @@ def remove_file(path: str | os.PathLike[str], *, sync: bool = False, roots: Sequ
     if sync and dfd is None:
         fsync_dir(Path(os.path.dirname(target) or "."))
     return True
+
+
+class _Anchor:
+    """One directory below a root, held open between uses (see :class:`DirsUnder`)."""
+
+    __slots__ = ("checked", "fd", "ident", "path")
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.fd = -1
+        self.ident = (0, 0)
+        self.checked = -1  # the call (DirsUnder.call) in which fd was last checked against path
+
+
+class DirsUnder:
+    """Writes and removals below ``roots`` through directory descriptors kept open between calls.
+
+    :func:`atomic_write_bytes` and :func:`remove_file` with ``roots`` walk from the root to the
+    target's directory on every call, two syscalls a component. A caller that writes into the same
+    few directories on every call (the claims driver: the CDI dir and the metadata dir) keeps each
+    directory's descriptor here instead, walked the same way (no link below the root followed)
+    the first time, and before each later use checks with one ``lstat`` that the path still
+    names that directory: a directory removed, replaced or swapped for a link since is walked
+    again, so a link planted later is still :class:`SymlinkError`, exactly as a fresh walk finds
+    it. Missing directories are made with ``dir_mode``. A path below no root is written as
+    :func:`atomic_write_bytes` writes one without roots.
+
+    Inside :meth:`call` a directory is checked once, at its first use in that call: a call (one
+    kubelet request) writes or removes several files of one directory in a row, and a swap
+    between two of them is the same race as one between the check and the write.
+
+    Not thread safe: the caller serialises its calls (the claims driver holds its own lock).
+    At most ``max_dirs`` descriptors are kept; more directories close the oldest.
+    """
+
+    def __init__(self, roots: Sequence[str], *, dir_mode: int = 0o755, max_dirs: int = 16) -> None:
+        self._roots = tuple(roots)
+        self._dir_mode = dir_mode
+        self._max = max_dirs
+        self._held: dict[str, _Anchor] = {}
+        self._calls = 0  # calls begun so far
+        self._in_call = False
+
+    @contextlib.contextmanager
+    def call(self) -> Iterator[None]:
+        """One caller's call: each directory is checked at its first use within it only."""
+        self._calls += 1
+        self._in_call = True
+        try:
+            yield
+        finally:
+            self._in_call = False
+
+    def write(self, path: str, data: bytes, mode: int) -> None:
+        """Replace ``path`` with ``data`` atomically, unsynced (see :func:`atomic_write_bytes`)."""
+        found = self._dir_of(path, create=True)
+        if found is None:
+            _write_at(None, path, path, data, mode, sync=False)
+            return
+        fd, name = found
+        _write_at(fd, name, path, data, mode, sync=False)
+
+    def remove(self, path: str) -> bool:
+        """Remove ``path`` as :func:`remove_file` does (unsynced); True when a file was removed."""
+        try:
+            found = self._dir_of(path, create=False)
+        except FileNotFoundError:
+            return False
+        fd, name = found if found is not None else (None, path)
+        try:
+            os.unlink(name, dir_fd=fd)
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            exc.filename = path
+            raise
+        return True
+
+    def close(self) -> None:
+        """Close every held descriptor (the next use walks again)."""
+        for anchor in self._held.values():
+            if anchor.fd >= 0:
+                os.close(anchor.fd)
+        self._held.clear()
+
+    def _dir_of(self, path: str, *, create: bool) -> tuple[int, str] | None:
+        """(descriptor of the path's directory, file name) below a root, else None."""
+        root = _root_of(path, self._roots)
+        if root is None:
+            return None
+        head, _, name = path.rpartition("/")
+        anchor = self._held.get(head)
+        if anchor is None:
+            if len(self._held) >= self._max:
+                oldest = next(iter(self._held))
+                stale = self._held.pop(oldest)
+                if stale.fd >= 0:
+                    os.close(stale.fd)
+            anchor = self._held[head] = _Anchor(head)
+        if anchor.fd >= 0 and self._in_call and anchor.checked == self._calls:
+            return anchor.fd, name
+        if anchor.fd >= 0:
+            try:  # the root itself is followed (the operator's flag), what lies below it never is
+                st = os.stat(head) if head == root else os.lstat(head)
+            except FileNotFoundError:
+                st = None
+            if st is not None and (st.st_dev, st.st_ino) == anchor.ident and stat.S_ISDIR(st.st_mode):
+                anchor.checked = self._calls
+                return anchor.fd, name
+            os.close(anchor.fd)
+            anchor.fd = -1
+        fd = _open_dir_under(root, head[len(root) + 1 :], create=self._dir_mode if create else None)
+        st = os.fstat(fd)
+        anchor.fd, anchor.ident, anchor.checked = fd, (st.st_dev, st.st_ino), self._calls
+        return fd, name

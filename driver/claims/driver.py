@@ -29,7 +29,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from cdi import atomic_write_bytes, remove_file, spec_bytes
+from cdi import DirsUnder, remove_file, spec_bytes
 from cdi.spec import CdiSpecError
 from driver.claims.attributes import PublishedAttributes
 from driver.claims.hostedits import DeviceExtras, HostEdits, UserspaceWarnings
@@ -171,7 +171,7 @@ class ClaimsDriver:
         self._host_edits = host_edits
         self._warnings = warnings
         #: files and directories are written below these without following symbolic links
-        self._roots = (str(cdi_dir), str(plugin_dir))
+        self._dirs = DirsUnder((str(cdi_dir), str(plugin_dir)))
         self._journal = Journal(
             journal_path(plugin_dir),
             evidence=Evidence(
@@ -191,7 +191,7 @@ class ClaimsDriver:
         """Prepare every fetched claim; one result per claim UID (see the module docstring)."""
         results: dict[str, PrepareResult] = {}
         planned: list[_Planned] = []
-        with self._lock:
+        with self._lock, self._dirs.call():
             inventory = self._inventory()
             self._journal.load()
             attrs = self._attributes.get(inventory)
@@ -244,7 +244,7 @@ class ClaimsDriver:
         results: dict[str, str] = {}
         cleared: list[ClaimRef] = []
         log = _log.bind()  # one logger for the batch: the lazy proxy re-binds on every call
-        with self._lock:
+        with self._lock, self._dirs.call():
             self._journal.load()
             dirty = False
             for ref in claims:
@@ -349,9 +349,10 @@ class ClaimsDriver:
         return self._journal.recoveries
 
     def close(self) -> None:
-        """Close the journal's file descriptors."""
+        """Close the journal's and the held directories' file descriptors."""
         with self._lock:
             self._journal.close()
+            self._dirs.close()
 
     # -- internals ------------------------------------------------------------------------------
 
@@ -540,12 +541,7 @@ class ClaimsDriver:
 
     def _write(self, stored: StoredFile) -> None:
         """Atomic, unsynced write (the fsynced journal can re-create it); parents made on demand."""
-        data = stored.content.encode()
-        roots = self._roots
-        try:
-            atomic_write_bytes(stored.path, data, mode=stored.mode, sync=False, roots=roots)
-        except FileNotFoundError:
-            atomic_write_bytes(stored.path, data, mode=stored.mode, sync=False, roots=roots, dir_mode=0o755)
+        self._dirs.write(stored.path, stored.content.encode(), stored.mode)
 
     def _restore(self, stored: StoredFile) -> bool:
         """Write ``stored`` if the file is missing or differs; True when it was written."""
@@ -562,7 +558,7 @@ class ClaimsDriver:
         """Best-effort undo of a failed prepare (the error being reported is the first one)."""
         for stored in entry.files():
             with contextlib.suppress(OSError):
-                remove_file(stored.path, roots=self._roots)
+                self._dirs.remove(stored.path)
 
     def _remove_files(self, ref: ClaimRef, entry: JournalEntry | None) -> None:
         """Remove a claim's files: journaled ones, plus any file named after its UID.
@@ -574,17 +570,17 @@ class ClaimsDriver:
         removed: set[str] = set()
         if entry is not None:
             for stored in entry.files():
-                remove_file(stored.path, roots=self._roots)
+                self._dirs.remove(stored.path)
                 removed.add(stored.path)
         if check_claim_uid(ref.uid):
             return  # not a UID we could have written files for
         spec_path = dir_prefix(self.cdi_dir) + claim_spec_file_name(self.driver_name, ref.uid)
         if spec_path not in removed:
-            remove_file(spec_path, roots=self._roots)
+            self._dirs.remove(spec_path)
         if entry is None:  # files without a journal entry (a lost journal): look for leftovers
             with contextlib.suppress(OSError):
                 for path in Path(metadata_dir(self.plugin_dir)).glob(metadata_file_glob(ref.uid)):
-                    remove_file(path, roots=self._roots)
+                    self._dirs.remove(str(path))
 
     def _report(self, done: Sequence[_Planned]) -> None:
         for item in done:  # once per claim: a repeat prepare answers from the journal

@@ -415,7 +415,7 @@ def _run(args: argparse.Namespace) -> int:
 
     config = config_from_args(args)
     check_open_files()
-    configure_logging(config.log_format, getattr(logging, config.log_level.upper()))
+    configure_logging(config.log_format, getattr(logging, config.log_level.upper()), cache=True)
     signals = Signals()
     try:
         with signals.installed():

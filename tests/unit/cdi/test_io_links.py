@@ -134,3 +134,76 @@ def test_a_missing_root_is_made_on_first_write(tmp_path: Path) -> None:
         cdi.atomic_write_bytes(root / "spec.json", b"{}", roots=[str(root)])
     cdi.atomic_write_bytes(root / "spec.json", b"{}", roots=[str(root)], dir_mode=0o755)
     assert (root / "spec.json").read_bytes() == b"{}"
+
+
+def test_held_directories_refuse_a_link_planted_after_the_first_write(tmp_path: Path, victim: Path) -> None:
+    """DirsUnder keeps the metadata dir open between calls; a link put in its place later is
+    still refused, and nothing is written or removed where it points."""
+    root = tmp_path / "plugin"
+    dirs = cdi.DirsUnder([str(root)])
+    target = f"{root}/dra-device-metadata/abc_req.json"
+    dirs.write(target, b"one", 0o644)
+    assert Path(target).read_bytes() == b"one"
+    (root / "dra-device-metadata").rename(tmp_path / "moved-away")
+    (root / "dra-device-metadata").symlink_to(victim)
+    (victim / "abc_req.json").write_text("keep")
+    with pytest.raises(cdi.SymlinkError) as info:
+        dirs.write(target, b"two", 0o644)
+    assert info.value.filename == str(root / "dra-device-metadata")
+    with pytest.raises(cdi.SymlinkError):
+        dirs.remove(target)
+    assert (victim / "abc_req.json").read_text() == "keep"
+    assert sorted(p.name for p in victim.iterdir()) == ["abc_req.json"]
+    assert (tmp_path / "moved-away" / "abc_req.json").read_bytes() == b"one"  # the held one: untouched
+    dirs.close()
+
+
+def test_held_directories_follow_a_directory_made_anew(tmp_path: Path) -> None:
+    """A directory removed and made again (by hand, or a cleanup) is walked again: the next file
+    lands where the path names, never in the removed directory the old descriptor still holds."""
+    root = tmp_path / "cdi"
+    dirs = cdi.DirsUnder([str(root)])
+    dirs.write(f"{root}/sub/a.json", b"a", 0o644)
+    (root / "sub" / "a.json").unlink()
+    (root / "sub").rmdir()
+    dirs.write(f"{root}/sub/b.json", b"b", 0o600)
+    assert (root / "sub" / "b.json").read_bytes() == b"b"
+    assert (root / "sub" / "b.json").stat().st_mode & 0o777 == 0o600
+    assert dirs.remove(f"{root}/sub/b.json") is True
+    assert dirs.remove(f"{root}/sub/b.json") is False
+    assert dirs.remove(f"{root}/gone/c.json") is False
+    dirs.close()
+
+
+def _open_fds() -> int:
+    return sum(1 for _ in Path("/proc/self/fd").iterdir())
+
+
+def test_held_directories_stay_bounded(tmp_path: Path) -> None:
+    """However many directories a caller names, at most max_dirs descriptors stay open."""
+    root = tmp_path / "root"
+    dirs = cdi.DirsUnder([str(root)], max_dirs=3)
+    before = _open_fds()
+    for i in range(20):
+        dirs.write(f"{root}/d{i}/f.json", b"x", 0o644)
+    assert _open_fds() - before <= 3
+    dirs.close()
+    assert _open_fds() == before
+
+
+def test_a_call_checks_each_directory_once_and_the_next_call_again(tmp_path: Path, victim: Path) -> None:
+    """Within one call the held directory is checked at its first use; a link planted between
+    calls is refused by the next one."""
+    root = tmp_path / "plugin"
+    dirs = cdi.DirsUnder([str(root)])
+    meta = root / "dra-device-metadata"
+    with dirs.call():
+        dirs.write(f"{meta}/a_x.json", b"a", 0o644)
+        dirs.write(f"{meta}/a_y.json", b"b", 0o644)
+    assert sorted(p.name for p in meta.iterdir()) == ["a_x.json", "a_y.json"]
+    meta.rename(tmp_path / "moved-away")
+    meta.symlink_to(victim)
+    with dirs.call(), pytest.raises(cdi.SymlinkError):
+        dirs.write(f"{meta}/b_x.json", b"c", 0o644)
+    assert list(victim.iterdir()) == []
+    dirs.close()
