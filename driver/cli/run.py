@@ -216,9 +216,9 @@ def config_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = N
     """Flags + environment -> a checked :class:`~driver.config.RunConfig`; ConfigError names the bad one."""
     from driver.cli.discover import check_driver_name, check_node_name, default_node_name
     from driver.config import RunConfig
+    from driver.inventory.cpulist import parse_cpulist
     from driver.observability.address import parse_address
     from driver.pinning.backend import PinningKind
-    from driver.pinning.types import parse_cpulist
 
     env = os.environ if env is None else env
     raw = _raw(args, env)

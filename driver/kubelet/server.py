@@ -15,7 +15,7 @@ pods run side by side during a rolling update.
 
 from __future__ import annotations
 
-import secrets
+import os
 import socket
 import stat
 import threading
@@ -283,7 +283,8 @@ class KubeletPluginServer:
         and grpc, which unlinks the path it bound when it shuts down, then never removes a file at
         ``final`` that a successor process may have created in the meantime.
         """
-        temp = final.with_name(f".{secrets.token_hex(3)}.tmp")
+        # a unique name, not a secret: os.urandom spares the registration path the secrets module
+        temp = final.with_name(f".{os.urandom(3).hex()}.tmp")
         if len(str(temp).encode()) > MAX_SOCKET_PATH_BYTES:
             temp = final  # a 1-2 character name in a maximal directory: bind in place
         try:
