@@ -4,20 +4,30 @@ It starts nothing and runs no loop: :func:`driver.cli.run.serve` starts the step
 (:class:`~driver.lifecycle.Lifecycle`) and owns the signals and the exit code; every part that
 runs owns its thread and has ``start()`` and ``stop()``. docs/architecture.md walks the order.
 
-The build has two stages, split at the kubelet's registration. :func:`build` makes the
-:class:`Core`, what serving the kubelet needs; only that is imported before the registration
-socket appears (grpc, the protos, the claims logic). :func:`build_background` brings the
-kubernetes client, prometheus, yaml and udev, once the kubelet registered us or after
+The build has three stages. :func:`build_front` makes the :class:`Front`: the kubelet plugin
+server, whose registration socket is the first thing the kubelet needs, with the calls of its DRA
+socket held at a door (:mod:`driver.kubelet.server`); only grpc, the protos and the kubelet layer
+are imported before it serves. :func:`build` then makes the :class:`Core` behind the door (the
+claims logic, discovery, the journal, health) while the kubelet registers us, and its last step
+lets the calls through: a prepare or unprepare sent right after the registration waits for the
+reconciled journal, it never runs before it. The core is built beside the registration, not
+after it: a kubelet registers a new socket on its plugin watcher's next round (about a second
+apart), so the core is mostly ready before the first call comes, and the registration's answers
+share the GIL with the build only when that round falls within it. :func:`build_background`
+brings the kubernetes client, prometheus, yaml and udev, once the kubelet registered us or after
 ``registration_wait``: the plugin registers also while the apiserver is unreachable, and the
 kubelet's GetInfo and NotifyRegistrationStatus do not wait for the GIL behind those imports.
 
-:attr:`Core.steps`: (while building: refuse a live instance's sockets before touching any state,
-discover the inventory) the apiserver client, the claim status writer and the Event poster
-(every Warning Event of the driver goes through its one bounded queue), stopped after everything
-that uses them; the plugin directory and the flock shared with the other process of a rolling
-update; the journal, reconciled under it (a corrupt one ends the start with one line naming the
-recovery, exit 1); the first health reading of every device, so that a kubelet opening its
-health stream right after registering gets a complete first message; the kubelet plugin server.
+:attr:`Front.steps`: (while building: refuse a live instance's sockets before touching any state)
+the kubelet plugin server, its DRA calls held. :attr:`Core.steps`: (while building: discover the
+inventory) the apiserver client, the claim status writer and the Event poster (every Warning
+Event of the driver goes through its one bounded queue), stopped after everything that uses them;
+the plugin directory and the flock shared with the other process of a rolling update; the
+journal, reconciled under it (a corrupt one ends the start with one line naming the recovery,
+exit 1, and removes the sockets); the first health reading of every device, so that a kubelet
+opening its health stream right after registering gets a complete first message; the kubelet's
+calls let through to all of that (its stop stops the kubelet plugin server, so the sockets go
+before the claims logic behind them closes).
 :attr:`Background.steps`: the health monitor's thread (its taints reach the publisher before its
 first sync), the slice publisher, the housekeeping thread, the check of claims rebuilt from files
 against the apiserver, the udev watcher, the NRI plugin (with the reads of a shared claim's
@@ -33,41 +43,39 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-# the core's modules: all of them serve the kubelet, so none is left for after the registration
-from driver.claims import ClaimsDriver
-from driver.claims.events import ClaimEvents
-from driver.claims.hostedits import HostEdits
-from driver.claims.housekeeping import Housekeeping
-from driver.claims.statusqueue import AsyncStatusWriter
-from driver.config import RunConfig
+# the front's modules: the kubelet layer; the core's are imported by build, once the sockets serve
 from driver.errors import ConfigError
-from driver.health.monitor import HealthMonitor
-from driver.inventory.discovery import discover
-from driver.inventory.holder import InventoryHolder
-from driver.inventory.model import Inventory, kept_out_cpus
-from driver.kube.client import KubeClient, shared_client
-from driver.kube.events import EventPoster
 from driver.kubelet.paths import SERIALIZE_LOCK_NAME, refuse_live_sockets, socket_paths
 from driver.kubelet.serialize import SerializeLock
 from driver.kubelet.server import KubeletPluginServer
 from driver.lifecycle import Step
 from driver.log import get_logger
-from driver.observability.metered import MeteredPlugin
-from driver.pinning.backend import PinningKind
-from driver.pinning.planner import CpuPlanner
-from driver.state.index import PreparedIndex
+from driver.pinning.backend import PinningKind  # the config's, imported with it
 
-if TYPE_CHECKING:  # the background's: imported by build_background, after the registration
+if TYPE_CHECKING:
+    from driver.claims import ClaimsDriver
     from driver.claims.adopted import AdoptedClaims
+    from driver.claims.hostedits import HostEdits
+    from driver.claims.housekeeping import Housekeeping
     from driver.claims.render import CpuHook
     from driver.claims.status import ClaimStatusWriter
+    from driver.claims.statusqueue import AsyncStatusWriter
+    from driver.config import RunConfig
+    from driver.health.monitor import HealthMonitor
     from driver.health.taints import HealthTaints
+    from driver.inventory.holder import InventoryHolder
+    from driver.inventory.model import Inventory
+    from driver.kube.client import KubeClient
+    from driver.kube.events import EventPoster
     from driver.kube.types import JsonObject
     from driver.observability import Metrics, MetricsUpdater
+    from driver.observability.metered import MeteredPlugin
+    from driver.pinning.planner import CpuPlanner
     from driver.plugin import DeviceHealth, PreparedDevice
     from driver.slices.publisher import SlicePublisher
+    from driver.state.index import PreparedIndex
 
-__all__ = ["Background", "Core", "NoClaimStatus", "build", "build_background"]
+__all__ = ["Background", "Core", "Front", "NoClaimStatus", "build", "build_background", "build_front"]
 
 _log = get_logger("app")
 
@@ -80,6 +88,16 @@ class NoClaimStatus:
     def set_health(self, snapshot: Sequence[DeviceHealth]) -> None: ...
     def set_inventory(self, inventory: Inventory) -> None: ...
     def close(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Front:
+    """The kubelet plugin server, its DRA calls held until :func:`build`'s core is attached."""
+
+    config: RunConfig
+    kubelet: KubeletPluginServer
+    lock: SerializeLock
+    steps: tuple[Step, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,11 +132,43 @@ class Background:
     steps: tuple[Step, ...]
 
 
-def build(config: RunConfig, *, on_fatal: Callable[[str], None]) -> Core:
-    """The core of ``numadra run`` (module docstring, steps 1-5); ``on_fatal(reason)`` is called
-    when a background error leaves the driver unable to go on (the process then exits 1)."""
+def build_front(config: RunConfig) -> Front:
+    """The front of ``numadra run`` (module docstring): what the kubelet's registration needs."""
     cfg, plugin_dir = config, config.effective_plugin_dir
     refuse_live_sockets(socket_paths(cfg.registrar_dir, plugin_dir, cfg.driver_name, cfg.pod_uid))
+    # held around the start-up reconcile (the core's steps open it), then by the kubelet server
+    # around each driver call (after its apiserver reads, which no lock holds up)
+    lock = SerializeLock(plugin_dir / SERIALIZE_LOCK_NAME)
+    kubelet = KubeletPluginServer(
+        driver_name=cfg.driver_name,
+        node_name=cfg.node_name,
+        registrar_dir=cfg.registrar_dir,
+        plugin_dir=plugin_dir,
+        serve_health=True,
+        pod_uid=cfg.pod_uid,
+        lock=lock,
+    )
+    return Front(config=cfg, kubelet=kubelet, lock=lock, steps=(Step.of("kubelet plugin server", kubelet),))
+
+
+def build(front: Front, *, on_fatal: Callable[[str], None]) -> Core:
+    """The core of ``numadra run`` behind ``front`` (module docstring); ``on_fatal(reason)`` is
+    called when a background error leaves the driver unable to go on (the process then exits 1)."""
+    from driver.claims import ClaimsDriver
+    from driver.claims.events import ClaimEvents
+    from driver.claims.housekeeping import Housekeeping
+    from driver.claims.statusqueue import AsyncStatusWriter
+    from driver.inventory.discovery import discover
+    from driver.inventory.holder import InventoryHolder
+    from driver.inventory.model import kept_out_cpus
+    from driver.kube.client import shared_client
+    from driver.kube.events import EventPoster
+    from driver.observability.metered import MeteredPlugin
+    from driver.pinning.planner import CpuPlanner
+    from driver.state.index import PreparedIndex
+
+    cfg, kubelet, lock = front.config, front.kubelet, front.lock
+    plugin_dir = cfg.effective_plugin_dir
     inventory = InventoryHolder(partial(discover, cfg.host_root))  # NVML only for this host's root
     _log_inventory(cfg, inventory.current())
     kube = shared_client(cfg.kubeconfig)
@@ -156,21 +206,6 @@ def build(config: RunConfig, *, on_fatal: Callable[[str], None]) -> Core:
     monitor = _health_monitor(cfg, inventory.current(), index)
     inventory.subscribe("health monitor", monitor.set_inventory)
     inventory.subscribe("claim status", status.set_inventory)
-    # held around the start-up reconcile here, then by the kubelet server around each driver
-    # call (after its apiserver reads, which no lock holds up)
-    lock = SerializeLock(plugin_dir / SERIALIZE_LOCK_NAME)
-    kubelet = KubeletPluginServer(
-        driver_name=cfg.driver_name,
-        node_name=cfg.node_name,
-        registrar_dir=cfg.registrar_dir,
-        plugin_dir=plugin_dir,
-        plugin=plugin,
-        claim_source=kube,
-        health=monitor,
-        pod_uid=cfg.pod_uid,
-        lock=lock,
-        on_claims_refused=plugin.observe_refused,
-    )
     steps = (
         Step("kube client", _nothing, kube.close),
         Step("claim status writer", _nothing, status.close),
@@ -178,7 +213,12 @@ def build(config: RunConfig, *, on_fatal: Callable[[str], None]) -> Core:
         Step("serialize lock", partial(_open_lock, plugin_dir, lock), lock.close),
         Step("journal", partial(_reconcile, claims, lock, index), claims.close),
         Step("first health reading", monitor.poll_once, _nothing),
-        Step.of("kubelet plugin server", kubelet),
+        # the held calls go through from here; stopping this stops the server before the above
+        Step(
+            "kubelet calls",
+            partial(kubelet.attach, plugin, kube, monitor, plugin.observe_refused),
+            kubelet.stop,
+        ),
     )
     return Core(
         config=cfg,
@@ -330,6 +370,7 @@ def _cpu_hook(cfg: RunConfig) -> CpuHook | None:
 
 def _host_edits(cfg: RunConfig) -> HostEdits:
     """What a prepare reads from the host for a claim's devices: the NVIDIA user space, node groups."""
+    from driver.claims.hostedits import HostEdits
     from driver.claims.render import claim_cdi_kind
 
     return HostEdits(
@@ -353,6 +394,7 @@ def _status_writer(cfg: RunConfig, kube: KubeClient, inventory: InventoryHolder)
 def _health_monitor(cfg: RunConfig, inventory: Inventory, index: PreparedIndex) -> HealthMonitor:
     """The health model; its fatal faults are kept in the plugin dir across restarts."""
     from driver.health.clear import clear_dir
+    from driver.health.monitor import HealthMonitor
     from driver.health.signals import HEALTH_FAULTS_FILE
 
     plugin_dir = cfg.effective_plugin_dir
@@ -392,6 +434,7 @@ def _journal_changed(index: PreparedIndex, housekeeping: Housekeeping) -> None:
 def _slices(
     cfg: RunConfig, inventory: Inventory, taints: Mapping[str, Sequence[Mapping[str, Any]]]
 ) -> list[dict[str, Any]]:
+    from driver.inventory.model import kept_out_cpus
     from driver.slices.builder import build_slices
 
     return build_slices(

@@ -11,7 +11,7 @@ from typing import Any
 
 from driver.cli.options import parent
 from driver.errors import ConfigError
-from driver.pinning.types import parse_cpulist
+from driver.inventory.cpulist import parse_cpulist
 
 __all__ = ["check_driver_name", "check_node_name", "default_node_name", "register"]
 

@@ -1,8 +1,10 @@
 """``numadra run``: the DaemonSet entrypoint. Flags, signals, the main loop and the exit code.
 
-What it does, top down (:func:`serve`): :func:`driver.app.build` builds the parts that serve the
-kubelet and :class:`~driver.lifecycle.Lifecycle` starts them (the registration socket appears);
-then it waits for the kubelet's registration, at most ``registration_wait``, builds the background
+What it does, top down (:func:`serve`): :func:`driver.app.build_front` builds the kubelet plugin
+server and :class:`~driver.lifecycle.Lifecycle` starts it (the registration socket appears, the
+DRA socket's calls wait); :func:`driver.app.build` builds the parts that serve the kubelet's calls
+and starts them, the last step letting the calls through; then it waits for the kubelet's
+registration, at most ``registration_wait``, builds the background
 parts (:func:`driver.app.build_background`: slices, health thread, metrics, pinning) and starts
 them; then it serves until SIGTERM or SIGINT (exit 0) or a fatal background error (exit 1), and
 stops every started part in reverse. SIGHUP rediscovers the host. :mod:`driver.app` says why the
@@ -216,9 +218,9 @@ def config_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = N
     """Flags + environment -> a checked :class:`~driver.config.RunConfig`; ConfigError names the bad one."""
     from driver.cli.discover import check_driver_name, check_node_name, default_node_name
     from driver.config import RunConfig
+    from driver.inventory.cpulist import parse_cpulist
     from driver.observability.address import parse_address
     from driver.pinning.backend import PinningKind
-    from driver.pinning.types import parse_cpulist
 
     env = os.environ if env is None else env
     raw = _raw(args, env)
@@ -377,7 +379,7 @@ def serve(config: RunConfig, signals: Signals, shutdown: Shutdown | None = None)
 
     Whatever started is stopped on the way out, also after a failed start (the exception goes on).
     """
-    from driver.app import build, build_background
+    from driver.app import build, build_background, build_front
     from driver.heap import freeze_startup_heap
 
     shutdown = shutdown if shutdown is not None else Shutdown()
@@ -385,7 +387,10 @@ def serve(config: RunConfig, signals: Signals, shutdown: Shutdown | None = None)
     t0 = time.monotonic()
     gc.disable()  # until the start is over (driver.cli says why)
     try:
-        core = build(config, on_fatal=shutdown.request)
+        front = build_front(config)
+        lifecycle.start(front.steps)
+        _log.info("registration socket serving", ms=round((time.monotonic() - t0) * 1000, 1))
+        core = build(front, on_fatal=shutdown.request)
         lifecycle.start(core.steps)
         _log.info("kubelet plugin serving", ms=round((time.monotonic() - t0) * 1000, 1))
 

@@ -1,8 +1,31 @@
-"""Access to the Kubernetes apiserver: one shared client over one transport (see client.py)."""
+"""Access to the Kubernetes apiserver: one shared client over one transport (see client.py).
+
+The names are loaded on first use: :mod:`driver.kube.types` (the protocols the kubelet layer
+reads claims through) is imported on the plugin registration path, which must not pay for the
+HTTP client.
+"""
 
 from __future__ import annotations
 
-from driver.kube.client import KubeClient, shared_client
-from driver.kube.types import ClaimGetter, JsonObject
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from driver.kube.client import KubeClient, shared_client
+    from driver.kube.types import ClaimGetter, JsonObject
 
 __all__ = ["ClaimGetter", "JsonObject", "KubeClient", "shared_client"]
+
+_HOME = {
+    "ClaimGetter": "driver.kube.types",
+    "JsonObject": "driver.kube.types",
+    "KubeClient": "driver.kube.client",
+    "shared_client": "driver.kube.client",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(home), name)

@@ -6,6 +6,14 @@ socket exists. Each socket is bound under a dot-prefixed temporary name, which t
 ignores, and renamed into place once its server runs; the kubelet therefore never sees a socket
 that does not answer.
 
+The driver behind the DRA socket may be attached after both sockets serve
+(:meth:`KubeletPluginServer.attach`): ``numadra run`` registers before it imports and builds its
+claims logic, so that the kubelet's registration does not wait for work it does not need. Until
+then every call on the DRA socket (prepare, unprepare, a health stream) waits at a door in front
+of the servicers: none reaches a driver whose journal is not reconciled yet, and none fails for
+arriving early. A server stopped before the attach shuts the door: the waiting calls end with
+``UNAVAILABLE``.
+
 Stop order is the reverse: the registration socket goes first (the kubelet deregisters the plugin
 when the file disappears), then health streams end, then the DRA server drains and its socket is
 removed. Only the socket files this process created are removed, checked by inode, so a successor
@@ -15,16 +23,16 @@ pods run side by side during a rolling update.
 
 from __future__ import annotations
 
-import secrets
+import os
 import socket
 import stat
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from types import ModuleType, TracebackType
-from typing import Self
+from types import ModuleType, SimpleNamespace, TracebackType
+from typing import Any, Self
 
 import grpc
 
@@ -59,6 +67,11 @@ _log = get_logger("kubelet.server")
 
 #: how often :meth:`KubeletPluginServer.wait_registered` asks its ``until`` (seconds)
 UNTIL_POLL = 0.1
+#: how often a call waiting at the door asks whether the kubelet still waits for it (seconds)
+DOOR_POLL = 0.5
+#: the methods of the DRA socket's services, the same names in every version
+_DRA_METHODS = ("NodePrepareResources", "NodeUnprepareResources")
+_HEALTH_METHODS = ("NodeWatchResources",)
 
 
 def _remove_stale_socket(path: Path) -> None:
@@ -88,11 +101,59 @@ def _check_accepts(path: Path) -> None:
             raise DriverError(f"DRA socket {path} does not accept connections: {exc}") from exc
 
 
+class _Door:
+    """Holds the DRA socket's calls until the servicers behind it exist (module docstring).
+
+    The stand-ins it makes are what the gRPC server serves; each of their methods waits for
+    :meth:`let_through`, then calls the same method of the servicer of its service. Once open, a call
+    pays one ``Event.is_set`` more.
+    """
+
+    def __init__(self) -> None:
+        self._ready = threading.Event()
+        self._servicers: Mapping[str, object] = {}
+        self._shut = ""
+
+    def let_through(self, servicers: Mapping[str, object]) -> None:
+        """Let the calls through, each to the servicer of its service (full gRPC name)."""
+        self._servicers = dict(servicers)
+        self._ready.set()
+
+    def shut(self, reason: str) -> None:
+        """Before :meth:`let_through`: end the waiting calls, and any later one, with UNAVAILABLE."""
+        if not self._ready.is_set():
+            self._shut = reason
+            self._ready.set()
+
+    def stand_in(self, service: str, methods: Iterable[str]) -> object:
+        """An object with ``methods`` that wait here, then call those of ``service``'s servicer."""
+        return SimpleNamespace(**{name: self._forward(service, name) for name in methods})
+
+    def _forward(self, service: str, name: str) -> Callable[[Any, grpc.ServicerContext], Any]:
+        def call(request: Any, context: grpc.ServicerContext) -> Any:
+            if not self._ready.is_set():
+                self._wait(context)
+            if self._shut:
+                context.abort(grpc.StatusCode.UNAVAILABLE, f"{name}: {self._shut}")
+            return getattr(self._servicers[service], name)(request, context)
+
+        return call
+
+    def _wait(self, context: grpc.ServicerContext) -> None:
+        """Until the door opens or shuts, or the caller gave up (then the call ends)."""
+        while not self._ready.wait(DOOR_POLL):
+            if not context.is_active():
+                context.abort(grpc.StatusCode.CANCELLED, "the caller went away")
+
+
 class KubeletPluginServer:
     """Serves registration, DRA v1/v1beta1 and (with a health source) health v1/v1alpha1.
 
     ``start()`` returns once both sockets serve; ``wait_registered()`` then waits for the kubelet's
     ``NotifyRegistrationStatus(true)``. ``stop()`` is idempotent and also runs on ``with`` exit.
+    Without ``plugin`` and ``claim_source`` the calls on the DRA socket wait until
+    :meth:`attach` hands them in (module docstring); ``serve_health`` then says whether the health
+    services are advertised and served (default: whether ``health`` is given).
 
     Prepares, unprepares and health streams each have their own slots on the DRA socket
     (:mod:`driver.kubelet.admission`): ``max_workers`` prepares, ``unprepare_slots`` unprepares and
@@ -115,9 +176,10 @@ class KubeletPluginServer:
         node_name: str,
         registrar_dir: Path,
         plugin_dir: Path,
-        plugin: DriverPlugin,
-        claim_source: ClaimGetter,
+        plugin: DriverPlugin | None = None,
+        claim_source: ClaimGetter | None = None,
         health: HealthSource | None = None,
+        serve_health: bool | None = None,
         pod_uid: str | None = None,
         health_resend_interval: float = DEFAULT_RESEND_INTERVAL,
         max_workers: int = 16,
@@ -129,14 +191,19 @@ class KubeletPluginServer:
     ) -> None:
         if not driver_name:
             raise ConfigError("driver name must not be empty")
+        if (plugin is None) != (claim_source is None):
+            raise ConfigError("plugin and claim_source are given together, now or to attach()")
         self.driver_name = driver_name
         self.node_name = node_name
         self.registrar_dir = Path(registrar_dir).absolute()
         self.plugin_dir = Path(plugin_dir).absolute()
         self.pod_uid = pod_uid or None
         self.paths: SocketPaths = socket_paths(self.registrar_dir, self.plugin_dir, driver_name, self.pod_uid)
-        self._plugin = plugin
-        self._health = health
+        self._serves_health = health is not None if serve_health is None else serve_health
+        if health is not None and not self._serves_health:
+            raise ConfigError("a health source is given but serve_health is False")
+        #: what start() attaches when given to the constructor
+        self._given = (plugin, claim_source, health, on_claims_refused)
         self._resend_interval = health_resend_interval
         self.slots = CallSlots(
             {
@@ -148,10 +215,11 @@ class KubeletPluginServer:
         #: the flock held around each driver call; opened and closed here unless it was given
         self._own_lock = lock is None
         self._lock = lock if lock is not None else SerializeLock(self.paths.lock)
-        self._fetcher = ClaimFetcher(claim_source, max_workers=claim_read_workers)
-        self._on_refused = on_claims_refused
+        self._claim_read_workers = claim_read_workers
+        self._fetcher: ClaimFetcher | None = None
+        self._door = _Door()
         self._registration = RegistrationServicer(
-            driver_name, str(self.paths.dra), supported_versions(with_health=health is not None)
+            driver_name, str(self.paths.dra), supported_versions(with_health=self._serves_health)
         )
         self._fanout: HealthFanout | None = None
         self._dra_server: grpc.Server | None = None
@@ -161,6 +229,7 @@ class KubeletPluginServer:
         self._owned: dict[Path, tuple[int, int]] = {}
         self._state_lock = threading.Lock()
         self._started = False
+        self._attached = False
         self._stopped = False
         self._log = _log.bind(driver=driver_name, node=node_name, pod_uid=self.pod_uid)
 
@@ -231,6 +300,9 @@ class KubeletPluginServer:
             _remove_stale_socket(self.paths.dra)
             if self._own_lock:
                 self._lock.open()
+            plugin, claim_source, health, on_refused = self._given
+            if plugin is not None and claim_source is not None:
+                self.attach(plugin, claim_source, health, on_refused)
             self._start_dra()
             self._start_registration()
         except BaseException:
@@ -249,6 +321,39 @@ class KubeletPluginServer:
         self._executors.append(executor)
         return executor
 
+    def attach(
+        self,
+        plugin: DriverPlugin,
+        claim_source: ClaimGetter,
+        health: HealthSource | None = None,
+        on_claims_refused: Refused | None = None,
+    ) -> None:
+        """Serve the DRA socket's calls with ``plugin``, reading claims from ``claim_source``.
+
+        Calls that arrived before wait for this (module docstring); once only, not after stop().
+        """
+        if (health is not None) != self._serves_health:
+            raise ConfigError("a health source is attached exactly when serve_health was set")
+        with self._state_lock:
+            if self._attached or self._stopped:
+                raise DriverError("kubelet plugin server already attached or stopped")
+            self._attached = True
+        self._fetcher = ClaimFetcher(claim_source, max_workers=self._claim_read_workers)
+        calls = ClaimCalls(plugin, self._fetcher, self._lock, on_claims_refused)
+        servicers: dict[str, object] = {}
+        for api in (DRA_V1, DRA_V1BETA1):
+            dra = DraServicer(calls, api)
+            self.slots.guard(dra, api.service)
+            servicers[api.service] = dra
+        if health is not None:
+            self._fanout = HealthFanout(health, plugin.handle_error, self.driver_name, self._resend_interval)
+            h1, h1alpha1 = HealthV1Servicer(self._fanout), HealthV1alpha1Servicer(self._fanout)
+            for servicer, module in ((h1, health_v1_pb2), (h1alpha1, health_v1alpha1_pb2)):
+                self.slots.guard(servicer, _service(module, "DRAResourceHealth"))
+                servicers[_service(module, "DRAResourceHealth")] = servicer
+            self._fanout.start()
+        self._door.let_through(servicers)
+
     def _start_dra(self) -> None:
         server = grpc.server(
             self._executor(self.slots.threads, "dra-grpc"),
@@ -257,21 +362,17 @@ class KubeletPluginServer:
             # connections cannot queue without bound
             maximum_concurrent_rpcs=4 * self.slots.threads,
         )
-        calls = ClaimCalls(self._plugin, self._fetcher, self._lock, self._on_refused)
         for api in (DRA_V1, DRA_V1BETA1):
-            dra = DraServicer(calls, api)
-            self.slots.guard(dra, api.service)
-            dra.add_to(server)
-        if self._health is not None:
-            self._fanout = HealthFanout(
-                self._health, self._plugin.handle_error, self.driver_name, self._resend_interval
+            api.services.add_DRAPluginServicer_to_server(
+                self._door.stand_in(api.service, _DRA_METHODS), server
             )
-            h1, h1alpha1 = HealthV1Servicer(self._fanout), HealthV1alpha1Servicer(self._fanout)
-            self.slots.guard(h1, _service(health_v1_pb2, "DRAResourceHealth"))
-            self.slots.guard(h1alpha1, _service(health_v1alpha1_pb2, "DRAResourceHealth"))
-            health_v1_pb2_grpc.add_DRAResourceHealthServicer_to_server(h1, server)
-            health_v1alpha1_pb2_grpc.add_DRAResourceHealthServicer_to_server(h1alpha1, server)
-            self._fanout.start()
+        if self._serves_health:
+            for module, services in (
+                (health_v1_pb2, health_v1_pb2_grpc),
+                (health_v1alpha1_pb2, health_v1alpha1_pb2_grpc),
+            ):
+                stand_in = self._door.stand_in(_service(module, "DRAResourceHealth"), _HEALTH_METHODS)
+                services.add_DRAResourceHealthServicer_to_server(stand_in, server)
         self._dra_server = server
         self._serve_at(server, self.paths.dra)
         _check_accepts(self.paths.dra)
@@ -283,7 +384,8 @@ class KubeletPluginServer:
         and grpc, which unlinks the path it bound when it shuts down, then never removes a file at
         ``final`` that a successor process may have created in the meantime.
         """
-        temp = final.with_name(f".{secrets.token_hex(3)}.tmp")
+        # a unique name, not a secret: os.urandom spares the registration path the secrets module
+        temp = final.with_name(f".{os.urandom(3).hex()}.tmp")
         if len(str(temp).encode()) > MAX_SOCKET_PATH_BYTES:
             temp = final  # a 1-2 character name in a maximal directory: bind in place
         try:
@@ -326,6 +428,7 @@ class KubeletPluginServer:
                 self._stopped = True
                 return
             self._stopped = True
+        self._door.shut("the plugin is stopping")
         self._remove_owned(self.paths.registration)
         if self._reg_server is not None:
             self._reg_server.stop(0).wait()
@@ -336,7 +439,8 @@ class KubeletPluginServer:
         self._remove_owned(self.paths.dra)
         for executor in self._executors:
             executor.shutdown(wait=False, cancel_futures=True)
-        self._fetcher.close()
+        if self._fetcher is not None:
+            self._fetcher.close()
         if self._own_lock:
             self._lock.close()
         self._log.info("kubelet plugin server stopped")

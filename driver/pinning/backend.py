@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from driver.pinning.types import CpuAssignment
+if TYPE_CHECKING:  # annotations only: the config imports this module on the registration path
+    from driver.pinning.types import CpuAssignment
 
 __all__ = ["NoopBackend", "PinTarget", "PinningBackend", "PinningKind"]
 

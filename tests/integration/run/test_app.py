@@ -12,19 +12,22 @@ import gc
 import os
 import signal
 import threading
+import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from driver.app import build, build_background
+from driver.app import build, build_background, build_front
 from driver.cli.run import Shutdown, Signals, serve
 from driver.config import RunConfig
 from driver.errors import DriverError, RecoverableError
 from driver.kubelet.paths import SERIALIZE_LOCK_NAME
 from driver.lifecycle import Lifecycle
-from tests.integration.run.conftest import GPU, NODE, RunNode, wait_for
+from driver.plugin import ClaimRef
+from tests.integration.run.conftest import GPU, NODE, RunNode, gpu_cpu_claim, wait_for
 
 WAIT = 30.0  # generous bounds on what must happen; nothing is timed
 
@@ -42,6 +45,13 @@ def _config(node: RunNode, **changes: object) -> RunConfig:
         health_interval=0.5,
     )
     return replace(config, **changes)
+
+
+def _put_claim(node: RunNode, name: str) -> ClaimRef:
+    """A claim of the GPU and two CPUs in the fake apiserver."""
+    uid = str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{node.root.name}-{name}"))
+    node.api.put_object(gpu_cpu_claim(uid, name, 2, GPU))
+    return ClaimRef("default", name, uid)
 
 
 class _Serving:
@@ -103,12 +113,14 @@ def collector() -> Iterator[None]:
 
 
 def test_build_wires_the_parts_and_stop_undoes_them(node: RunNode) -> None:
-    """Both stages built and started: registered server, health for every device, slices published;
+    """All stages built and started: registered server, health for every device, slices published;
     stopping twice is fine and leaves no socket."""
     config = _config(node, claim_read_timeout=3.5)
     lifecycle = Lifecycle()
-    core = build(config, on_fatal=lambda reason: None)
+    front = build_front(config)
     try:
+        lifecycle.start(front.steps)
+        core = build(front, on_fatal=lambda reason: None)
         assert core.kube.read_deadline == 3.5  # --claim-read-timeout
         lifecycle.start(core.steps)
         node.kubelet.register(node.registration_socket)
@@ -130,7 +142,7 @@ def test_build_wires_the_parts_and_stop_undoes_them(node: RunNode) -> None:
 def test_a_fatal_background_error_reaches_on_fatal_a_recoverable_one_does_not(node: RunNode) -> None:
     """The claims driver's handle_error is what the kubelet server and the publisher call."""
     reasons: list[str] = []
-    core = build(_config(node), on_fatal=reasons.append)
+    core = build(build_front(_config(node)), on_fatal=reasons.append)
     try:
         core.plugin.handle_error(RecoverableError(RuntimeError("apiserver away")), "slice publishing")
         assert reasons == []
@@ -155,20 +167,28 @@ def test_a_fatal_error_ends_serve_with_its_reason(node: RunNode, collector: None
 
 def test_start_up_reconcile_waits_for_the_other_process_lock(node: RunNode, collector: None) -> None:
     """During a rolling update the other process may be preparing: the start-up reconcile (which
-    may re-create files) runs under the cross-process flock, so no socket appears while another
-    process holds it."""
+    may re-create files) runs under the cross-process flock. The kubelet registers us meanwhile,
+    and a prepare it sends waits for the reconcile: it is answered, correctly, once the other
+    process lets go of the lock, not before."""
+    ref = _put_claim(node, "during-the-other")
     node.plugin_dir.mkdir(parents=True, exist_ok=True)
     other = os.open(node.plugin_dir / SERIALIZE_LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
     fcntl.flock(other, fcntl.LOCK_EX)
-    try:
-        serving = _Serving(_config(node))
-        wait_for(lambda: _waits_for_flock(os.fstat(other).st_ino), WAIT, "the start to wait for the lock")
-        assert serving.running and serving.error is None
-        assert not node.registration_socket.exists(), "started without the lock"
-    finally:
-        fcntl.flock(other, fcntl.LOCK_UN)
-        os.close(other)
-    wait_for(node.registration_socket.exists, WAIT, "the registration socket after the lock")
+    with ThreadPoolExecutor(1) as pool:
+        try:
+            serving = _Serving(_config(node))
+            wait_for(lambda: _waits_for_flock(os.fstat(other).st_ino), WAIT, "the start to wait for the lock")
+            wait_for(node.registration_socket.exists, WAIT, "the registration socket")
+            node.kubelet.register(node.registration_socket)
+            prepared = pool.submit(node.kubelet.prepare, node.dra_socket, [ref])
+            assert wait([prepared], timeout=0.5).done == set(), "prepared before the reconcile"
+            assert serving.running and serving.error is None
+        finally:
+            fcntl.flock(other, fcntl.LOCK_UN)
+            os.close(other)
+        entry = prepared.result(WAIT).claims[ref.uid]
+    assert entry.error == ""
+    assert GPU in {d.device_name for d in entry.devices}
     assert serving.sigterm() == 0
 
 

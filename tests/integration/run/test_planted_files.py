@@ -123,8 +123,9 @@ def _outcome(node: RunNode, process: DriverProcess, deadline: float) -> str:
             unprepared = node.kubelet.unprepare(node.dra_socket, [ref], timeout=deadline)
             assert unprepared.claims[uid].error == ""
             return "served"
-    except grpc.RpcError:
-        if process.proc.poll() is None:
+    except grpc.RpcError as exc:
+        # a start refused once the sockets serve ends the calls it held (UNAVAILABLE), then exits
+        if exc.code() is not grpc.StatusCode.UNAVAILABLE and process.proc.poll() is None:
             raise
     assert process.wait(deadline) == 1, process.log_text()[-2000:]
     return "refused"

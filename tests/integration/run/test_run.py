@@ -226,7 +226,8 @@ def test_restart_after_kill_gives_same_cdi_ids_and_no_double_cpus(node: RunNode)
 
 
 def test_reboot_wiping_cdi_dir_is_repaired_at_start(node: RunNode) -> None:
-    """Specs deleted while the driver was down are back before it registers, and counted."""
+    """Specs deleted while the driver was down are back at start, before the kubelet's first call
+    is answered (the journal's reconcile comes first), and counted."""
     process = node.spawn()
     _registered(node, process)
     ref = _put_claim(node, "rebooted")
@@ -238,6 +239,8 @@ def test_reboot_wiping_cdi_dir_is_repaired_at_start(node: RunNode) -> None:
 
     restarted = node.spawn()
     _registered(node, restarted)
+    unknown = ClaimRef("default", "never-prepared", str(uuid.uuid4()))
+    assert node.kubelet.unprepare(node.dra_socket, [unknown]).claims[unknown.uid].error == ""
     assert _spec_file(node, ref.uid).read_text() == content
     wait_for(
         lambda: (
