@@ -26,6 +26,7 @@ import json
 import os
 import stat
 import threading
+import weakref
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -340,6 +341,14 @@ class _Anchor:
         self.checked = -1  # the call (DirsUnder.call) in which fd was last checked against path
 
 
+def _close_anchors(held: dict[str, _Anchor]) -> None:
+    for anchor in held.values():
+        if anchor.fd >= 0:
+            os.close(anchor.fd)
+            anchor.fd = -1
+    held.clear()
+
+
 class DirsUnder:
     """Writes and removals below ``roots`` through directory descriptors kept open between calls.
 
@@ -366,6 +375,8 @@ class DirsUnder:
         self._dir_mode = dir_mode
         self._max = max_dirs
         self._held: dict[str, _Anchor] = {}
+        # dropped without close() (an owner that is simply let go): the descriptors go with it
+        weakref.finalize(self, _close_anchors, self._held)
         self._calls = 0  # calls begun so far
         self._in_call = False
 
@@ -406,10 +417,7 @@ class DirsUnder:
 
     def close(self) -> None:
         """Close every held descriptor (the next use walks again)."""
-        for anchor in self._held.values():
-            if anchor.fd >= 0:
-                os.close(anchor.fd)
-        self._held.clear()
+        _close_anchors(self._held)
 
     def _dir_of(self, path: str, *, create: bool) -> tuple[int, str] | None:
         """(descriptor of the path's directory, file name) below a root, else None."""
