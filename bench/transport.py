@@ -187,8 +187,7 @@ def _apiserver(kind: str, workdir: Path) -> Iterator[Server]:
             fake.close()
         return
 
-    sys.path.insert(0, str(REPO / "tests" / "e2e"))
-    from controlplane import ControlPlane, binary_dir, missing_binaries
+    from harness.controlplane import ControlPlane, binary_dir, missing_binaries
 
     bins = binary_dir()
     if missing_binaries(bins):
@@ -214,8 +213,7 @@ def _apiserver(kind: str, workdir: Path) -> Iterator[Server]:
 
 
 def _binaries_ready() -> bool:
-    sys.path.insert(0, str(REPO / "tests" / "e2e"))
-    from controlplane import binary_dir, missing_binaries
+    from harness.controlplane import binary_dir, missing_binaries
 
     return not missing_binaries(binary_dir())
 
@@ -298,6 +296,32 @@ def _rss(server: Server, peer: str) -> float:
     return round(float(done.stdout.strip().splitlines()[-1]), 1)
 
 
+def _profile_get(server: Server, count: int) -> None:
+    """Where the CPU of one claim GET goes: the pool's GETs under cProfile with a thread-CPU
+    clock (waits for the apiserver cost nothing), the heaviest functions by cumulative CPU;
+    the profiler's own overhead makes every figure larger than without it, the shares hold."""
+    import cProfile
+    import pstats
+
+    from driver.kube import transport
+
+    peer = PoolPeer(server, transport)
+    try:
+        for _ in range(50):  # connected, and the first answers' code paths warm
+            json.loads(peer.get())
+        profile = cProfile.Profile(time.thread_time)
+        started = time.thread_time()
+        profile.enable()
+        for _ in range(count):
+            json.loads(peer.get())  # the driver decodes every claim it reads
+        profile.disable()
+        cpu = time.thread_time() - started
+    finally:
+        peer.close()
+    print(f"{count} GETs, {cpu / count * 1e6:.0f} us of CPU each under the profiler")
+    pstats.Stats(profile, stream=sys.stdout).sort_stats("cumulative").print_stats(30)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--apiserver", choices=("auto", "real", "fake"), default="auto")
@@ -305,11 +329,21 @@ def main() -> None:
     parser.add_argument("--per-round", type=int, default=50, help="requests per peer, kind and round")
     parser.add_argument("--rss-runs", type=int, default=3, help="fresh processes per RSS figure (median)")
     parser.add_argument("--previous", default="", help="another transport.py to measure as 'previous'")
+    parser.add_argument(
+        "--profile-get",
+        type=int,
+        default=0,
+        metavar="N",
+        help="instead: N claim GETs of the pool under cProfile, timed by this thread's CPU",
+    )
     args = parser.parse_args()
     kind = args.apiserver
     if kind == "auto":
         kind = "real" if _binaries_ready() else "fake"
     with tempfile.TemporaryDirectory(prefix="bench-transport-") as tmp, _apiserver(kind, Path(tmp)) as server:
+        if args.profile_get:
+            _profile_get(server, args.profile_get)
+            return
         peers = _peers(server, args.previous)
         try:
             figures = _interleaved(peers, args.rounds, args.per_round)
