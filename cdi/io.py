@@ -313,19 +313,27 @@ def remove_file(path: str | os.PathLike[str], *, sync: bool = False, roots: Sequ
     except FileNotFoundError:
         return False
     try:
+        removed = _unlink_at(dfd, name, target)
+    finally:
+        if dfd is not None:
+            if sync:
+                os.fsync(dfd)
+            os.close(dfd)
+    if removed and sync and dfd is None:
+        fsync_dir(Path(os.path.dirname(target) or "."))
+    return removed
+
+
+def _unlink_at(dfd: int | None, name: str, target: str) -> bool:
+    """Unlink ``name`` (relative to ``dfd`` when given): False when it was not there; an error
+    names ``target``, the path the caller asked about."""
+    try:
         os.unlink(name, dir_fd=dfd)
     except FileNotFoundError:
         return False
     except OSError as exc:
         exc.filename = target
         raise
-    finally:
-        if dfd is not None:
-            if sync:
-                os.fsync(dfd)
-            os.close(dfd)
-    if sync and dfd is None:
-        fsync_dir(Path(os.path.dirname(target) or "."))
     return True
 
 
@@ -406,14 +414,7 @@ class DirsUnder:
         except FileNotFoundError:
             return False
         fd, name = found if found is not None else (None, path)
-        try:
-            os.unlink(name, dir_fd=fd)
-        except FileNotFoundError:
-            return False
-        except OSError as exc:
-            exc.filename = path
-            raise
-        return True
+        return _unlink_at(fd, name, path)
 
     def close(self) -> None:
         """Close every held descriptor (the next use walks again)."""

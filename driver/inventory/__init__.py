@@ -6,8 +6,9 @@ imported on the plugin registration path, which must not pay for the inventory m
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from driver.lazy import names_from
 
 if TYPE_CHECKING:
     from driver.inventory.model import (
@@ -39,7 +40,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name not in __all__:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module("driver.inventory.model"), name)
+__getattr__ = names_from(__name__, dict.fromkeys(__all__, "driver.inventory.model"))

@@ -7,8 +7,9 @@ HTTP client.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from driver.lazy import names_from
 
 if TYPE_CHECKING:
     from driver.kube.client import KubeClient, shared_client
@@ -24,8 +25,4 @@ _HOME = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOME.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(home), name)
+__getattr__ = names_from(__name__, _HOME)

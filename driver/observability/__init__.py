@@ -11,8 +11,9 @@ registration path, which must not pay for prometheus.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from driver.lazy import names_from
 
 if TYPE_CHECKING:
     from driver.observability.address import parse_address
@@ -33,8 +34,4 @@ _HOME = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOME.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(home), name)
+__getattr__ = names_from(__name__, _HOME)
