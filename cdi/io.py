@@ -340,10 +340,9 @@ def _unlink_at(dfd: int | None, name: str, target: str) -> bool:
 class _Anchor:
     """One directory below a root, held open between uses (see :class:`DirsUnder`)."""
 
-    __slots__ = ("checked", "fd", "ident", "path")
+    __slots__ = ("checked", "fd", "ident")
 
-    def __init__(self, path: str) -> None:
-        self.path = path
+    def __init__(self) -> None:
         self.fd = -1
         self.ident = (0, 0)
         self.checked = -1  # the call (DirsUnder.call) in which fd was last checked against path
@@ -430,10 +429,8 @@ class DirsUnder:
         if anchor is None:
             if len(self._held) >= self._max:
                 oldest = next(iter(self._held))
-                stale = self._held.pop(oldest)
-                if stale.fd >= 0:
-                    os.close(stale.fd)
-            anchor = self._held[head] = _Anchor(head)
+                _close_anchors({oldest: self._held.pop(oldest)})
+            anchor = self._held[head] = _Anchor()
         if anchor.fd >= 0 and self._in_call and anchor.checked == self._calls:
             return anchor.fd, name
         if anchor.fd >= 0:
