@@ -1,29 +1,30 @@
-"""Every apiserver request of the driver: a small pool of kept-alive ``http.client`` connections.
+"""Every apiserver request of the driver: a small pool of kept-alive HTTP/1.1 connections.
 
-Why this shape (figures: bench/README.md, ``bench/transport.py``): the HTTP is the standard
-library's ``http.client``, used through its public API only (``putrequest``/``putheader``/
-``endheaders``/``getresponse``, ``set_tunnel`` for a proxy, ``connect`` overridden as
-``HTTPSConnection`` itself does). urllib3, which the official client brings along, was measured
-against this pool and costs more CPU per claim GET and status apply and more memory in the pod;
-it reads answers with the same ``http.client`` underneath, so it would not save the parts below,
-which are the reason this module exists:
+Why this shape (figures: bench/README.md, ``bench/transport.py``): a claim GET is on every
+prepare, and the standard library's ``http.client`` spent more CPU reading an answer's head
+(through the ``email`` package) than TLS spent on the whole exchange. So the answers are read by
+``httptools`` (the llhttp parser, compiled; strict about framing), the request head is written
+here in one piece, and the sockets are the standard library's. ``http.client`` only opens the
+connection (the TCP connect and a proxy's ``CONNECT`` tunnel). What this module adds, and why it
+exists at all:
 
 * An overall deadline per request. A per-read timeout alone is reset by every byte, so a server
   (or a proxy in front of one) that trickles a byte a second held a prepare call for minutes.
   The sockets are :class:`socket.socket` and :class:`ssl.SSLSocket` subclasses (the latter
   through the documented ``SSLContext.sslsocket_class``) whose every ``recv_into`` and
   ``sendall`` waits at most until the request's deadline.
-* Bounded answers: the head of an answer (interim ``1xx`` answers included, which ``http.client``
-  skips without limit) may take at most ``MAX_HEAD`` bytes, a body ``max_body`` bytes, a watch
-  line a limit of its own. An interim answer other than ``100 Continue`` (``http.client`` takes it
-  for the final one) is refused: nobody here asks for one.
+* Bounded answers: the head of an answer (interim ``1xx`` answers included) may take at most
+  ``MAX_HEAD`` bytes and ``MAX_FIELDS`` fields, a body ``max_body`` bytes, a watch line a limit
+  of its own. An interim answer other than ``100 Continue`` is refused: nobody here asks for one.
+* Complete answers only: an answer the server's EOF cuts off before its framing says it is over
+  (a sized body short of its length, a chunked one without its last chunk) raises
+  :class:`ConnectionClosedError`, never a shorter body.
 * Resending only what is safe: an idempotent request (a GET; a server-side apply of one body)
   that fails on a reused connection before any byte of the answer arrived (the server closed it
   while it sat idle) is sent once more on a fresh connection; a request the caller does not
   declare idempotent is never resent, the server may have acted on it.
 * A watch (:meth:`Transport.stream`) reads line by line on a connection of its own, may be closed
-  from another thread, and tells an end from a cut: a chunked answer that stops before its last
-  chunk raises :class:`ConnectionClosedError` (``http.client``'s ``readline`` returns ``b""``).
+  from another thread, and tells an end from a cut.
 * A proxy is a ``CONNECT`` tunnel (:mod:`driver.kube.proxy` decides which).
 
 Connections are pooled last-in first-out (the warmest first), at most ``max_idle`` kept; one
@@ -42,13 +43,16 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import httptools
 
 from driver.kube.proxy import Proxy
 
 __all__ = [
+    "MAX_FIELDS",
     "MAX_HEAD",
     "ConnectionClosedError",
     "ProtocolError",
@@ -59,9 +63,9 @@ __all__ = [
 ]
 
 #: bytes an answer's head may take, interim answers included: far above an apiserver's heads
-#: (``http.client`` alone allows ``_MAXHEADERS`` lines of ``_MAXLINE`` bytes, and interim answers
-#: without end)
 MAX_HEAD = 256 * 1024
+#: fields an answer's head may have (an apiserver sends about ten)
+MAX_FIELDS = 100
 #: bytes a body may take unless the transport says otherwise: far above a page of claims or a
 #: node's slices, far below what hurts the pod
 DEFAULT_MAX_BODY = 64 * 1024 * 1024
@@ -69,6 +73,10 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")  # never allowed in a header value
 _CONTROL_OR_SPACE = re.compile(r"[\x00-\x20\x7f]")  # never allowed in a method, target or name
 #: a socket timeout is only reset when it would change by this much (seconds)
 _REARM = 0.1
+#: bytes asked of the socket per read
+_READ_SIZE = 64 * 1024
+#: statuses whose answers never have a body
+_NO_BODY = frozenset({204, 304})
 
 
 class ProtocolError(Exception):
@@ -136,36 +144,19 @@ class _Paced:
 
     Mixed into :class:`socket.socket` (plain http) and :class:`ssl.SSLSocket` (https). Per request
     the pool sets ``deadline`` (monotonic) and ``read_timeout``; the socket counts the bytes of the
-    answer (the resend rule needs to know whether any came), notices the server's EOF (a head cut
-    off by it would otherwise read as whole) and charges the head's bytes to ``head_budget``.
-    Between :meth:`hold` and :meth:`release` it collects what is sent and sends it at once:
-    ``http.client`` writes a request's head and body apart, two TLS records for every status apply
-    where one does.
+    answer (the resend rule needs to know whether any came) and notices the server's EOF.
     """
 
     deadline = float("inf")
     read_timeout = 0.0
     received = 0
     eof = False
-    head_budget: int | None = None  # bytes the answer's head may still take; None: head done
     _armed = -1.0  # the socket's timeout as last set
-    _held: list[bytes] | None = None  # sent since hold(), not yet written
 
     def start_answer(self, deadline: float, read_timeout: float) -> None:
-        """Arm for a new request: its deadline and per-read timeout, a fresh head budget."""
+        """Arm for a new request: its deadline and per-read timeout, nothing received yet."""
         self.deadline, self.read_timeout = deadline, read_timeout
-        self.received, self.eof, self.head_budget = 0, False, MAX_HEAD
-        self._held = None
-
-    def hold(self) -> None:
-        """Collect what is sent from now on, until :meth:`release`."""
-        self._held = []
-
-    def release(self) -> None:
-        """Send what was collected since :meth:`hold`, in one write."""
-        held, self._held = self._held, None
-        if held:
-            self.sendall(b"".join(held))
+        self.received, self.eof = 0, False
 
     def arm(self) -> None:
         """Set the timeout of the next socket operation: the per-read one, cut at the deadline.
@@ -189,16 +180,9 @@ class _Paced:
             raise TimeoutError(self._timeout_message()) from exc
         self.received += count
         self.eof = self.eof or not count
-        if self.head_budget is not None:
-            self.head_budget -= count
-            if self.head_budget < 0:
-                raise ProtocolError(f"the answer's head (interim answers included) is over {MAX_HEAD} bytes")
         return count
 
     def sendall(self, data: Any, *args: Any) -> None:
-        if self._held is not None:
-            self._held.append(bytes(data))
-            return
         self.arm()
         try:
             super().sendall(data, *args)  # type: ignore[misc]
@@ -219,11 +203,11 @@ class _PacedTlsSocket(_Paced, ssl.SSLSocket):
     """A TLS socket with the request's deadline (made by ``SSLContext.wrap_socket``)."""
 
 
-class _HttpConnection(http.client.HTTPConnection):
-    """``http.client``'s connection over a paced socket: TLS when the settings say https, through
-    a ``CONNECT`` tunnel when they name a proxy. Its ``connect`` does what ``HTTPSConnection``'s
-    does (the TCP connection and the tunnel by the base class, then the TLS handshake), with the
-    name to check taken from the settings (``tls-server-name``) instead of the URL's host."""
+class _Dialer(http.client.HTTPConnection):
+    """Opens one connection: ``http.client``'s TCP connect (and ``CONNECT`` tunnel when the
+    settings name a proxy), then the TLS handshake when they say https, with the name to check
+    taken from the settings (``tls-server-name``) instead of the URL's host. No request goes
+    through ``http.client``: the socket is handed to :class:`_Connection`."""
 
     def __init__(
         self, settings: TransportSettings, tls: ssl.SSLContext | None, connect_timeout: float
@@ -236,79 +220,208 @@ class _HttpConnection(http.client.HTTPConnection):
             self.set_tunnel(settings.host, settings.port, headers=proxy.tunnel_headers())
         self.numadra_settings = settings
         self.numadra_tls = tls
-        self.paced: _PacedSocket | _PacedTlsSocket | None = None
 
-    def connect(self) -> None:
-        super().connect()
+    def dial(self) -> _PacedSocket | _PacedTlsSocket:
+        """The connected (tunnelled, TLS-wrapped) socket, ready for a request."""
+        self.connect()
         settings, plain = self.numadra_settings, self.sock
-        for level, option, value in settings.socket_options:
-            plain.setsockopt(level, option, value)
-        paced: _PacedSocket | _PacedTlsSocket
-        if self.numadra_tls is not None:
+        self.sock = None  # the socket is the caller's from here
+        try:
+            for level, option, value in settings.socket_options:
+                plain.setsockopt(level, option, value)
+            if self.numadra_tls is None:
+                return _PacedSocket(fileno=plain.detach())
             name = settings.server_hostname or settings.host
             wrapped = self.numadra_tls.wrap_socket(plain, server_hostname=name)
-            assert isinstance(wrapped, _PacedTlsSocket)  # the context's sslsocket_class
-            paced = wrapped
-        else:
-            paced = _PacedSocket(fileno=plain.detach())
-        self.sock = self.paced = paced
+        except BaseException:
+            plain.close()
+            raise
+        assert isinstance(wrapped, _PacedTlsSocket)  # the context's sslsocket_class
+        return wrapped
+
+
+class _AfterTheEndError(Exception):
+    """Raised in a parser callback to stop at the end of the answer."""
+
+
+class _Answer:
+    """One answer as the parser reads it: ``httptools`` calls the ``on_*`` methods.
+
+    The callbacks enforce the bounds as the bytes come: the field count, the body size, no
+    interim answer but ``100 Continue``, no content or transfer coding nobody asked for. An
+    error raised in a callback stops the parser; :meth:`feed` re-raises it as it was.
+    """
+
+    __slots__ = (
+        "body",
+        "complete",
+        "extra",
+        "field_count",
+        "fields",
+        "head_done",
+        "interim",
+        "max_body",
+        "parser",
+        "reusable",
+        "started",
+        "status",
+    )
+
+    def __init__(self, max_body: int) -> None:
+        self.parser = httptools.HttpResponseParser(self)
+        self.max_body = max_body
+        self.status = 0
+        self.fields: dict[str, str] = {}  # names in lower case, repeats joined
+        self.field_count = 0  # field lines of the head being read
+        self.body = bytearray()
+        self.started = False  # a status line was read
+        self.head_done = False  # the final answer's head was read
+        self.interim = False  # inside a 100 Continue
+        self.complete = False  # the final answer was read to its end
+        self.extra = False  # bytes came after the end: the connection cannot carry another request
+        self.reusable = False  # the parser's keep-alive verdict, taken at the end (it resets after)
+
+    def feed(self, data: memoryview) -> None:
+        """Parse the next bytes of the answer."""
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserCallbackError as exc:
+            if isinstance(exc.__context__, _AfterTheEndError):
+                return
+            if isinstance(exc.__context__, ProtocolError):
+                raise exc.__context__ from None
+            raise ProtocolError(f"malformed answer: {exc}") from exc
+        except httptools.HttpParserUpgrade as exc:
+            raise ProtocolError("the server switched protocols") from exc
+        except httptools.HttpParserError as exc:
+            if self.complete:  # garbage after a complete answer: keep the answer, drop the connection
+                self.extra = True
+                return
+            if not self.started:
+                raise ProtocolError(f"BadStatusLine: not an HTTP/1.x status line ({exc})") from exc
+            raise ProtocolError(f"malformed answer: {exc}") from exc
+
+    @property
+    def framed(self) -> bool:
+        """The head says where the body ends (a length or chunks), not the connection's end."""
+        return "content-length" in self.fields or "chunked" in self.fields.get("transfer-encoding", "")
+
+    @property
+    def keep_alive(self) -> bool:
+        """The connection may carry another request: the answer ended by its framing, the server
+        did not ask to close, and nothing came after the end."""
+        return self.complete and self.reusable and not self.extra
+
+    @property
+    def ends_with_connection(self) -> bool:
+        """The body ends where the connection does (no length, no chunks, a status with a body)."""
+        return self.head_done and not self.framed and self.status not in _NO_BODY
+
+    # -- httptools callbacks ----------------------------------------------------------------------
+    def on_message_begin(self) -> None:
+        if self.complete:  # a second answer nobody asked for: stop reading, retire the connection
+            self.extra = True
+            raise _AfterTheEndError
+
+    def on_status(self, reason: bytes) -> None:
+        self.started = True
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.started = True
+        self.field_count += 1
+        if self.field_count > MAX_FIELDS:
+            raise ProtocolError(f"got more than {MAX_FIELDS} headers")
+        fields = self.fields
+        key = name.decode("latin-1").lower()
+        text = value.decode("latin-1")
+        fields[key] = f"{fields[key]}, {text}" if key in fields else text
+
+    def on_headers_complete(self) -> None:
+        self.started = True
+        status = self.parser.get_status_code()
+        if status < 200:
+            if status == 101:
+                raise ProtocolError("the server switched protocols")
+            if status != 100:
+                raise ProtocolError(f"an interim answer ({status}) where the final one was due")
+            self.fields, self.field_count, self.interim = {}, 0, True
+            return
+        fields = self.fields
+        encoding = fields.get("content-encoding", "identity").strip().lower()
+        if encoding != "identity":
+            raise ProtocolError(f"content-encoding {encoding!r} was not asked for")
+        codings = [c.strip().lower() for c in fields.get("transfer-encoding", "").split(",") if c.strip()]
+        if codings and codings != ["chunked"]:
+            raise ProtocolError(f"transfer-encoding {fields['transfer-encoding']!r}")
+        if codings:
+            fields["transfer-encoding"] = "chunked"
+        self.status, self.head_done = status, True
+
+    def on_body(self, data: bytes) -> None:
+        body = self.body
+        body += data
+        if len(body) > self.max_body:
+            raise ProtocolError(f"the answer's body is over {self.max_body} bytes")
+
+    def on_message_complete(self) -> None:
+        if self.interim:
+            self.interim = False
+        elif self.head_done:
+            self.complete = True
+            self.reusable = self.parser.should_keep_alive()
 
 
 class _Connection:
-    """One pooled connection: ``http.client``'s, its paced socket, whether it served before."""
+    """One pooled connection: its paced socket, whether it served before, a read buffer."""
 
-    __slots__ = ("http", "reused", "sock")
+    __slots__ = ("buffer", "reused", "sock")
 
-    def __init__(self, conn: _HttpConnection) -> None:
-        self.http = conn
-        assert conn.paced is not None
-        self.sock = conn.paced
+    def __init__(self, sock: _PacedSocket | _PacedTlsSocket) -> None:
+        self.sock = sock
         self.reused = False
+        self.buffer = bytearray(_READ_SIZE)
 
     def start(
         self,
-        method: str,
-        path: str,
-        headers: Mapping[str, str],
-        *,
-        host: str,
+        head: bytes,
         body: bytes,
+        *,
         deadline: float,
         read_timeout: float,
-    ) -> tuple[http.client.HTTPResponse, dict[str, str]]:
-        """Send one request and read the head of its answer (status and fields) by ``deadline``."""
+        max_body: int,
+    ) -> _Answer:
+        """Send one request and read its answer's head (status and fields) by ``deadline``."""
         sock = self.sock
         sock.start_answer(deadline, read_timeout)
-        with _translated(sock):
-            conn = self.http
-            conn.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
-            conn.putheader("Host", host)
-            for name, value in headers.items():
-                conn.putheader(name, value)
-            if body or method != "GET":
-                conn.putheader("Content-Length", str(len(body)))
-            sock.hold()
-            conn.endheaders(body or None)
-            sock.release()  # the head and the body in one write
-            answer = conn.getresponse()
-            sock.head_budget = None
-            if sock.eof:  # http.client takes a head cut off by EOF for a whole one
-                raise http.client.IncompleteRead(b"")
-            if answer.status == 101:
-                raise ProtocolError("the server switched protocols")
-            if answer.status < 200:
-                raise ProtocolError(f"an interim answer ({answer.status}) where the final one was due")
-            fields: dict[str, str] = {}
-            for name, value in answer.getheaders():
-                key = name.lower()
-                fields[key] = f"{fields[key]}, {value}" if key in fields else value
-            encoding = fields.get("content-encoding", "identity").strip().lower()
-            if encoding != "identity":
-                raise ProtocolError(f"content-encoding {encoding!r} was not asked for")
-            codings = [c.strip().lower() for c in fields.get("transfer-encoding", "").split(",") if c.strip()]
-            if codings and codings != ["chunked"]:
-                raise ProtocolError(f"transfer-encoding {fields['transfer-encoding']!r}")
-            return answer, fields
+        sock.sendall(head + body if body else head)  # one write: one TLS record, one segment
+        answer = _Answer(max_body)
+        while not answer.head_done:  # reads stop at the bound: a head that passes it never ends
+            left = MAX_HEAD + 1 - sock.received
+            if left <= 0:
+                raise ProtocolError(f"the answer's head (interim answers included) is over {MAX_HEAD} bytes")
+            self.read_some(answer, min(left, _READ_SIZE))
+        return answer
+
+    def read_some(self, answer: _Answer, size: int = _READ_SIZE) -> None:
+        """Feed the parser what the socket has next (at most ``size`` bytes); at the server's EOF,
+        end the answer if its framing is the connection's end, else raise
+        :class:`ConnectionClosedError`."""
+        count = self.sock.recv_into(self.buffer, size)
+        if count:
+            answer.feed(memoryview(self.buffer)[:count])
+            return
+        received = self.sock.received
+        if not received:
+            raise ConnectionClosedError("the server closed the connection without answering")
+        if answer.ends_with_connection:
+            answer.complete = True  # a body framed by the connection's end has no other end
+            return
+        raise ConnectionClosedError(f"the server closed the connection {received} bytes into the answer")
+
+    def read_rest(self, answer: _Answer) -> None:
+        """Read the answer to its end."""
+        while not answer.complete:
+            self.read_some(answer)
 
     def looks_idle(self) -> bool:
         """Nothing is waiting to be read: a kept connection the server closed reads as EOF."""
@@ -320,34 +433,7 @@ class _Connection:
         return not poller.poll(0)
 
     def close(self) -> None:
-        self.http.close()
-
-
-def _cut(sock: _Paced, fields: Mapping[str, str]) -> bool:
-    """The server closed the connection before the answer's framing said it was over.
-
-    ``http.client`` hides this: a sized body read by amount comes back short, and ``readline``
-    returns ``b""`` for a chunked answer without its last chunk. But a complete framed answer is
-    read without asking the socket for one byte more, so an EOF seen while reading it means the
-    answer was cut. (An answer framed by the connection's end has no other end: not a cut.)
-    """
-    framed = "content-length" in fields or "chunked" in fields.get("transfer-encoding", "").lower()
-    return sock.eof and framed
-
-
-@contextlib.contextmanager
-def _translated(sock: _Paced) -> Iterator[None]:
-    """``http.client``'s exceptions as this module's: what went wrong, in words that say so."""
-    try:
-        yield
-    except http.client.RemoteDisconnected as exc:
-        raise ConnectionClosedError("the server closed the connection without answering") from exc
-    except http.client.IncompleteRead as exc:
-        raise ConnectionClosedError(
-            f"the server closed the connection {sock.received} bytes into the answer"
-        ) from exc
-    except http.client.HTTPException as exc:  # bad status line, a line or head too long...
-        raise ProtocolError(f"{type(exc).__name__}: {exc}"[:200]) from exc
+        self.sock.close()
 
 
 class Stream:
@@ -357,9 +443,9 @@ class Stream:
     another thread returns at once (that read then ends or raises; the caller knows it closed).
     """
 
-    def __init__(self, conn: _Connection, answer: http.client.HTTPResponse, fields: dict[str, str]) -> None:
+    def __init__(self, conn: _Connection, answer: _Answer) -> None:
         self.status = answer.status
-        self.headers: Mapping[str, str] = fields
+        self.headers: Mapping[str, str] = answer.fields
         self._conn = conn
         self._answer = answer
         self._closed = False
@@ -373,20 +459,41 @@ class Stream:
         of its length) raises :class:`ConnectionClosedError`.
         """
         answer = self._answer
-        with _translated(self._conn.sock):
-            line = answer.readline(limit + 1)
-        if len(line) > limit:
-            raise ProtocolError(f"a line of the answer is longer than {limit} bytes")
-        if not line and not self._closed and _cut(self._conn.sock, self.headers):
-            raise ConnectionClosedError(
-                f"the server ended the answer before its end ({self._conn.sock.received} bytes received)"
-            )
-        return line
+        pending = answer.body
+        searched = 0
+        while True:
+            end = pending.find(b"\n", searched)
+            if end >= 0:
+                if end >= limit:
+                    break
+                line = bytes(pending[: end + 1])
+                del pending[: end + 1]
+                return line
+            if len(pending) > limit:
+                break
+            if answer.complete:
+                line = bytes(pending)
+                pending.clear()
+                return line
+            searched = len(pending)
+            try:
+                self._conn.read_some(answer)
+            except (OSError, ProtocolError):
+                if self._closed:
+                    return b""
+                raise
+            if self._closed:
+                return b""
+        raise ProtocolError(f"a line of the answer is longer than {limit} bytes")
 
     def read(self, limit: int = DEFAULT_MAX_BODY) -> bytes:
         """The rest of the answer (an error's Status object), at most ``limit`` bytes."""
-        with _translated(self._conn.sock):
-            return self._answer.read(limit)
+        answer = self._answer
+        while not answer.complete and len(answer.body) < limit:
+            self._conn.read_some(answer)
+        rest = bytes(answer.body[:limit])
+        answer.body.clear()
+        return rest
 
     def close(self) -> None:
         """End the answer and the connection (idempotent, thread-safe)."""
@@ -424,6 +531,7 @@ class Transport:
         self.max_idle = max_idle
         self.max_body = max_body
         self._tls = settings.tls_context()
+        self._host_line = f"\r\nHost: {settings.host_header}\r\n"
         self._idle: list[_Connection] = []
         self._lock = threading.Lock()
         self._closed = False
@@ -447,23 +555,23 @@ class Transport:
         the whole answer was not there within ``deadline`` seconds, :attr:`deadline` by default),
         ``ssl.SSLError`` or :class:`ProtocolError` when no complete answer came.
         """
-        if _CONTROL_OR_SPACE.search(method):
+        if method == "HEAD" or _CONTROL_OR_SPACE.search(method) or not method.isascii():
             raise ValueError(f"invalid method {method!r}")
-        path = self._path(target, headers)
+        head = self._head(method, target, headers, body)
         limit = self.deadline if deadline is None else deadline
         ends = time.monotonic() + limit
         try:
             conn = self._checkout(ends)
             try:
                 try:
-                    response = self._exchange(conn, method, path, headers, body=body, ends=ends)
+                    response = self._exchange(conn, head, body, ends)
                 except (ConnectionError, ssl.SSLEOFError, ssl.SSLZeroReturnError):
                     conn.close()
                     if not idempotent or not conn.reused or conn.sock.received:
                         raise
                     self._drop_idle()  # the server closed one idle connection: likely the older ones
                     conn = self._connect(ends)
-                    response = self._exchange(conn, method, path, headers, body=body, ends=ends)
+                    response = self._exchange(conn, head, body, ends)
             except BaseException:
                 conn.close()
                 raise
@@ -482,23 +590,15 @@ class Transport:
         long (the caller asks the server to end it sooner). The head must come by then too; the
         connection never goes back to the pool.
         """
-        path = self._path(target, headers)
+        head = self._head("GET", target, headers, b"")
         ends = time.monotonic() + deadline
         conn = self._connect(ends)
         try:
-            answer, fields = conn.start(
-                "GET",
-                path,
-                headers,
-                host=self.settings.host_header,
-                body=b"",
-                deadline=ends,
-                read_timeout=deadline,
-            )
+            answer = conn.start(head, b"", deadline=ends, read_timeout=deadline, max_body=1 << 62)
         except BaseException:
             conn.close()
             raise
-        return Stream(conn, answer, fields)
+        return Stream(conn, answer)
 
     def close(self) -> None:
         """Close the kept connections; ones in use are closed when they come back."""
@@ -509,44 +609,31 @@ class Transport:
             conn.close()
 
     # -- internals -------------------------------------------------------------------------------
-    def _exchange(
-        self,
-        conn: _Connection,
-        method: str,
-        path: str,
-        headers: Mapping[str, str],
-        *,
-        body: bytes,
-        ends: float,
-    ) -> Response:
+    def _exchange(self, conn: _Connection, head: bytes, body: bytes, ends: float) -> Response:
         """One request and its whole answer, by ``ends``."""
-        answer, fields = conn.start(
-            method,
-            path,
-            headers,
-            host=self.settings.host_header,
-            body=body,
-            deadline=ends,
-            read_timeout=self.timeout,
-        )
-        with _translated(conn.sock):
-            data = answer.read(self.max_body + 1)  # a chunked body cut short raises here
-            if len(data) > self.max_body:
-                raise ProtocolError(f"the answer's body is over {self.max_body} bytes")
-            if _cut(conn.sock, fields):  # a sized one cut short comes back short
-                raise http.client.IncompleteRead(data)
-        return Response(answer.status, data, fields, not answer.will_close)
+        answer = conn.start(head, body, deadline=ends, read_timeout=self.timeout, max_body=self.max_body)
+        conn.read_rest(answer)
+        return Response(answer.status, bytes(answer.body), answer.fields, answer.keep_alive)
 
-    def _path(self, target: str, headers: Mapping[str, str]) -> str:
-        """The request path; raises ValueError for control characters anywhere in the request
-        (a token file's newline must never split a header), before anything is sent."""
+    def _head(self, method: str, target: str, headers: Mapping[str, str], body: bytes) -> bytes:
+        """The request's head, in bytes; raises ValueError for control characters anywhere in
+        the request (a token file's newline must never split a header), before anything is sent.
+        No ``Accept-Encoding``: the answers come uncompressed."""
         path = self.settings.base_path + target
-        if not path.startswith("/") or _CONTROL_OR_SPACE.search(path):
+        if not path.startswith("/") or _CONTROL_OR_SPACE.search(path) or not path.isascii():
             raise ValueError(f"invalid request target {target!r}")
+        lines = [method, " ", path, " HTTP/1.1", self._host_line]
         for name, value in headers.items():
-            if _CONTROL_OR_SPACE.search(name) or _CONTROL.search(value):
+            if _CONTROL_OR_SPACE.search(name) or ":" in name or not name or _CONTROL.search(value):
                 raise ValueError(f"invalid header {name!r}: control characters are not allowed")
-        return path
+            lines += (name, ": ", value, "\r\n")
+        if body or method != "GET":
+            lines += ("Content-Length: ", str(len(body)), "\r\n")
+        lines.append("\r\n")
+        try:
+            return "".join(lines).encode("latin-1")
+        except UnicodeEncodeError as exc:
+            raise ValueError(f"invalid header: {exc.reason}") from exc
 
     def _checkout(self, deadline: float) -> _Connection:
         while True:
@@ -576,13 +663,10 @@ class Transport:
         timeout = min(self.connect_timeout, deadline - time.monotonic())
         if timeout <= 0:
             raise TimeoutError("no time left to connect")
-        conn = _HttpConnection(self.settings, self._tls, timeout)
+        dialer = _Dialer(self.settings, self._tls, timeout)
         try:
-            conn.connect()
+            return _Connection(dialer.dial())
         except TimeoutError as exc:
-            conn.close()
             raise TimeoutError(f"connect timed out after {timeout:g} s") from exc
-        except BaseException:
-            conn.close()
-            raise
-        return _Connection(conn)
+        finally:
+            dialer.close()

@@ -14,11 +14,13 @@ import pytest
 from driver.kube.transport import ConnectionClosedError, Response, Transport, TransportSettings
 
 ANSWER = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"
+SMUGGLED = b'HTTP/1.1 200 OK\r\nContent-Length: 13\r\n\r\n{"evil":true}'
 
 
 class _ScriptedServer:
     """Plays ``plan[n]`` on the n-th accepted connection: per request "answer", "drop" (close
-    without answering), "partial" (half an answer, then close), "slow" (answer after 0.3 s) or
+    without answering), "partial" (half an answer, then close), "smuggle" (the answer and, in
+    the same write, a second one nobody asked for), "slow" (answer after 0.3 s) or
     "together" (answer once ``together`` connections are waiting); after the last step it closes
     the connection, or sees the client close it."""
 
@@ -77,6 +79,9 @@ class _ScriptedServer:
                     time.sleep(0.3)
                 if step == "together":
                     self._barrier.wait(3)
+                if step == "smuggle":
+                    conn.sendall(ANSWER + SMUGGLED)
+                    continue
                 conn.sendall(ANSWER)
 
     def open_connections(self, expected: int) -> int:
@@ -120,6 +125,16 @@ def test_answers_reuse_one_connection(scripted: list[_ScriptedServer]) -> None:
     server, transport = _client(scripted, ["answer"] * 3)
     assert [_get(transport).body for _ in range(3)] == [b"{}"] * 3
     assert (server.accepted, server.requests) == (1, 3)
+
+
+def test_an_answer_nobody_asked_for_is_never_taken_for_the_next_one(scripted: list[_ScriptedServer]) -> None:
+    """Bytes after a complete answer (a second answer, as a desynchronised proxy or a hostile
+    server sends) retire the connection: the next request goes on a fresh one and reads its own
+    answer, never the planted one."""
+    server, transport = _client(scripted, ["smuggle", "answer"], ["answer"])
+    assert _get(transport).body == b"{}"
+    assert _get(transport).body == b"{}"
+    assert (server.accepted, server.requests) == (2, 2)
 
 
 def test_stale_connection_is_retried_once_on_a_fresh_one(scripted: list[_ScriptedServer]) -> None:
@@ -267,3 +282,32 @@ def test_method_with_control_characters_is_refused_before_sending(scripted: list
     with pytest.raises(ValueError, match="invalid method"):
         transport.request("GET /y HTTP/1.1\r\nX:", "/x", {}, idempotent=True)
     assert (server.accepted, server.requests) == (0, 0)
+
+
+@pytest.mark.parametrize(
+    ("target", "headers"),
+    [
+        pytest.param("/caf\u00e9", {}, id="non-ascii-target"),
+        pytest.param("/x", {"X-Name": "\u20ac"}, id="value-not-latin-1"),
+        pytest.param("/x", {"X-A:B": "v"}, id="colon-in-name"),
+        pytest.param("/x", {"": "v"}, id="empty-name"),
+    ],
+)
+def test_a_head_that_cannot_be_written_as_is_is_refused_before_sending(
+    scripted: list[_ScriptedServer], target: str, headers: dict[str, str]
+) -> None:
+    """The request head is written here, not by http.client: what would change its meaning on
+    the wire (a colon splitting a name, a character re-encoded) raises; nothing is sent."""
+    server, transport = _client(scripted, ["answer"])
+    with pytest.raises(ValueError, match="invalid"):
+        transport.request("GET", target, headers, idempotent=True)
+    assert (server.accepted, server.requests) == (0, 0)
+
+
+def test_head_is_refused_its_answer_would_be_misread(scripted: list[_ScriptedServer]) -> None:
+    """An answer to HEAD announces a body it does not carry; nothing here sends HEAD, so it is
+    refused rather than read wrongly."""
+    server, transport = _client(scripted, ["answer"])
+    with pytest.raises(ValueError, match="invalid method"):
+        transport.request("HEAD", "/x", {}, idempotent=True)
+    assert server.accepted == 0

@@ -151,8 +151,8 @@ def test_a_line_without_end_is_refused_not_buffered_forever(watchers: list[_Watc
 )
 def test_a_stream_cut_before_its_last_chunk_is_an_error(watchers: list[_Watcher], parts: list[bytes]) -> None:
     """The server (or a proxy) closing the watch without the last chunk is not a clean end:
-    http.client's readline returns b"" for it, the stream raises (the watch is then retried
-    under the backoff, not renewed at once)."""
+    a line reader that took EOF for the end would return b"" for it; the stream raises (the watch
+    is then retried under the backoff, not renewed at once)."""
     watcher = _Watcher(parts, cut=True)
     watchers.append(watcher)
     stream = _transport(watcher).stream("/w", {}, deadline=5.0)
