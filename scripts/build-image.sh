@@ -97,7 +97,7 @@ for pkg in (driver, cdi):
     for mod in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."):
         if not mod.name.endswith(".__main__"):  # that one runs the CLI
             importlib.import_module(mod.name)
-import grpc, kubernetes, kubernetes.client, pyudev, yaml, structlog, prometheus_client
+import grpc, kubernetes, kubernetes.client, pyudev, yaml, structlog, prometheus_client, httptools
 print("imports ok")
 ' 2>"$WORK/importtime.txt"
 pruned='^(pip|setuptools|pkg_resources|_distutils_hack|aiohttp|aiohttp_retry|aiohappyeyeballs|aiosignal|frozenlist|multidict|propcache|yarl|attr|attrs)(\.|$)|^kubernetes\.aio(\.|$)'

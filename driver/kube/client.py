@@ -3,7 +3,7 @@
 Why this shape:
 
 * Every call (claim reads, the status apply, slice writes and watch, the Node read) goes over
-  :mod:`driver.kube.transport`, a pool of kept-alive ``http.client`` connections, and the raw
+  :mod:`driver.kube.transport`, a pool of kept-alive HTTP/1.1 connections, and the raw
   body is decoded with ``json.loads``: the claim reads and the status apply are on the prepare
   path, and decoding into the official client's models costs more than the HTTP itself.
 * Where the apiserver is and how to authorize to it comes from one of two sources, and only
