@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from collections.abc import Callable
+from json.encoder import encode_basestring_ascii
 from typing import Any, Literal
 
 import structlog
@@ -24,12 +26,34 @@ def _fallback(obj: Any) -> Any:
     return to_log() if callable(to_log) else repr(obj)
 
 
-#: one encoder for every line: ``json.dumps`` with ``default=`` would build a new one per line
-_ENCODER = json.JSONEncoder(default=_fallback)
+def _line_encoder() -> Callable[[Any], str]:
+    """``json.dumps(event, default=_fallback)``, as one C encoder built once for every line.
+
+    ``JSONEncoder.encode`` builds a new C encoder per call; this one is made with the arguments
+    it passes, except the circular-reference markers: a line's values are built for that line
+    and never refer to themselves, and without markers the encoder keeps no state between calls,
+    so the gRPC threads share it. Without the C accelerator (not CPython): one reused
+    ``JSONEncoder``, the same text.
+    """
+    fallback = json.JSONEncoder(default=_fallback, check_circular=False)
+    try:
+        from _json import make_encoder  # the C encoder json.encoder itself uses
+    except ImportError:  # pragma: no cover - CPython always has it
+        return fallback.encode
+    # markers, default, encoder, indent, separators, sort_keys, skipkeys, allow_nan
+    encoder = make_encoder(None, _fallback, encode_basestring_ascii, None, ": ", ", ", False, False, True)
+
+    def encode(event: Any) -> str:
+        return "".join(encoder(event, 0))
+
+    return encode
+
+
+_encode_line = _line_encoder()
 
 
 def _encode(event: Any, **_: Any) -> str:
-    return _ENCODER.encode(event)
+    return _encode_line(event)
 
 
 def configure_logging(fmt: LogFormat = "console", level: int = logging.INFO, *, cache: bool = False) -> None:
