@@ -27,7 +27,8 @@ import os
 import stat
 import threading
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -356,6 +357,22 @@ def _close_anchors(held: dict[str, _Anchor]) -> None:
     held.clear()
 
 
+class _Call(AbstractContextManager[None]):
+    """The context of :meth:`DirsUnder.call` (a class: a generator-based one costs more to enter)."""
+
+    __slots__ = ("_dirs",)
+
+    def __init__(self, dirs: DirsUnder) -> None:
+        self._dirs = dirs
+
+    def __enter__(self) -> None:
+        self._dirs._calls += 1
+        self._dirs._in_call = True
+
+    def __exit__(self, *_: object) -> None:
+        self._dirs._in_call = False
+
+
 class DirsUnder:
     """Writes and removals below ``roots`` through directory descriptors kept open between calls.
 
@@ -387,15 +404,9 @@ class DirsUnder:
         self._calls = 0  # calls begun so far
         self._in_call = False
 
-    @contextlib.contextmanager
-    def call(self) -> Iterator[None]:
+    def call(self) -> AbstractContextManager[None]:
         """One caller's call: each directory is checked at its first use within it only."""
-        self._calls += 1
-        self._in_call = True
-        try:
-            yield
-        finally:
-            self._in_call = False
+        return _Call(self)
 
     def write(self, path: str, data: bytes, mode: int) -> None:
         """Replace ``path`` with ``data`` atomically, unsynced (see :func:`atomic_write_bytes`)."""
@@ -421,11 +432,15 @@ class DirsUnder:
 
     def _dir_of(self, path: str, *, create: bool) -> tuple[int, str] | None:
         """(descriptor of the path's directory, file name) below a root, else None."""
+        head, _, name = path.rpartition("/")
+        anchor = self._held.get(head)
+        if anchor is not None and name and anchor.fd >= 0 and self._in_call and anchor.checked == self._calls:
+            # checked in this call already; a held directory lies below a root (it was walked
+            # from one), and so does every file name in it
+            return anchor.fd, name
         root = _root_of(path, self._roots)
         if root is None:
             return None
-        head, _, name = path.rpartition("/")
-        anchor = self._held.get(head)
         if anchor is None:
             if len(self._held) >= self._max:
                 oldest = next(iter(self._held))

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring_ascii
 from typing import Any
 
 from cdi.naming import CdiNameError, CdiSpecError, validate_device_name, validate_kind
@@ -55,6 +56,35 @@ _NODE_TYPES = frozenset({"", "b", "c", "u", "p"})
 _PERMISSIONS = re.compile(r"[rwm]{1,3}")
 #: the largest group ID the OCI runtime spec can carry (a uint32)
 _MAX_GID = 2**32 - 1
+
+
+def _compact_encoder() -> Callable[[Any], str]:
+    """``json.dumps(obj, separators=(",", ":"))`` as one encoder built once, for every spec.
+
+    ``json.dumps`` with any argument builds a new ``JSONEncoder`` and C encoder per call, which
+    cost about as much as encoding a claim's spec. The C encoder here is made with the very
+    arguments ``JSONEncoder.encode`` passes it, except the circular-reference markers: a spec's
+    JSON is built fresh from frozen objects and cannot refer to itself, and without markers the
+    encoder holds no state, so threads may share it. Without the C accelerator (not CPython):
+    one reused ``JSONEncoder``, the same text.
+    """
+    fallback = json.JSONEncoder(separators=(",", ":"), check_circular=False)
+    try:
+        from _json import make_encoder  # the C encoder json.encoder itself uses
+    except ImportError:  # pragma: no cover - CPython always has it
+        return fallback.encode
+    # markers, default, encoder, indent, separators, sort_keys, skipkeys, allow_nan
+    encoder = make_encoder(
+        None, fallback.default, encode_basestring_ascii, None, ":", ",", False, False, True
+    )
+
+    def encode(obj: Any) -> str:
+        return "".join(encoder(obj, 0))
+
+    return encode
+
+
+_encode_compact = _compact_encoder()
 
 V030 = "0.3.0"
 V040 = "0.4.0"
@@ -209,7 +239,7 @@ class Spec:
 
     def json_text(self, cdi_version: str | None = None) -> str:
         """The compact JSON text of :meth:`to_json` (what is written to disk)."""
-        return json.dumps(self.to_json(cdi_version), separators=(",", ":"))
+        return _encode_compact(self.to_json(cdi_version))
 
 
 def _edits_version(edits: ContainerEdits) -> str:

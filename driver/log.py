@@ -9,6 +9,9 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import time
+from collections.abc import Callable, MutableMapping
+from json.encoder import encode_basestring_ascii
 from typing import Any, Literal
 
 import structlog
@@ -24,12 +27,59 @@ def _fallback(obj: Any) -> Any:
     return to_log() if callable(to_log) else repr(obj)
 
 
-#: one encoder for every line: ``json.dumps`` with ``default=`` would build a new one per line
-_ENCODER = json.JSONEncoder(default=_fallback)
+def _line_encoder() -> Callable[[Any], str]:
+    """``json.dumps(event, default=_fallback)``, as one C encoder built once for every line.
+
+    ``JSONEncoder.encode`` builds a new C encoder per call; this one is made with the arguments
+    it passes, except the circular-reference markers: a line's values are built for that line
+    and never refer to themselves, and without markers the encoder keeps no state between calls,
+    so the gRPC threads share it. Without the C accelerator (not CPython): one reused
+    ``JSONEncoder``, the same text.
+    """
+    fallback = json.JSONEncoder(default=_fallback, check_circular=False)
+    try:
+        from _json import make_encoder  # the C encoder json.encoder itself uses
+    except ImportError:  # pragma: no cover - CPython always has it
+        return fallback.encode
+    # markers, default, encoder, indent, separators, sort_keys, skipkeys, allow_nan
+    encoder = make_encoder(None, _fallback, encode_basestring_ascii, None, ": ", ", ", False, False, True)
+
+    def encode(event: Any) -> str:
+        return "".join(encoder(event, 0))
+
+    return encode
+
+
+_encode_line = _line_encoder()
 
 
 def _encode(event: Any, **_: Any) -> str:
-    return _ENCODER.encode(event)
+    return _encode_line(event)
+
+
+#: (second since the epoch, its "YYYY-MM-DDTHH:MM:SS" in UTC): the lines of one second share it
+_second: tuple[int, str] = (-1, "")
+
+
+def _utc_stamp(ns: int) -> str:
+    """The instant ``ns`` (nanoseconds since the epoch) as structlog's ISO UTC stamp writes it.
+
+    That is ``datetime.now(timezone.utc).isoformat()`` with ``Z`` for ``+00:00``: microseconds
+    (rounded down, as ``datetime.now`` rounds the clock) after a dot, left out when zero. The
+    date and time of day are formatted once per second, not once per line.
+    """
+    global _second  # noqa: PLW0603 - a cache of one immutable pair, replaced whole
+    secs, micros = divmod(ns // 1000, 1_000_000)
+    last = _second
+    if last[0] != secs:
+        last = _second = (secs, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs)))
+    return f"{last[1]}.{micros:06d}Z" if micros else f"{last[1]}Z"
+
+
+def _add_timestamp(_: Any, __: str, event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """``TimeStamper(fmt="iso", utc=True)``, with the same text (:func:`_utc_stamp`)."""
+    event_dict["timestamp"] = _utc_stamp(time.time_ns())
+    return event_dict
 
 
 def configure_logging(fmt: LogFormat = "console", level: int = logging.INFO, *, cache: bool = False) -> None:
@@ -49,7 +99,7 @@ def configure_logging(fmt: LogFormat = "console", level: int = logging.INFO, *, 
     structlog.configure(
         processors=[
             structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            _add_timestamp,
             structlog.processors.StackInfoRenderer(),
             structlog.processors.format_exc_info,
             renderer,

@@ -45,6 +45,7 @@ import os
 import stat
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring_ascii
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +81,8 @@ _KIND = "NumadraJournal"
 _HEADER = f'{{"kind":"{_KIND}","version":{LOG_VERSION}}}\n'.encode()
 _OPS_OPEN = '{"ops":['
 _DECODER = json.JSONDecoder()
+#: the JSON text of a string, as ``json.dumps`` writes it (the C encoder json.dumps itself calls)
+_quote = encode_basestring_ascii
 _log = get_logger("state.wal")
 
 
@@ -135,8 +138,8 @@ class Replay:
 
 def _record(puts: Mapping[str, str], removes: Collection[str]) -> bytes:
     """One line: checksum, space, payload. Entry texts go in as they are (no re-encoding)."""
-    parts = [f'{{"put":{json.dumps(uid)},"entry":{text}}}' for uid, text in puts.items()]
-    parts += [f'{{"remove":{json.dumps(uid)}}}' for uid in removes]
+    parts = [f'{{"put":{_quote(uid)},"entry":{text}}}' for uid, text in puts.items()]
+    parts += [f'{{"remove":{_quote(uid)}}}' for uid in removes]
     payload = f"{_OPS_OPEN}{','.join(parts)}]}}".encode()
     return hashlib.sha256(payload).hexdigest().encode() + b" " + payload + b"\n"
 
