@@ -4,6 +4,8 @@
   behind the kubelet layer, and ``StubClaims``, a double of the apiserver's claim reads;
 * ``connectproxy``: a real HTTP ``CONNECT`` proxy on loopback, standing in for a node's egress
   proxy;
+* ``oneshot``: ``OneShotServer``, a double of an apiserver at the socket that answers each
+  connection with bytes the test chose (the transport's tests);
 * ``planted``: fixtures that put what an attacker or an accident leaves (FIFOs, sockets, links,
   sparse files) at the paths numadra reads.
 

@@ -7,8 +7,6 @@ answer that is not complete, uncompressed HTTP/1.x refused with an error saying 
 
 from __future__ import annotations
 
-import socket
-import threading
 from collections.abc import Iterator
 
 import pytest
@@ -21,6 +19,7 @@ from driver.kube.transport import (
     Transport,
     TransportSettings,
 )
+from tests.support.oneshot import OneShotServer
 
 BODY = b'{"kind":"ResourceClaim","metadata":{"name":"c1"}}'
 OK = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(BODY), BODY)
@@ -35,61 +34,18 @@ CHUNKED = (
 )
 
 
-class _OneShot:
-    """Answers every connection's first request with ``wire`` (one byte per send when
-    ``bytewise``), then closes it; keeps the request bytes it read."""
-
-    def __init__(self, wire: bytes, *, bytewise: bool = False) -> None:
-        self.wire, self.bytewise = wire, bytewise
-        self.requests: list[bytes] = []
-        self.accepted = 0
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self._listener.getsockname()[1]
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self._listener.accept()
-            except OSError:
-                return
-            self.accepted += 1
-            with conn:
-                conn.settimeout(3)
-                request = b""
-                while b"\r\n\r\n" not in request:
-                    data = conn.recv(4096)
-                    if not data:
-                        break
-                    request += data
-                self.requests.append(request)
-                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                try:
-                    if self.bytewise:
-                        for i in range(len(self.wire)):
-                            conn.sendall(self.wire[i : i + 1])
-                    else:
-                        conn.sendall(self.wire)
-                except OSError:  # the client stopped reading (an answer it refused)
-                    continue
-
-    def close(self) -> None:
-        self._listener.shutdown(socket.SHUT_RDWR)  # wakes the accept (close alone does not)
-        self._listener.close()
-        self._thread.join(3)
-
-
 @pytest.fixture
-def servers() -> Iterator[list[_OneShot]]:
-    made: list[_OneShot] = []
+def servers() -> Iterator[list[OneShotServer]]:
+    made: list[OneShotServer] = []
     yield made
     for server in made:
         server.close()
 
 
-def _get(servers: list[_OneShot], wire: bytes, *, bytewise: bool = False, base_path: str = "") -> Response:
-    server = _OneShot(wire, bytewise=bytewise)
+def _get(
+    servers: list[OneShotServer], wire: bytes, *, bytewise: bool = False, base_path: str = ""
+) -> Response:
+    server = OneShotServer(wire, bytewise=bytewise)
     servers.append(server)
     settings = TransportSettings("http", "127.0.0.1", server.port, base_path=base_path)
     transport = Transport(settings, connect_timeout=2.0, timeout=5.0)
@@ -101,13 +57,13 @@ def _get(servers: list[_OneShot], wire: bytes, *, bytewise: bool = False, base_p
 
 @pytest.mark.parametrize("bytewise", [pytest.param(False, id="one-piece"), pytest.param(True, id="bytewise")])
 @pytest.mark.parametrize("wire", [pytest.param(OK, id="content-length"), pytest.param(CHUNKED, id="chunked")])
-def test_reads_the_body_however_it_arrives(servers: list[_OneShot], wire: bytes, bytewise: bool) -> None:
+def test_reads_the_body_however_it_arrives(servers: list[OneShotServer], wire: bytes, bytewise: bool) -> None:
     """Content-Length and chunked bodies decode the same, in one piece or one byte per segment."""
     response = _get(servers, wire, bytewise=bytewise)
     assert (response.status, response.body, response.keep_alive) == (200, BODY, True)
 
 
-def test_the_request_is_one_get_with_host_and_headers(servers: list[_OneShot]) -> None:
+def test_the_request_is_one_get_with_host_and_headers(servers: list[OneShotServer]) -> None:
     """A bare HTTP/1.1 GET: the target under the base path, Host, the caller's headers, nothing
     asking for compression."""
     _get(servers, OK, base_path="/k8s")
@@ -128,16 +84,24 @@ def test_the_request_is_one_get_with_host_and_headers(servers: list[_OneShot]) -
         pytest.param("/a", {"Authorization": "Bearer t\r\nX-Evil: 1"}, id="crlf-in-value"),
         pytest.param("/a", {"Authorization": "Bearer t\n"}, id="newline-in-token"),
         pytest.param("/a", {"Bad Name": "v"}, id="space-in-name"),
+        pytest.param("/a", {"X-A:B": "v"}, id="colon-in-name"),
+        pytest.param("/a", {"": "v"}, id="empty-name"),
+        pytest.param("/caf\u00e9", {}, id="non-ascii-target"),
+        pytest.param("/a", {"X-Name": "\u20ac"}, id="value-not-latin-1"),
     ],
 )
-def test_the_request_refuses_injection(servers: list[_OneShot], target: str, headers: dict[str, str]) -> None:
-    """Control characters in the target or a header (a token file's newline) raise; nothing is sent."""
-    server = _OneShot(OK)
+def test_the_request_refuses_injection(
+    servers: list[OneShotServer], target: str, headers: dict[str, str]
+) -> None:
+    """Control characters in the target or a header (a token file's newline), or what the head
+    cannot carry as given (a colon splitting a name, a character re-encoded), raise; nothing is
+    sent."""
+    server = OneShotServer(OK)
     servers.append(server)
     transport = Transport(TransportSettings("http", "127.0.0.1", server.port), connect_timeout=1, timeout=1)
     with pytest.raises(ValueError, match="invalid"):
         transport.request("GET", target, headers, idempotent=True)
-    assert server.accepted == 0
+    assert server.connections == 0
 
 
 @pytest.mark.parametrize(
@@ -147,7 +111,7 @@ def test_the_request_refuses_injection(servers: list[_OneShot], target: str, hea
         pytest.param(b"HTTP/1.1 100 Continue\r\n\r\n" * 8, id="eight"),
     ],
 )
-def test_interim_continue_answers_are_skipped(servers: list[_OneShot], interim: bytes) -> None:
+def test_interim_continue_answers_are_skipped(servers: list[OneShotServer], interim: bytes) -> None:
     """``100 Continue`` before the real answer is read past (nobody asks for one, a proxy may)."""
     assert _get(servers, interim + OK).body == BODY
 
@@ -164,23 +128,23 @@ def test_interim_continue_answers_are_skipped(servers: list[_OneShot], interim: 
         ),
     ],
 )
-def test_an_endless_head_is_refused(servers: list[_OneShot], wire: bytes) -> None:
+def test_an_endless_head_is_refused(servers: list[OneShotServer], wire: bytes) -> None:
     """Interim answers without end, or a head of 360 KB in lines a parser accepts: refused once
     the head passes its bound (a parser alone reads 100s for ever), long before any deadline."""
     with pytest.raises(ProtocolError, match=f"head .* is over {MAX_HEAD} bytes"):
         _get(servers, wire)
 
 
-def test_an_interim_answer_other_than_continue_is_refused(servers: list[_OneShot]) -> None:
+def test_an_interim_answer_other_than_continue_is_refused(servers: list[OneShotServer]) -> None:
     """A 103 Early Hints is not taken for the answer (``http.client`` would): refused, since
     nobody here asks for hints and the real answer behind it cannot be read past it."""
     with pytest.raises(ProtocolError, match=r"interim answer \(103\)"):
         _get(servers, b"HTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n" + OK)
 
 
-def test_a_body_over_the_bound_is_refused(servers: list[_OneShot]) -> None:
+def test_a_body_over_the_bound_is_refused(servers: list[OneShotServer]) -> None:
     """A body longer than ``max_body`` is refused after max_body + 1 bytes, not buffered whole."""
-    server = _OneShot(b"HTTP/1.1 200 OK\r\nContent-Length: 5000000\r\n\r\n" + b"x" * 5_000_000)
+    server = OneShotServer(b"HTTP/1.1 200 OK\r\nContent-Length: 5000000\r\n\r\n" + b"x" * 5_000_000)
     servers.append(server)
     transport = Transport(
         TransportSettings("http", "127.0.0.1", server.port), connect_timeout=2.0, timeout=5.0, max_body=1000
@@ -189,7 +153,7 @@ def test_a_body_over_the_bound_is_refused(servers: list[_OneShot]) -> None:
         transport.request("GET", "/apis/x", {}, idempotent=True)
 
 
-def test_error_status_keeps_its_body(servers: list[_OneShot]) -> None:
+def test_error_status_keeps_its_body(servers: list[OneShotServer]) -> None:
     """A 404 comes back with its Status body (the message KubeError quotes)."""
     body = b'{"kind":"Status","code":404,"message":"not found"}'
     response = _get(servers, b"HTTP/1.1 404 Not Found\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
@@ -208,26 +172,26 @@ def test_error_status_keeps_its_body(servers: list[_OneShot]) -> None:
     ],
 )
 def test_keep_alive_follows_version_and_connection_header(
-    servers: list[_OneShot], head: bytes, keep_alive: bool
+    servers: list[OneShotServer], head: bytes, keep_alive: bool
 ) -> None:
     """HTTP/1.1 keeps the connection unless told to close; HTTP/1.0 only when told to keep it."""
     response = _get(servers, head + b"\r\n{}")
     assert (response.body, response.keep_alive) == (b"{}", keep_alive)
 
 
-def test_body_without_length_reads_to_the_end(servers: list[_OneShot]) -> None:
+def test_body_without_length_reads_to_the_end(servers: list[OneShotServer]) -> None:
     """No Content-Length and no chunking: the body ends with the connection, which is not reused."""
     response = _get(servers, b"HTTP/1.1 200 OK\r\n\r\n" + BODY, bytewise=True)
     assert (response.body, response.keep_alive) == (BODY, False)
 
 
-def test_no_content_has_no_body(servers: list[_OneShot]) -> None:
+def test_no_content_has_no_body(servers: list[OneShotServer]) -> None:
     """204 has no body even without Content-Length, and the connection stays usable."""
     response = _get(servers, b"HTTP/1.1 204 No Content\r\n\r\n")
     assert (response.status, response.body, response.keep_alive) == (204, b"", True)
 
 
-def test_header_names_are_lower_case_and_repeats_join(servers: list[_OneShot]) -> None:
+def test_header_names_are_lower_case_and_repeats_join(servers: list[OneShotServer]) -> None:
     """Headers are looked up in lower case; a repeated header keeps both values."""
     response = _get(servers, b"HTTP/1.1 200 OK\r\nX-A: 1\r\nx-a: 2\r\nContent-Length: 0\r\n\r\n")
     assert response.headers["x-a"] == "1, 2"
@@ -241,14 +205,14 @@ def test_header_names_are_lower_case_and_repeats_join(servers: list[_OneShot]) -
         pytest.param(CHUNKED[:-30], id="chunk-cut"),
     ],
 )
-def test_an_answer_cut_off_is_refused(servers: list[_OneShot], wire: bytes) -> None:
+def test_an_answer_cut_off_is_refused(servers: list[OneShotServer], wire: bytes) -> None:
     """EOF inside the head or the body is a broken answer, never a shorter one (an empty body
     would decode as an empty object)."""
     with pytest.raises(ConnectionClosedError, match=r"\d+ bytes into the answer"):
         _get(servers, wire)
 
 
-def test_hang_up_before_answering(servers: list[_OneShot]) -> None:
+def test_hang_up_before_answering(servers: list[OneShotServer]) -> None:
     """EOF before any byte says so (on a fresh connection it is not retried)."""
     with pytest.raises(ConnectionClosedError, match="without answering"):
         _get(servers, b"")
@@ -275,13 +239,15 @@ def test_hang_up_before_answering(servers: list[_OneShot]) -> None:
         ),
     ],
 )
-def test_malformed_answers_raise_protocol_error(servers: list[_OneShot], wire: bytes, message: str) -> None:
+def test_malformed_answers_raise_protocol_error(
+    servers: list[OneShotServer], wire: bytes, message: str
+) -> None:
     """Anything but well-formed, uncompressed HTTP/1.x is refused with a message saying what."""
     with pytest.raises(ProtocolError, match=message):
         _get(servers, wire)
 
 
-def test_a_bad_chunk_size_is_refused(servers: list[_OneShot]) -> None:
+def test_a_bad_chunk_size_is_refused(servers: list[OneShotServer]) -> None:
     """A chunk size that is not hex ends the read with an error naming it, not a short body."""
     with pytest.raises(ProtocolError, match="chunk size"):
         _get(servers, b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n")

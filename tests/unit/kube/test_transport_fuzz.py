@@ -10,8 +10,6 @@ answer that never ends ends at EOF.
 
 from __future__ import annotations
 
-import socket
-import threading
 from collections.abc import Iterator
 
 import pytest
@@ -19,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from driver.kube.transport import MAX_FIELDS, ProtocolError, Response, Transport, TransportSettings
+from tests.support.oneshot import OneShotServer
 
 BODY = b'{"kind":"ResourceClaim","metadata":{"name":"c1","uid":"u"}}'
 SIZED = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (
@@ -36,49 +35,14 @@ WIRES = [SIZED, CHUNKED, CONTINUED]
 MAX_BODY = 200
 
 
-class _Player:
-    """Answers each connection's request with the wire set last, then closes the connection."""
-
-    def __init__(self) -> None:
-        self.wire = b""
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self._listener.getsockname()[1]
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self._listener.accept()
-            except OSError:
-                return
-            with conn:
-                conn.settimeout(3)
-                request = b""
-                try:
-                    while b"\r\n\r\n" not in request:
-                        data = conn.recv(4096)
-                        if not data:
-                            break
-                        request += data
-                    conn.sendall(self.wire)
-                except OSError:
-                    continue
-
-    def close(self) -> None:
-        self._listener.shutdown(socket.SHUT_RDWR)
-        self._listener.close()
-        self._thread.join(3)
-
-
 @pytest.fixture(scope="module")
-def player() -> Iterator[_Player]:
-    served = _Player()
+def player() -> Iterator[OneShotServer]:
+    served = OneShotServer()
     yield served
     served.close()
 
 
-def _request(player: _Player, wire: bytes) -> Response | BaseException:
+def _request(player: OneShotServer, wire: bytes) -> Response | BaseException:
     player.wire = wire
     transport = Transport(
         TransportSettings("http", "127.0.0.1", player.port),
@@ -100,7 +64,7 @@ FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCh
 @FUZZ
 @given(wire=st.sampled_from(WIRES), data=st.data())
 def test_an_answer_cut_anywhere_is_never_a_shorter_body(
-    player: _Player, wire: bytes, data: st.DataObject
+    player: OneShotServer, wire: bytes, data: st.DataObject
 ) -> None:
     """Every proper prefix of a framed answer is refused (an empty or half body would decode as
     another object); the whole answer reads back whole."""
@@ -118,7 +82,7 @@ def test_an_answer_cut_anywhere_is_never_a_shorter_body(
     ),
 )
 def test_a_mangled_answer_is_an_answer_or_an_error_nothing_else(
-    player: _Player, wire: bytes, edits: list[tuple[int, bytes]]
+    player: OneShotServer, wire: bytes, edits: list[tuple[int, bytes]]
 ) -> None:
     """Bytes replaced or inserted anywhere: a Response within the body bound, or a named error."""
     mangled = bytearray(wire)
@@ -133,13 +97,13 @@ def test_a_mangled_answer_is_an_answer_or_an_error_nothing_else(
 
 @FUZZ
 @given(garbage=st.binary(min_size=1, max_size=300))
-def test_bytes_that_are_not_http_are_refused(player: _Player, garbage: bytes) -> None:
+def test_bytes_that_are_not_http_are_refused(player: OneShotServer, garbage: bytes) -> None:
     outcome = _request(player, garbage)
     if isinstance(outcome, Response):  # garbage that happens to be a status line and a head
         assert garbage.startswith(b"HTTP/")
 
 
-def test_the_field_bound_counts_repeats(player: _Player) -> None:
+def test_the_field_bound_counts_repeats(player: OneShotServer) -> None:
     """One name repeated past the bound is refused like distinct names are."""
     wire = b"HTTP/1.1 200 OK\r\n" + b"Set-Cookie: a\r\n" * (MAX_FIELDS + 1) + b"Content-Length: 0\r\n\r\n"
     outcome = _request(player, wire)

@@ -284,26 +284,6 @@ def test_method_with_control_characters_is_refused_before_sending(scripted: list
     assert (server.accepted, server.requests) == (0, 0)
 
 
-@pytest.mark.parametrize(
-    ("target", "headers"),
-    [
-        pytest.param("/caf\u00e9", {}, id="non-ascii-target"),
-        pytest.param("/x", {"X-Name": "\u20ac"}, id="value-not-latin-1"),
-        pytest.param("/x", {"X-A:B": "v"}, id="colon-in-name"),
-        pytest.param("/x", {"": "v"}, id="empty-name"),
-    ],
-)
-def test_a_head_that_cannot_be_written_as_is_is_refused_before_sending(
-    scripted: list[_ScriptedServer], target: str, headers: dict[str, str]
-) -> None:
-    """The request head is written here, not by http.client: what would change its meaning on
-    the wire (a colon splitting a name, a character re-encoded) raises; nothing is sent."""
-    server, transport = _client(scripted, ["answer"])
-    with pytest.raises(ValueError, match="invalid"):
-        transport.request("GET", target, headers, idempotent=True)
-    assert (server.accepted, server.requests) == (0, 0)
-
-
 def test_head_is_refused_its_answer_would_be_misread(scripted: list[_ScriptedServer]) -> None:
     """An answer to HEAD announces a body it does not carry; nothing here sends HEAD, so it is
     refused rather than read wrongly."""
