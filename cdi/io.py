@@ -446,8 +446,6 @@ class DirsUnder:
                 oldest = next(iter(self._held))
                 _close_anchors({oldest: self._held.pop(oldest)})
             anchor = self._held[head] = _Anchor()
-        if anchor.fd >= 0 and self._in_call and anchor.checked == self._calls:
-            return anchor.fd, name
         if anchor.fd >= 0:
             try:  # the root itself is followed (the operator's flag), what lies below it never is
                 st = os.stat(head) if head == root else os.lstat(head)
