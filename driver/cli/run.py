@@ -22,14 +22,17 @@ flag and the variable.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import gc
 import logging
 import os
 import resource
+import select
 import signal
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -63,8 +66,6 @@ __all__ = [
 _IN_POD_CREDENTIAL = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off", ""})
-#: how soon the main loop acts on a signal the handler noted (seconds)
-SIGNAL_POLL = 0.1
 
 _log = get_logger("run")
 
@@ -304,18 +305,25 @@ class Signals:
     The handler runs in the main thread between any two bytecodes, maybe while that thread holds
     the log's lock or an Event's. A log line or ``Event.set()`` in the handler would take that
     lock again and wait for it forever (a SIGTERM that landed while the main thread logged hung
-    the process so). So :meth:`note`, the handler, only appends to a list, which takes no lock,
-    and :func:`serve` acts on what :meth:`take` returns every :data:`SIGNAL_POLL`.
+    the process so). So :meth:`note`, the handler, only appends to a list and calls the wake
+    :func:`serve` hands in (:meth:`Shutdown.wake`: one byte into a pipe), neither of which takes
+    a lock; the main loop, woken, acts on what :meth:`take` returns.
     """
 
     HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
     def __init__(self) -> None:
         self._noted: list[int] = []
+        self._wake: Callable[[], None] = _no_wake
+
+    def wake_with(self, wake: Callable[[], None]) -> None:
+        """Call ``wake`` after noting each signal; it runs in the handler, so it takes no lock."""
+        self._wake = wake
 
     def note(self, signum: int, _frame: FrameType | None = None) -> None:
-        """The signal handler: remember ``signum``, nothing else."""
+        """The signal handler: remember ``signum`` and wake the main loop, nothing else."""
         self._noted.append(signum)
+        self._wake()
 
     def take(self) -> list[int]:
         """The signals noted since the last call, oldest first."""
@@ -335,12 +343,25 @@ class Signals:
                 signal.signal(sig, handler)
 
 
+def _no_wake() -> None:
+    """The wake of :class:`Signals` before :func:`serve` hands in its own."""
+
+
 class Shutdown:
-    """Whether ``numadra run`` is to stop, and why: a signal (exit 0) or a fatal error (exit 1)."""
+    """Whether ``numadra run`` is to stop, and why: a signal (exit 0) or a fatal error (exit 1).
+
+    The main thread sleeps in :meth:`wait` until something asks it to look: a stop request (any
+    thread) or a noted signal (the handler calls :meth:`wake`). A wake is one byte into a
+    non-blocking pipe, which takes no lock; one that lands between the main loop's check and its
+    wait stays in the pipe, so that wait returns at once. The main thread does not wake on a
+    timer: it sleeps until there is something to act on, and acts on a signal at once.
+    """
 
     def __init__(self) -> None:
         self._requested = threading.Event()
         self._fatal = ""
+        self._wake_read, self._wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        weakref.finalize(self, _close_all, self._wake_read, self._wake_write)
 
     @property
     def requested(self) -> bool:
@@ -357,10 +378,28 @@ class Shutdown:
         if fatal and not self._fatal:
             self._fatal = fatal
         self._requested.set()
+        self.wake()
 
-    def wait(self, timeout: float) -> bool:
-        """True once a stop was asked for, False after ``timeout`` seconds."""
-        return self._requested.wait(timeout)
+    def wake(self) -> None:
+        """End the current (or the next) :meth:`wait`; takes no lock, so a signal handler may call it."""
+        with contextlib.suppress(BlockingIOError):  # the pipe is full: a wake is pending anyway
+            os.write(self._wake_write, b"\0")
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Sleep until a wake, a stop or ``timeout`` seconds; True once a stop was asked for."""
+        if not self._requested.is_set():
+            waiting = select.poll()  # not select(): no limit on the descriptor's number
+            waiting.register(self._wake_read, select.POLLIN)
+            waiting.poll(None if timeout is None else timeout * 1000)
+            with contextlib.suppress(BlockingIOError):  # nothing came: the timeout ended the wait
+                while os.read(self._wake_read, 512):
+                    pass
+        return self._requested.is_set()
+
+
+def _close_all(*fds: int) -> None:
+    for fd in fds:
+        os.close(fd)
 
 
 def _acted_on(signals: Signals, shutdown: Shutdown, rescan: Callable[[], None]) -> bool:
@@ -383,6 +422,7 @@ def serve(config: RunConfig, signals: Signals, shutdown: Shutdown | None = None)
     from driver.heap import freeze_startup_heap
 
     shutdown = shutdown if shutdown is not None else Shutdown()
+    signals.wake_with(shutdown.wake)
     lifecycle = Lifecycle()
     t0 = time.monotonic()
     gc.disable()  # until the start is over (driver.cli says why)
@@ -404,7 +444,7 @@ def serve(config: RunConfig, signals: Signals, shutdown: Shutdown | None = None)
             _log.info("numadra started", ms=round((time.monotonic() - t0) * 1000, 1), gc_frozen=frozen)
         gc.enable()
         while not stop_asked():
-            shutdown.wait(SIGNAL_POLL)
+            shutdown.wait()
         _log.info("stopping", reason=shutdown.fatal or "signal")
     finally:
         gc.enable()
