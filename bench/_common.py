@@ -1,12 +1,22 @@
-"""What the benches share: the claim every prepare measures and the RSS probe."""
+"""What the benches share: the claim every prepare measures, the VFs it holds and the RSS probe."""
 
 from __future__ import annotations
 
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["cpu_claim", "gpu_claim", "nic_cpu_claim", "rss_mib"]
+if TYPE_CHECKING:
+    from driver.inventory.model import Inventory
+
+__all__ = ["claimed_vfs", "cpu_claim", "gpu_claim", "nic_cpu_claim", "rss_mib"]
+
+
+def claimed_vfs(inventory: Inventory, count: int) -> list[tuple[str, int]]:
+    """The first ``count`` VFs (``nic-*``) of the host tree's inventory, each with its NUMA node
+    (0 when unknown): the VFs of the :func:`nic_cpu_claim` claims, the same in every bench."""
+    vfs = [(nic.name, nic.pci.numa_node or 0) for nic in inventory.nics]
+    return [vf for vf in vfs if vf[0].startswith("nic-")][:count]
 
 
 def _claim(

@@ -109,11 +109,10 @@ def main() -> None:
         sys.path.insert(0, str(args.tree.resolve()))
     import logging
 
-    from bench._common import nic_cpu_claim
+    from bench._common import claimed_vfs, nic_cpu_claim
     from driver.claims import ClaimsDriver
     from driver.heap import freeze_startup_heap
     from driver.inventory.discovery import discover
-    from driver.inventory.model import Nic
     from driver.kubelet import claims as claim_layer
     from driver.log import configure_logging
     from driver.pinning.planner import CpuPlanner
@@ -133,11 +132,7 @@ def main() -> None:
         configure_logging("json", logging.INFO, cache=True)  # as `numadra run`
         write_host_tree(root / "host", TOPOLOGIES["dgx"])
         inventory = discover(root / "host", use_nvml=False)
-        vfs = [
-            (nic.name, nic.pci.numa_node or 0)
-            for _, nic in inventory.devices()
-            if isinstance(nic, Nic) and nic.name.startswith("nic-")
-        ][:32]
+        vfs = claimed_vfs(inventory, 32)
         claims: dict[tuple[str, str], Any] = {}
         refs: list[Any] = []
         for i, (vf, numa) in enumerate(vfs):

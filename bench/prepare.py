@@ -89,7 +89,7 @@ sys.path.insert(0, str(REPO))
 #: each child starts from these, so a ``--tree`` child runs with the settings of its own tree
 CALLER_GRPC_EXPERIMENTS = os.environ.get("GRPC_EXPERIMENTS")
 
-from bench._common import cpu_claim, gpu_claim, nic_cpu_claim, rss_mib  # noqa: E402 (needs REPO on sys.path)
+from bench._common import claimed_vfs, cpu_claim, gpu_claim, nic_cpu_claim, rss_mib  # noqa: E402 (needs REPO on sys.path)
 
 DRIVER = "numadra.dev"
 NODE = "bench-node"
@@ -803,7 +803,6 @@ def main() -> None:
     import logging
 
     from bench._gopeer import GoPeerError, example_peer_binary, go_peer_binary
-    from driver.inventory.model import DeviceKind
     from driver.log import configure_logging
     from driver.plugin import ClaimRef
     from harness.hosttree import write_host_tree
@@ -831,10 +830,7 @@ def main() -> None:
         from driver.inventory.discovery import discover
 
         inventory = discover(host, use_nvml=False)
-        vfs = [
-            (nic.name, nic.pci.numa_node or 0) for kind, nic in inventory.devices() if kind is DeviceKind.NIC
-        ]
-        vfs = [v for v in vfs if v[0].startswith("nic-")][:33]
+        vfs = claimed_vfs(inventory, 33)
         # CPUs left per NUMA node once the measured claims (2 CPUs each) hold theirs: the
         # background claims (1 CPU each) go to the node with the most left
         room = {node.id: 0 for node in inventory.numa_nodes}
