@@ -22,7 +22,6 @@ flag and the variable.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import errno
 import gc
 import logging
@@ -34,7 +33,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, cast
@@ -382,7 +381,7 @@ class Shutdown:
 
     def wake(self) -> None:
         """End the current (or the next) :meth:`wait`; takes no lock, so a signal handler may call it."""
-        with contextlib.suppress(BlockingIOError):  # the pipe is full: a wake is pending anyway
+        with suppress(BlockingIOError):  # the pipe is full: a wake is pending anyway
             os.write(self._wake_write, b"\0")
 
     def wait(self, timeout: float | None = None) -> bool:
@@ -391,7 +390,7 @@ class Shutdown:
             waiting = select.poll()  # not select(): no limit on the descriptor's number
             waiting.register(self._wake_read, select.POLLIN)
             waiting.poll(None if timeout is None else timeout * 1000)
-            with contextlib.suppress(BlockingIOError):  # nothing came: the timeout ended the wait
+            with suppress(BlockingIOError):  # nothing came: the timeout ended the wait
                 while os.read(self._wake_read, 512):
                     pass
         return self._requested.is_set()
