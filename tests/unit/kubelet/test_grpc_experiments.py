@@ -61,9 +61,23 @@ def test_the_environments_own_setting_is_kept() -> None:
         assert done.stdout.strip() == repr(own)
 
 
+_UNKNOWN = "unknown experiment"
+
+
 def test_grpc_knows_the_experiment_and_serves_a_call(tmp_path: Path) -> None:
     """The installed grpc accepts the setting (it names an unknown experiment on stderr and then
-    ignores it) and a server under it answers a call over a unix socket."""
+    ignores it) and a server under it answers a call over a unix socket.
+
+    The check looks for grpc's own words, not for "experiment" alone: the socket's temp path
+    carries this test's name, and grpc logs that path when it tears a connection down."""
     done = _run(_SERVE_ONE_CALL, _env_without_experiments(), str(tmp_path / "dra.sock"))
     assert done.stdout.strip() == GRPC_EXPERIMENTS
-    assert "experiment" not in done.stderr.lower(), done.stderr
+    assert _UNKNOWN not in done.stderr.lower(), done.stderr
+
+
+def test_grpc_names_an_experiment_it_does_not_know(tmp_path: Path) -> None:
+    """The words the check above looks for are what this grpc prints for a name it lacks, so that
+    check can fail."""
+    env = {**_env_without_experiments(), "GRPC_EXPERIMENTS": "-no_such_experiment_here"}
+    done = _run(_SERVE_ONE_CALL, env, str(tmp_path / "dra.sock"))
+    assert _UNKNOWN in done.stderr.lower() and "no_such_experiment_here" in done.stderr, done.stderr
