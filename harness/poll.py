@@ -6,12 +6,15 @@ fixed time; one helper keeps the timeout message uniform: it names what was awai
 
 from __future__ import annotations
 
+import random
 import socket
+import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
-__all__ = ["free_port", "wait_for"]
+__all__ = ["ephemeral_range", "free_port", "wait_for"]
 
 T = TypeVar("T")
 
@@ -28,8 +31,42 @@ def wait_for(predicate: Callable[[], T | None], timeout: float, what: str, inter
         time.sleep(interval)
 
 
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_LOWEST_PORT = 10000
+_handed_out: set[int] = set()
+_handed_out_lock = threading.Lock()
+
+
+def ephemeral_range() -> tuple[int, int]:
+    """The kernel's range of source ports for outgoing connections (Linux's default if unreadable)."""
+    try:
+        low, high = (int(part) for part in _EPHEMERAL_RANGE.read_text().split())
+    except (OSError, ValueError):
+        return 32768, 60999
+    return low, high
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 nobody listens on right now (the usual small race is accepted)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A TCP port on 127.0.0.1 nobody listens on now, for a process about to be started.
+
+    Why not port 0's pick: the kernel hands those out from its ephemeral range, the same range it
+    takes every outgoing connection's source port from, so between this call and the child's bind
+    any client (etcd's, the apiserver's own, an earlier test's) may sit on it and the child fails
+    with "address already in use" (CI saw the apiserver do so). A port below that range is never a
+    source port; each is handed out once per process, so two children never get the same one.
+    """
+    low, _ = ephemeral_range()
+    first = _LOWEST_PORT if low > _LOWEST_PORT + 1000 else 1024
+    with _handed_out_lock:
+        for _ in range(1000):
+            port = random.randrange(first, low)
+            if port in _handed_out:
+                continue
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                try:
+                    sock.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            _handed_out.add(port)
+            return port
+    raise RuntimeError(f"no free TCP port on 127.0.0.1 in {first}-{low - 1}")

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import ssl
 import subprocess
 import urllib.error
@@ -25,7 +24,7 @@ from typing import Any
 import pytest
 import yaml
 
-from harness.poll import wait_for
+from harness.poll import free_port, wait_for
 
 ROOT = Path(__file__).resolve().parents[3]
 BASE = ROOT / "deploy" / "kustomize" / "base"
@@ -66,12 +65,6 @@ def _decode(raw: bytes) -> dict[str, Any]:
     except json.JSONDecodeError:
         return {"message": raw.decode(errors="replace")}  # /readyz answers plain text
     return body if isinstance(body, dict) else {"items": body}
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -117,7 +110,7 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
         capture_output=True,
     )
     (tmp / "tokens.csv").write_text('admin-token,admin,admin-uid,"system:masters"\n')
-    client, peer, secure = _port(), _port(), _port()
+    client, peer, secure = free_port(), free_port(), free_port()
     logs = (tmp / "etcd.log").open("w"), (tmp / "apiserver.log").open("w")
     etcd = subprocess.Popen(
         [str(BIN / "etcd"), "--data-dir", str(tmp / "etcd"), "--unsafe-no-fsync",

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from driver.kube.transport import ConnectionClosedError, Response, Transport, TransportSettings
+from harness.poll import free_port
 
 ANSWER = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"
 SMUGGLED = b'HTTP/1.1 200 OK\r\nContent-Length: 13\r\n\r\n{"evil":true}'
@@ -195,9 +196,9 @@ def test_idle_connection_closed_by_the_server_is_not_used(scripted: list[_Script
 
 def test_connection_refused_raises_at_once() -> None:
     """Nobody listening: ConnectionRefusedError straight away, no retry."""
-    with socket.create_server(("127.0.0.1", 0)) as probe:
-        port = probe.getsockname()[1]
-    transport = Transport(TransportSettings("http", "127.0.0.1", port), connect_timeout=1.0, timeout=1.0)
+    transport = Transport(
+        TransportSettings("http", "127.0.0.1", free_port()), connect_timeout=1.0, timeout=1.0
+    )
     with pytest.raises(ConnectionRefusedError):
         _get(transport)
 
