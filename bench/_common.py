@@ -1,4 +1,5 @@
-"""What the benches share: the claim every prepare measures, the VFs it holds and the RSS probe."""
+"""What the benches share: the claim every prepare measures, the VFs it holds, the driver served
+from claims in memory and the RSS probe."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from driver.claims import ClaimsDriver
     from driver.inventory.model import Inventory
+    from driver.kubelet.claims import ClaimFetcher
 
-__all__ = ["claimed_vfs", "cpu_claim", "gpu_claim", "nic_cpu_claim", "rss_mib"]
+__all__ = ["claimed_vfs", "cpu_claim", "gpu_claim", "in_memory_driver", "nic_cpu_claim", "rss_mib"]
 
 
 def claimed_vfs(inventory: Inventory, count: int) -> list[tuple[str, int]]:
@@ -17,6 +20,39 @@ def claimed_vfs(inventory: Inventory, count: int) -> list[tuple[str, int]]:
     (0 when unknown): the VFs of the :func:`nic_cpu_claim` claims, the same in every bench."""
     vfs = [(nic.name, nic.pci.numa_node or 0) for nic in inventory.nics]
     return [vf for vf in vfs if vf[0].startswith("nic-")][:count]
+
+
+def in_memory_driver(
+    inventory: Inventory,
+    claims: dict[tuple[str, str], Any],
+    *,
+    driver: str,
+    node: str,
+    cdi_dir: Path,
+    plugin_dir: Path,
+) -> tuple[ClaimsDriver, ClaimFetcher]:
+    """The claims driver and the kubelet layer's fetcher, as the server wires them, reading
+    ``claims`` (by namespace and name) from memory: the driver's work without HTTP or gRPC.
+    The caller closes both."""
+    from driver.claims import ClaimsDriver
+    from driver.kubelet.claims import ClaimFetcher
+    from driver.pinning.planner import CpuPlanner
+
+    class InMemoryClaims:
+        """The claim source: the claims in memory (the HTTP is not what is measured)."""
+
+        def get_resource_claim(self, namespace: str, name: str) -> Any:
+            return claims[(namespace, name)]
+
+    claims_driver = ClaimsDriver(
+        driver_name=driver,
+        node_name=node,
+        inventory=lambda: inventory,
+        cdi_dir=cdi_dir,
+        plugin_dir=plugin_dir,
+        planner=CpuPlanner(lambda: inventory),
+    )
+    return claims_driver, ClaimFetcher(InMemoryClaims())
 
 
 def _claim(

@@ -109,13 +109,11 @@ def main() -> None:
         sys.path.insert(0, str(args.tree.resolve()))
     import logging
 
-    from bench._common import claimed_vfs, nic_cpu_claim
-    from driver.claims import ClaimsDriver
+    from bench._common import claimed_vfs, in_memory_driver, nic_cpu_claim
     from driver.heap import freeze_startup_heap
     from driver.inventory.discovery import discover
     from driver.kubelet import claims as claim_layer
     from driver.log import configure_logging
-    from driver.pinning.planner import CpuPlanner
     from driver.plugin import ClaimRef
     from harness.hosttree import write_host_tree
     from harness.topologies import TOPOLOGIES
@@ -142,22 +140,15 @@ def main() -> None:
             )
             refs.append(ClaimRef("bench", f"claim-{i}", uid))
 
-        class Claims:
-            """The claim source: the claims in memory (the HTTP is not what this measures)."""
-
-            def get_resource_claim(self, namespace: str, name: str) -> Any:
-                return claims[(namespace, name)]
-
-        driver = ClaimsDriver(
-            driver_name="numadra.dev",
-            node_name="bench-node",
-            inventory=lambda: inventory,
+        driver, fetcher = in_memory_driver(
+            inventory,
+            claims,
+            driver="numadra.dev",
+            node="bench-node",
             cdi_dir=root / "cdi",
             plugin_dir=root / "plugin",
-            planner=CpuPlanner(lambda: inventory),
         )
         driver.reconcile()
-        fetcher = claim_layer.ClaimFetcher(Claims())
 
         def cycle(ref: Any) -> tuple[int, int]:
             t0 = time.thread_time_ns()

@@ -89,7 +89,14 @@ sys.path.insert(0, str(REPO))
 #: each child starts from these, so a ``--tree`` child runs with the settings of its own tree
 CALLER_GRPC_EXPERIMENTS = os.environ.get("GRPC_EXPERIMENTS")
 
-from bench._common import claimed_vfs, cpu_claim, gpu_claim, nic_cpu_claim, rss_mib  # noqa: E402 (needs REPO on sys.path)
+from bench._common import (  # noqa: E402 (needs REPO on sys.path)
+    claimed_vfs,
+    cpu_claim,
+    gpu_claim,
+    in_memory_driver,
+    nic_cpu_claim,
+    rss_mib,
+)
 
 DRIVER = "numadra.dev"
 NODE = "bench-node"
@@ -206,29 +213,15 @@ def _in_process(
     source, then ClaimsDriver, as the server calls them (``driver.kubelet.claims.prepare``)."""
     import logging
 
-    from driver.claims import ClaimsDriver
     from driver.inventory.discovery import discover
     from driver.kubelet import claims as claim_layer
     from driver.log import configure_logging
-    from driver.pinning.planner import CpuPlanner
 
     configure_logging("json", logging.WARNING)
-
-    class DictClaims:
-        def get_resource_claim(self, namespace: str, name: str) -> Any:
-            return claims[(namespace, name)]
-
     inventory = discover(host, use_nvml=False)
-    driver = ClaimsDriver(
-        driver_name=DRIVER,
-        node_name=NODE,
-        inventory=lambda: inventory,
-        cdi_dir=cdi_dir,
-        plugin_dir=root / "plugin",
-        planner=CpuPlanner(lambda: inventory),
+    driver, fetcher = in_memory_driver(
+        inventory, claims, driver=DRIVER, node=NODE, cdi_dir=cdi_dir, plugin_dir=root / "plugin"
     )
-
-    fetcher = claim_layer.ClaimFetcher(DictClaims())
 
     def cycle(batch: list[Any]) -> float:
         t0 = time.perf_counter()
