@@ -29,6 +29,7 @@ def test_no_port_is_handed_out_twice() -> None:
 def test_a_port_handed_out_can_be_listened_on_even_with_clients_busy() -> None:
     """Fill part of the ephemeral range with live client connections, as the control plane's
     processes do, and every port handed out meanwhile still binds and listens."""
+    low, _ = ephemeral_range()
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as server:
         server.bind(("127.0.0.1", 0))
         server.listen(256)
@@ -38,7 +39,7 @@ def test_a_port_handed_out_can_be_listened_on_even_with_clients_busy() -> None:
                 with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as child:
                     child.bind(("127.0.0.1", free_port()))
                     child.listen(1)
-                    assert child.getsockname()[1] < ephemeral_range()[0]
+                    assert child.getsockname()[1] < low
         finally:
             for client in clients:
                 client.close()
@@ -50,24 +51,20 @@ _REPO = Path(__file__).resolve().parents[2]
 
 
 def _pick_and_release(source: str) -> list[int]:
-    """Lines where a function returns a socket's port from inside the ``with`` that closes it:
-    the pick-then-release shape of a port picker (the port is free only until someone else's
-    connection takes it)."""
+    """Lines where a ``with`` block ends by reading a socket's port (returned or assigned): the
+    socket closes right after, so the port is free only until someone else's connection takes it.
+    A block that goes on to use the port while its socket is held (a busy port on purpose) is not
+    this shape."""
     found: list[int] = []
-
-    def visit(node: ast.AST, inside_with: bool) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
-                visit(child, False)
-                continue
-            returned = child.value if isinstance(child, ast.Return) and inside_with else None
-            if returned is not None and any(
-                isinstance(n, ast.Attribute) and n.attr == "getsockname" for n in ast.walk(returned)
-            ):
-                found.append(returned.lineno)
-            visit(child, inside_with or isinstance(child, ast.With | ast.AsyncWith))
-
-    visit(ast.parse(source), False)
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.With | ast.AsyncWith):
+            continue
+        last = node.body[-1]
+        value = last.value if isinstance(last, ast.Return | ast.Assign | ast.AnnAssign) else None
+        if value is not None and any(
+            isinstance(n, ast.Attribute) and n.attr == "getsockname" for n in ast.walk(value)
+        ):
+            found.append(last.lineno)
     return found
 
 
@@ -82,15 +79,31 @@ def test_no_other_port_picker_releases_its_port_before_use() -> None:
     assert not offenders, f"use harness.poll.free_port instead: {offenders}"
 
 
-def test_the_scan_finds_the_old_picker() -> None:
-    """The shape both removed pickers had is found; a listener's own port is not."""
-    old = (
+def test_the_scan_finds_the_old_pickers() -> None:
+    """Both removed pickers' shapes are found; a listener's own port and a port held busy while
+    it is used are not."""
+    helper = (
         "import socket\n"
         "def _port() -> int:\n"
         "    with socket.socket() as s:\n"
         '        s.bind(("127.0.0.1", 0))\n'
         "        return int(s.getsockname()[1])\n"
     )
+    inline = (
+        "import socket\n"
+        'with socket.create_server(("127.0.0.1", 0)) as probe:\n'
+        "    port = probe.getsockname()[1]\n"
+        "connect(port)\n"
+    )
     held = "class L:\n    def port(self) -> int:\n        return int(self._listener.getsockname()[1])\n"
-    assert _pick_and_release(old) == [5]
+    busy = (
+        "import socket\n"
+        "with socket.socket() as busy:\n"
+        '    busy.bind(("127.0.0.1", 0))\n'
+        "    port = busy.getsockname()[1]\n"
+        "    spawn(port)\n"
+    )
+    assert _pick_and_release(helper) == [5]
+    assert _pick_and_release(inline) == [3]
     assert _pick_and_release(held) == []
+    assert _pick_and_release(busy) == []
