@@ -1,6 +1,6 @@
 """Prepare latency of the whole node path, side by side with the upstream example driver and a Go helper.
 
-Five plugins serve the same claims from the same apiserver, each in its own process with its own
+Seven plugins serve the same claims from the same apiserver, each in its own process with its own
 plugin, registration and CDI dirs, and this process plays the kubelet (gRPC over unix sockets):
 
 * ``numadra``: the prepare path of ``numadra run --claim-status=false`` (``KubeletPluginServer``
@@ -23,7 +23,10 @@ plugin, registration and CDI dirs, and this process plays the kubelet (gRPC over
   checkpoint. After the warm-up the bench checks that its spec file and checkpoint entry appear and
   go again, and any claim's error ends the run;
 * ``floor``: numadra's claim reads alone (same fetcher, prepares nothing): what gRPC and the claim
-  reads cost on this machine before any driver work.
+  reads cost on this machine before any driver work;
+* ``floor_io``: the floor plus the files and the synced journal record numadra writes for a claim,
+  as opaque bytes of numadra's sizes (measured at its start), with no Python logic: what a
+  crash-safe Python plugin on this gRPC server pays before it decides anything.
 
 Each claim holds one NIC VF and a 2-CPU share of a ``cpu-numa<N>`` device, so every numadra prepare
 does a GET, config resolution, CPU planning, one CDI spec (mounting the metadata files), a metadata
@@ -31,7 +34,8 @@ file per request and one journal write; ``new_inodes_per_claim`` counts the file
 one prepared claim adds below each peer's plugin and CDI dirs. The calls are interleaved: every
 round makes the same call on each plugin in turn (in a shuffled order), so load on the shared machine
 hits all of them alike. The figures of each plugin are in ``peers``; ``ratios_vs_example`` divides
-numadra's by the example driver's, with this layout's targets (``floor_vs_example``: the floor's);
+numadra's by the example driver's, with this layout's targets (``floor_vs_example`` and
+``floor_io_vs_example``: the floors');
 ``ratios_vs_go`` divides numadra's by the Go peer's and gives the issue's target for each
 (``claim_status_cpu_per_claim`` is numadra with the status writer over numadra without it; RSS and
 start-to-registered are numadra's own, with the ratio to Go beside). ``cpu_ms_per_claim`` is the
@@ -133,6 +137,101 @@ class _ReadsOnly:
         raise err
 
 
+@dataclass(frozen=True)
+class _Writes:
+    """What numadra writes for one bench claim: file sizes and journal record sizes, in bytes."""
+
+    specs: tuple[int, ...]
+    metadata: tuple[int, ...]
+    put: int
+    remove: int
+
+
+def _numadra_writes(inventory: Any, scratch: Path) -> _Writes:
+    """Prepare and unprepare one bench claim in memory under ``scratch`` and measure what landed."""
+    from driver.kubelet import claims as claim_layer
+    from driver.plugin import ClaimRef
+
+    vf, numa = claimed_vfs(inventory, 1)[0]
+    uid = str(uuid.uuid4())
+    claim = nic_cpu_claim(uid, "probe", vf, numa, driver=DRIVER, node=NODE)
+    cdi, plugin = scratch / "cdi", scratch / "plugin"
+    driver, fetcher = in_memory_driver(
+        inventory, {("bench", "probe"): claim}, driver=DRIVER, node=NODE, cdi_dir=cdi, plugin_dir=plugin
+    )
+    try:
+        driver.reconcile()
+        ref = ClaimRef("bench", "probe", uid)
+        before = sum(found.stat().st_size for found in plugin.rglob("journal.log"))
+        result = claim_layer.prepare(driver, fetcher, None, [ref])[uid]
+        if result.error:
+            raise SystemExit(f"floor_io: the probe claim failed: {result.error}")
+        [journal] = plugin.rglob("journal.log")
+        prepared = journal.stat().st_size
+        specs = tuple(p.stat().st_size for p in cdi.iterdir())
+        metadata = tuple(p.stat().st_size for p in plugin.rglob(f"{uid}*") if p.is_file())
+        driver.unprepare_claims([ref])
+        remove = journal.stat().st_size - prepared
+    finally:
+        driver.close()
+        fetcher.close()
+    return _Writes(specs, metadata, prepared - before, remove)
+
+
+class _WritesOnly(_ReadsOnly):
+    """The I/O floor: the claim reads, plus the writes a crash-safe prepare cannot skip.
+
+    Per claim it writes what numadra writes for the bench's claim (``_numadra_writes``: the CDI
+    spec in the CDI dir, the metadata files in the plugin dir) as opaque bytes of the same sizes,
+    each atomically (a new temp file, then a rename; unsynced, as numadra writes them), then one
+    journal record per call of numadra's size a claim, appended and ``fdatasync``ed. Unprepare
+    removes the files and appends a synced record of numadra's remove size. No planning,
+    rendering, checks or logging: a latency target minus this floor is what is left for a
+    driver's Python, whatever it is.
+    """
+
+    def __init__(self, cdi_dir: Path, plugin_dir: Path, writes: _Writes) -> None:
+        self._writes = writes
+        self._cdi = cdi_dir
+        self._meta = plugin_dir / "metadata"
+        for directory in (self._cdi, self._meta):
+            directory.mkdir(parents=True, exist_ok=True)
+        self._log = os.open(plugin_dir / "journal.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+
+    def _paths(self, uid: str) -> list[tuple[Path, int]]:
+        specs = [(self._cdi / f"floor_{uid}_{i}.json", size) for i, size in enumerate(self._writes.specs)]
+        metas = [(self._meta / f"{uid}_{i}.json", size) for i, size in enumerate(self._writes.metadata)]
+        return specs + metas
+
+    @staticmethod
+    def _write(path: Path, size: int) -> None:
+        temp = path.with_name(f".{path.name}.tmp")
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        try:
+            os.write(fd, b"x" * size)
+        finally:
+            os.close(fd)
+        temp.rename(path)
+
+    def _append(self, size: int) -> None:
+        os.write(self._log, b"r" * (size - 1) + b"\n")
+        os.fdatasync(self._log)
+
+    def prepare_claims(self, claims: Any) -> dict[str, Any]:
+        for claim in claims:
+            for path, size in self._paths(claim.ref.uid):
+                self._write(path, size)
+        self._append(self._writes.put * len(claims))
+        return super().prepare_claims(claims)
+
+    def unprepare_claims(self, claims: Any) -> dict[str, str]:
+        for claim in claims:
+            for path, _ in self._paths(claim.uid):
+                path.unlink(missing_ok=True)
+        self._append(self._writes.remove)
+        return super().unprepare_claims(claims)
+
+
 def _client(connection: str) -> Any:
     """The child's apiserver client: a kubeconfig path, or (JSON) the in-cluster settings of a pod.
 
@@ -172,6 +271,10 @@ def _serve(host: Path, root: Path, cdi_dir: Path, connection: str, claim_reads: 
     served: Any
     if plugin == "floor":
         served = _ReadsOnly()
+    elif plugin == "floor_io":
+        with tempfile.TemporaryDirectory(dir=root) as scratch:
+            writes = _numadra_writes(inventory, Path(scratch))
+        served = _WritesOnly(cdi_dir, root / "plugin", writes)
     else:
         status = None
         if plugin == "status":
@@ -243,7 +346,7 @@ def _in_process(
 
 
 #: the peers, in the order they start (each interleaved round shuffles them: ``_round_order``)
-PEERS = ("numadra", "numadra_run", "numadra_status", "go", "example", "floor")
+PEERS = ("numadra", "numadra_run", "numadra_status", "go", "example", "floor", "floor_io")
 
 
 def _cpu_s(pid: int) -> float:
@@ -950,7 +1053,7 @@ def main() -> None:
                     child.argv += [str(peer_cdi), connection if takes_pod else kubeconfig]
                     child.argv += [args.claim_reads, "driver"]
                 else:
-                    plugin = {"numadra": "driver", "numadra_status": "status", "floor": "floor"}[name]
+                    plugin = {"numadra": "driver", "numadra_status": "status"}.get(name, name)
                     child.argv = [sys.executable, __file__, "--serve", str(host), str(peer_root)]
                     child.argv += [str(peer_cdi), connection, args.claim_reads, plugin]
                 children.append(child)
@@ -967,6 +1070,7 @@ def main() -> None:
             "ratios_vs_example": _ratios_vs(peers, "example", EXAMPLE_TARGETS[layout]),
             "run_vs_example": _ratios_vs(peers, "example", EXAMPLE_TARGETS[layout], ours="numadra_run"),
             "floor_vs_example": _ratios_vs(peers, "example", EXAMPLE_TARGETS[layout], ours="floor"),
+            "floor_io_vs_example": _ratios_vs(peers, "example", EXAMPLE_TARGETS[layout], ours="floor_io"),
             "ratios_vs_go": _ratios(peers) if {"go", "numadra_status", "floor"} <= peers.keys() else None,
             "trees_vs_example": {
                 name: _ratios_vs(peers, "example", EXAMPLE_TARGETS[layout], ours=name) for name in trees
