@@ -149,8 +149,10 @@ class _Writes:
 
 def _numadra_writes(inventory: Any, scratch: Path) -> _Writes:
     """Prepare and unprepare one bench claim in memory under ``scratch`` and measure what landed."""
+    from driver.claims.metadata import metadata_dir, metadata_file_glob
     from driver.kubelet import claims as claim_layer
     from driver.plugin import ClaimRef
+    from driver.state.journal import journal_path
 
     vf, numa = claimed_vfs(inventory, 1)[0]
     uid = str(uuid.uuid4())
@@ -162,14 +164,14 @@ def _numadra_writes(inventory: Any, scratch: Path) -> _Writes:
     try:
         driver.reconcile()
         ref = ClaimRef("bench", "probe", uid)
-        before = sum(found.stat().st_size for found in plugin.rglob("journal.log"))
+        journal = journal_path(plugin)
+        before = journal.stat().st_size if journal.exists() else 0
         result = claim_layer.prepare(driver, fetcher, None, [ref])[uid]
         if result.error:
             raise SystemExit(f"floor_io: the probe claim failed: {result.error}")
-        [journal] = plugin.rglob("journal.log")
         prepared = journal.stat().st_size
         specs = tuple(p.stat().st_size for p in cdi.iterdir())
-        metadata = tuple(p.stat().st_size for p in plugin.rglob(f"{uid}*") if p.is_file())
+        metadata = tuple(p.stat().st_size for p in Path(metadata_dir(plugin)).glob(metadata_file_glob(uid)))
         driver.unprepare_claims([ref])
         remove = journal.stat().st_size - prepared
     finally:
