@@ -34,7 +34,7 @@ def in_memory_driver(
     """The claims driver and the kubelet layer's fetcher, as the server wires them, reading
     ``claims`` (by namespace and name) from memory: the driver's work without HTTP or gRPC.
     The caller closes both."""
-    from driver.claims import ClaimsDriver
+    from driver.claims import ClaimsDriver, claims_journal
     from driver.kubelet.claims import ClaimFetcher
     from driver.pinning.planner import CpuPlanner
 
@@ -50,6 +50,7 @@ def in_memory_driver(
         inventory=lambda: inventory,
         cdi_dir=cdi_dir,
         plugin_dir=plugin_dir,
+        journal=claims_journal(cdi_dir=cdi_dir, plugin_dir=plugin_dir, driver_name=driver, pool=node),
         planner=CpuPlanner(lambda: inventory),
     )
     return claims_driver, ClaimFetcher(InMemoryClaims())

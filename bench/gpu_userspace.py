@@ -31,7 +31,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from driver.claims import ClaimsDriver  # noqa: E402 (needs REPO on sys.path)
+from driver.claims import ClaimsDriver, claims_journal  # noqa: E402 (needs REPO on sys.path)
 from driver.claims.hostedits import HostEdits  # noqa: E402
 from driver.inventory.discovery import discover  # noqa: E402
 from driver.inventory.model import Inventory  # noqa: E402
@@ -95,6 +95,9 @@ def driver(way: str, base: Path, tree: Path, inventory: Inventory) -> ClaimsDriv
         inventory=lambda: inventory,
         cdi_dir=cdi,
         plugin_dir=base / way / "plugin",
+        journal=claims_journal(
+            cdi_dir=cdi, plugin_dir=base / way / "plugin", driver_name="numadra.dev", pool="node"
+        ),
         host_edits=edits,
     )
 

@@ -259,7 +259,7 @@ def _serve(host: Path, root: Path, cdi_dir: Path, connection: str, claim_reads: 
     """
     import logging
 
-    from driver.claims import ClaimsDriver
+    from driver.claims import ClaimsDriver, claims_journal
     from driver.heap import freeze_startup_heap
     from driver.inventory.discovery import discover
     from driver.kubelet.server import KubeletPluginServer
@@ -293,6 +293,9 @@ def _serve(host: Path, root: Path, cdi_dir: Path, connection: str, claim_reads: 
             inventory=lambda: inventory,
             cdi_dir=cdi_dir,
             plugin_dir=root / "plugin",
+            journal=claims_journal(
+                cdi_dir=cdi_dir, plugin_dir=root / "plugin", driver_name=DRIVER, pool=NODE
+            ),
             planner=CpuPlanner(lambda: inventory),
             status=status,
         )

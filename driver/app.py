@@ -53,7 +53,7 @@ from driver.log import get_logger
 from driver.pinning.backend import PinningKind  # the config's, imported with it
 
 if TYPE_CHECKING:
-    from driver.claims import ClaimsDriver
+    from driver.claims import ClaimsDriver, NoClaimStatus
     from driver.claims.adopted import AdoptedClaims
     from driver.claims.hostedits import HostEdits
     from driver.claims.housekeeping import Housekeeping
@@ -67,27 +67,15 @@ if TYPE_CHECKING:
     from driver.inventory.model import Inventory
     from driver.kube.client import KubeClient
     from driver.kube.events import EventPoster
-    from driver.kube.types import JsonObject
     from driver.observability import Metrics, MetricsUpdater
     from driver.observability.metered import MeteredPlugin
     from driver.pinning.planner import CpuPlanner
-    from driver.plugin import DeviceHealth, PreparedDevice
     from driver.slices.publisher import SlicePublisher
     from driver.state.index import PreparedIndex
 
-__all__ = ["Background", "Core", "Front", "NoClaimStatus", "build", "build_background", "build_front"]
+__all__ = ["Background", "Core", "Front", "build", "build_background", "build_front"]
 
 _log = get_logger("app")
-
-
-class NoClaimStatus:
-    """``--no-claim-status``: the claims' ``status.devices`` are left alone (nothing to do)."""
-
-    def report_prepared(self, claim: JsonObject, devices: Sequence[PreparedDevice]) -> None: ...
-    def clear(self, namespace: str, name: str, uid: str = "") -> None: ...
-    def set_health(self, snapshot: Sequence[DeviceHealth]) -> None: ...
-    def set_inventory(self, inventory: Inventory) -> None: ...
-    def close(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +142,7 @@ def build_front(config: RunConfig) -> Front:
 def build(front: Front, *, on_fatal: Callable[[str], None]) -> Core:
     """The core of ``numadra run`` behind ``front`` (module docstring); ``on_fatal(reason)`` is
     called when a background error leaves the driver unable to go on (the process then exits 1)."""
-    from driver.claims import ClaimsDriver
+    from driver.claims import ClaimsDriver, NoClaimStatus, claims_journal
     from driver.claims.events import ClaimEvents
     from driver.claims.housekeeping import Housekeeping
     from driver.claims.statusqueue import AsyncStatusWriter
@@ -192,6 +180,9 @@ def build(front: Front, *, on_fatal: Callable[[str], None]) -> Core:
         inventory=inventory.current,
         cdi_dir=cfg.cdi_dir,
         plugin_dir=plugin_dir,
+        journal=claims_journal(
+            cdi_dir=cfg.cdi_dir, plugin_dir=plugin_dir, driver_name=cfg.driver_name, pool=cfg.node_name
+        ),
         planner=planner,
         status=status,
         on_fatal=lambda err, msg: on_fatal(f"{msg}: {err}"),

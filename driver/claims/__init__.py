@@ -7,6 +7,14 @@ on the call path or takes the cross-process lock.
 
 from __future__ import annotations
 
-from driver.claims.driver import ClaimsDriver, InventoryProvider, PinPlanner, StatusWriter
+from driver.claims.driver import ClaimsDriver, InventoryProvider
+from driver.claims.parts import NoClaimStatus, PinPlanner, StatusWriter, claims_journal
 
-__all__ = ["ClaimsDriver", "InventoryProvider", "PinPlanner", "StatusWriter"]
+__all__ = [
+    "ClaimsDriver",
+    "InventoryProvider",
+    "NoClaimStatus",
+    "PinPlanner",
+    "StatusWriter",
+    "claims_journal",
+]

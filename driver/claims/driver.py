@@ -27,13 +27,23 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from cdi import DirsUnder, remove_file, spec_bytes
 from cdi.spec import CdiSpecError
 from driver.claims.attributes import PublishedAttributes
-from driver.claims.hostedits import DeviceExtras, HostEdits, UserspaceWarnings
+from driver.claims.hostedits import DeviceExtras
 from driver.claims.metadata import METADATA_DIR, metadata_dir, metadata_file_glob, metadata_files
+from driver.claims.parts import (
+    NO_HOST_EDITS,
+    NO_PINNING,
+    NO_STATUS,
+    NO_WARNINGS,
+    DeviceHostEdits,
+    PinPlanner,
+    StatusWriter,
+    UserspaceWarner,
+)
 from driver.claims.paths import dir_prefix
 from driver.claims.render import CpuHook, claim_spec, claim_spec_file_name
 from driver.claims.selection import SHAREABLE_KINDS, ClaimView, cpu_requests, memory_nodes, select_devices
@@ -42,11 +52,10 @@ from driver.inventory.model import DeviceKind, Inventory
 from driver.kube.types import JsonObject
 from driver.log import get_logger
 from driver.names import check_claim_uid
-from driver.pinning.types import ClaimPinning, CpuRequest
+from driver.pinning.types import ClaimPinning
 from driver.plugin import Claim, ClaimRef, PreparedDevice, PrepareResult, describe_claim
 from driver.state.entry import JournalEntry, StoredFile
-from driver.state.evidence import Evidence
-from driver.state.journal import Journal, journal_path
+from driver.state.journal import Journal
 from driver.untrusted.files import read_file
 
 __all__ = ["ClaimsDriver", "InventoryProvider", "PinPlanner", "StatusWriter"]
@@ -59,39 +68,8 @@ _log = get_logger("claims")
 InventoryProvider = Callable[[], Inventory]
 
 
-@runtime_checkable
-class PinPlanner(Protocol):
-    """Chooses the CPUs of a claim (``driver.pinning.planner.CpuPlanner``).
-
-    Raises PinningError (e.g. CpuExhaustedError) or ClaimError (e.g. an empty shared pool) when it
-    cannot; either becomes that claim's error.
-    """
-
-    def plan(
-        self,
-        claim_uid: str,
-        requests: Sequence[CpuRequest],
-        taken: frozenset[int],
-        /,
-        *,
-        memory_nodes: frozenset[int] = ...,
-    ) -> ClaimPinning:
-        """Pin every request; never hand out a CPU in ``taken_cpus``; ``memory_nodes``: the
-        nodes of the claim's memory devices, which its assignments may allocate on."""
-        ...
-
-
-@runtime_checkable
-class StatusWriter(Protocol):
-    """Reports prepared devices in the claim's ``status.devices`` (best effort)."""
-
-    def report_prepared(self, claim: JsonObject, devices: Sequence[PreparedDevice]) -> None:
-        """Publish the prepared devices of a claim."""
-        ...
-
-    def clear(self, namespace: str, name: str, uid: str = "") -> None:
-        """Remove what :meth:`report_prepared` published (``uid`` names the claim in logs)."""
-        ...
+def _no_fatal(err: BaseException, msg: str) -> None:
+    """No one to stop: the error was logged by :meth:`ClaimsDriver.handle_error` already."""
 
 
 def reserved_pods(claim: JsonObject) -> tuple[str, ...]:
@@ -151,14 +129,18 @@ class ClaimsDriver:
         inventory: InventoryProvider,
         cdi_dir: Path,
         plugin_dir: Path,
-        planner: PinPlanner | None = None,
-        status: StatusWriter | None = None,
-        on_fatal: Callable[[BaseException, str], None] | None = None,
+        journal: Journal,
+        planner: PinPlanner = NO_PINNING,
+        status: StatusWriter = NO_STATUS,
+        on_fatal: Callable[[BaseException, str], None] = _no_fatal,
         cpu_hook: CpuHook | None = None,
         numa_node_list: bool = False,
-        host_edits: HostEdits | None = None,
-        warnings: UserspaceWarnings | None = None,
+        host_edits: DeviceHostEdits = NO_HOST_EDITS,
+        warnings: UserspaceWarner = NO_WARNINGS,
     ) -> None:
+        """Every part is made by the caller (the builder); the optional ones default to the null
+        objects of :mod:`driver.claims.parts`. ``journal``: :func:`~driver.claims.parts.claims_journal`
+        of the same dirs; ``cpu_hook``: the CDI hook that applies pinning (``--pinning hook``)."""
         self.driver_name = driver_name
         self.node_name = node_name
         self.cdi_dir = cdi_dir
@@ -172,12 +154,7 @@ class ClaimsDriver:
         self._warnings = warnings
         #: files and directories are written below these without following symbolic links
         self._dirs = DirsUnder((str(cdi_dir), str(plugin_dir)))
-        self._journal = Journal(
-            journal_path(plugin_dir),
-            evidence=Evidence(
-                cdi_dir=cdi_dir, plugin_dir=plugin_dir, driver_name=driver_name, pool=node_name
-            ),
-        )
+        self._journal = journal
         self._attributes = PublishedAttributes(numa_node_list=numa_node_list)  # as the slices have it
         self._lock = threading.Lock()
         #: what the last :meth:`reconcile` did per journaled claim: "ok" or "recreated" -> count
@@ -223,10 +200,9 @@ class ClaimsDriver:
     def unprepare_claims(self, claims: Sequence[ClaimRef]) -> Mapping[str, str]:
         """Undo prepares; unknown or already unprepared claims succeed."""
         results, cleared = self._unprepare(claims)
-        if self._status is not None:
-            for ref in cleared:
-                clear = partial(self._status.clear, ref.namespace, ref.name, ref.uid)
-                self._best_effort(ref.uid, "clear", clear)
+        for ref in cleared:
+            clear = partial(self._status.clear, ref.namespace, ref.name, ref.uid)
+            self._best_effort(ref.uid, "clear", clear)
         return results
 
     def release_adopted(self, ref: ClaimRef) -> str:
@@ -274,8 +250,7 @@ class ClaimsDriver:
             _log.warning(msg, error=str(err), recoverable=True)
             return
         _log.error(msg, error=str(err), recoverable=False)
-        if self._on_fatal is not None:
-            self._on_fatal(err, msg)
+        self._on_fatal(err, msg)
 
     # -- start-up -------------------------------------------------------------------------------
 
@@ -422,7 +397,7 @@ class ClaimsDriver:
 
     def _extras(self, view: ClaimView) -> DeviceExtras | None:
         """What the host adds to the claim's devices (NVIDIA user space, node groups); None for none."""
-        if self._host_edits is None or not any(d.kind in _HOST_EDITED for d in view.devices):
+        if not any(d.kind in _HOST_EDITED for d in view.devices):
             return None
         return self._host_edits.for_devices(view.devices)
 
@@ -436,7 +411,7 @@ class ClaimsDriver:
         self._check_not_in_use(view)
         requests = cpu_requests(view)
         pinning = None
-        if requests and self._planner is not None:
+        if requests:
             taken = self._journal.taken_cpus(except_uid=ref.uid)
             pinning = self._planner.plan(ref.uid, requests, taken, memory_nodes=memory_nodes(view))
         # the "prepared" line names the pods; none (not from a kubelet) means NRI pins nothing
@@ -594,11 +569,8 @@ class ClaimsDriver:
                     warnings=list(extras.warnings),
                 )
                 self.userspace_warnings[extras.source.name.lower()] += 1
-                if self._warnings is not None:
-                    warn = partial(self._warnings.warn, item.claim, extras.source, extras.warnings)
-                    self._best_effort(item.ref.uid, "warn", warn)
-        if self._status is None:
-            return
+                warn = partial(self._warnings.warn, item.claim, extras.source, extras.warnings)
+                self._best_effort(item.ref.uid, "warn", warn)
         status = self._status
         for item in done:
             self._best_effort(

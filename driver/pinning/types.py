@@ -6,6 +6,7 @@ NRI plugin, the CDI hook and the workload itself all see the same assignment.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -59,10 +60,11 @@ class CpuMode(StrEnum):
 class CpuAssignment:
     """CPUs and memory nodes given to one request of a claim.
 
-    It has two spellings. The record (:meth:`to_json`, :meth:`from_json`, :meth:`json_text`) is
-    what the journal stores: sets as sorted integer lists, exact and stable, part of a checksummed
-    line. The log fields (:meth:`log_fields`) are for people: sets in the kernel's list format
-    ("0-3,8"), as ``numadra state`` and the marker variables print them.
+    It has two spellings, each written in one place. The record (:meth:`json_text`; :meth:`to_json`
+    parses it, :meth:`from_json` reads it back) is what the journal stores: sets as sorted integer
+    lists, exact and stable, part of a checksummed line. The log fields (:meth:`log_fields`) are
+    for people and the kernel: sets in the kernel's list format ("0-3,8"), as log lines,
+    ``numadra state`` and the marker variables (:func:`marker_env`) give them.
     """
 
     request: str  # base request name
@@ -70,23 +72,19 @@ class CpuAssignment:
     cpus: frozenset[int]
     mems: frozenset[int]
 
-    def to_json(self) -> dict[str, Any]:
-        """The record as JSON: ``request``, ``mode``, ``cpus`` and ``mems`` (sorted lists)."""
-        return {
-            "request": self.request,
-            "mode": self.mode.value,
-            "cpus": sorted(self.cpus),
-            "mems": sorted(self.mems),
-        }
-
     def json_text(self) -> str:
-        """``json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"))``, written directly:
-        the journal encodes every prepared claim's record on each call."""
+        """The record: compact JSON with sorted keys, ``cpus`` and ``mems`` as sorted integer
+        lists. Written directly, as the journal encodes every prepared claim's record on each call."""
         return (
             f'{{"cpus":[{",".join(map(str, sorted(self.cpus)))}],'
             f'"mems":[{",".join(map(str, sorted(self.mems)))}],'
             f'"mode":{encode_basestring_ascii(self.mode.value)},"request":{encode_basestring_ascii(self.request)}}}'
         )
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as a JSON object: :meth:`json_text` parsed, so the two cannot differ."""
+        body: dict[str, Any] = json.loads(self.json_text())
+        return body
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> CpuAssignment:
@@ -207,13 +205,18 @@ class ClaimBinding:
 
 
 def marker_env(assignment: CpuAssignment, claim_uid: str) -> dict[str, str]:
-    """The CDI env edit for one request: the same variables every backend and the workload read."""
+    """The CDI env edit for one request: the same variables every backend and the workload read.
+
+    The values are the assignment's :meth:`~CpuAssignment.log_fields`, the spelling people and
+    the kernel read, so a log line and a container's env never disagree on a set.
+    """
+    fields = assignment.log_fields()
     return {
-        ENV_CPUS: format_cpulist(assignment.cpus),
-        ENV_MEMS: format_cpulist(assignment.mems),
-        ENV_CPU_MODE: assignment.mode.value,
+        ENV_CPUS: fields["cpus"],
+        ENV_MEMS: fields["mems"],
+        ENV_CPU_MODE: fields["mode"],
         ENV_CLAIM_UID: claim_uid,
-        ENV_REQUEST: assignment.request,
+        ENV_REQUEST: fields["request"],
     }
 
 

@@ -90,6 +90,26 @@ def _carry_time_added(desired: Obj, stored: Mapping[str, Any]) -> None:
             taint["timeAdded"] = known[key]
 
 
+def _writable_copy(obj: Mapping[str, Any]) -> Obj:
+    """A copy of a desired slice that the plan may write to without touching the caller's.
+
+    The plan writes the metadata (owner, resourceVersion), the pool (count, generation) and the
+    taints of a device (``timeAdded``), so exactly those are copied; the rest (attributes,
+    capacities: almost every byte of a slice) is shared. A deep copy of every slice on every
+    sync cost more than the sync's diff and grew with the node's devices.
+    """
+    want = dict(obj)
+    want["metadata"] = dict(want.get("metadata") or {})
+    spec = want["spec"] = dict(want["spec"])
+    spec["pool"] = dict(spec.get("pool") or {})
+    devices = spec.get("devices")
+    if devices is not None:
+        spec["devices"] = [
+            {**d, "taints": [dict(t) for t in d["taints"]]} if d.get("taints") else d for d in devices
+        ]
+    return want
+
+
 def plan_sync(
     desired: Sequence[Mapping[str, Any]],
     stored: Sequence[Mapping[str, Any]],
@@ -107,11 +127,11 @@ def plan_sync(
     by_name = {str(s["metadata"]["name"]): s for s in stored}
     wanted: list[Obj] = []
     for obj in desired:
-        want = copy.deepcopy(dict(obj))
-        meta = want.setdefault("metadata", {})
+        want = _writable_copy(obj)
+        meta = want["metadata"]
         if owner is not None:
             meta["ownerReferences"] = [dict(owner)]
-        want["spec"].setdefault("pool", {})["resourceSliceCount"] = len(desired)
+        want["spec"]["pool"]["resourceSliceCount"] = len(desired)
         wanted.append(want)
     names = {str(w["metadata"]["name"]) for w in wanted}
     obsolete = [s for name, s in sorted(by_name.items()) if name not in names]

@@ -3,13 +3,16 @@
 The journal stores these records and the evidence check rebuilds them from the files on disk, so
 the record lives below both (:mod:`driver.state.journal`, :mod:`driver.state.evidence`) and
 imports neither. ``to_json`` / ``from_json`` are the stable shape the journal's checksummed lines
-hold; the journal writes the same text straight from the record (``journal._entry_text``).
+hold. :meth:`JournalEntry.json_text` is the one serialiser: the journal stores its text, and
+``to_json`` (``numadra state``, tests) is that text parsed back, so the two cannot differ.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring_ascii
 from typing import Any
 
 from driver.pinning.types import ClaimPinning, CpuAssignment
@@ -59,35 +62,40 @@ class JournalEntry:
         """Every file of the claim: CDI specs then metadata files."""
         return self.cdi_specs + self.metadata_files
 
-    def to_json(self) -> dict[str, Any]:
-        """The entry as JSON (stable shape; part of the checksummed body)."""
-        out: dict[str, Any] = {
-            "namespace": self.namespace,
-            "name": self.name,
-            "uid": self.uid,
-            "devices": [
-                {
-                    "requestNames": list(d.request_names),
-                    "pool": d.pool_name,
-                    "device": d.device_name,
-                    "cdiDeviceIDs": list(d.cdi_device_ids),
-                    "shareID": d.share_id,
-                }
+    def json_text(self) -> str:
+        """The record as compact JSON with sorted keys: the text a journal line holds.
+
+        Written straight from the fields (every prepared claim is encoded once per call, and a
+        dict run through a sorting encoder would cost more); a key appears only where the older
+        records had it, so an entry without admin devices, recorded pods or the adopted mark keeps
+        the text it always had.
+        """
+        devices = ",".join(
+            [
+                f'{{"cdiDeviceIDs":{_strings(d.cdi_device_ids)},"device":{_quote(d.device_name)},'
+                f'"pool":{_quote(d.pool_name)},"requestNames":{_strings(d.request_names)},'
+                f'"shareID":{"null" if d.share_id is None else _quote(d.share_id)}}}'
                 for d in self.devices
-            ],
-            "cdiSpecs": [_file_json(f) for f in self.cdi_specs],
-            "metadataFiles": [_file_json(f) for f in self.metadata_files],
-            "pinning": None,
-        }
-        if self.admin_devices:  # only then: entries without admin access keep their old text
-            out["adminDevices"] = list(self.admin_devices)
-        if self.reserved_pods is not None:  # only when recorded: older entries keep their text
-            out["reservedPods"] = list(self.reserved_pods)
-        if self.adopted:  # only then: prepared entries keep their text
-            out["adopted"] = True
+            ]
+        )
+        pinning = "null"
         if self.pinning is not None:
-            out["pinning"] = [a.to_json() for a in self.pinning.assignments]
-        return out
+            pinning = f"[{','.join([a.json_text() for a in self.pinning.assignments])}]"
+        admin = f'"adminDevices":{_strings(self.admin_devices)},' if self.admin_devices else ""
+        adopted = '"adopted":true,' if self.adopted else ""
+        pods = "" if self.reserved_pods is None else f'"reservedPods":{_strings(self.reserved_pods)},'
+        return (
+            f'{{{admin}{adopted}"cdiSpecs":[{",".join([_file_text(f) for f in self.cdi_specs])}],'
+            f'"devices":[{devices}],'
+            f'"metadataFiles":[{",".join([_file_text(f) for f in self.metadata_files])}],'
+            f'"name":{_quote(self.name)},"namespace":{_quote(self.namespace)},'
+            f'"pinning":{pinning},{pods}"uid":{_quote(self.uid)}}}'
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as a JSON object: :meth:`json_text` parsed (for display, not the hot path)."""
+        body: dict[str, Any] = json.loads(self.json_text())
+        return body
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> JournalEntry:
@@ -136,8 +144,16 @@ def _bool(value: Any) -> bool:
     return value
 
 
-def _file_json(f: StoredFile) -> dict[str, Any]:
-    return {"path": f.path, "content": f.content, "mode": f.mode}
+#: the JSON text of a string, as ``json.dumps`` writes it (the C encoder json.dumps itself calls)
+_quote = encode_basestring_ascii
+
+
+def _strings(values: tuple[str, ...]) -> str:
+    return f"[{','.join(map(_quote, values))}]"
+
+
+def _file_text(f: StoredFile) -> str:
+    return f'{{"content":{_quote(f.content)},"mode":{f.mode:d},"path":{_quote(f.path)}}}'
 
 
 def _file_from_json(obj: Mapping[str, Any]) -> StoredFile:

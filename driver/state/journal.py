@@ -41,14 +41,13 @@ import os
 import time
 from collections import Counter
 from collections.abc import Iterator, Mapping
-from json.encoder import encode_basestring_ascii
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from driver.errors import JournalError
 from driver.log import get_logger
 from driver.pinning.types import format_cpulist
-from driver.state.entry import JournalEntry, StoredFile
+from driver.state.entry import JournalEntry
 from driver.state.wal import (
     RESET_DELETED,
     RESET_EMPTY,
@@ -127,48 +126,6 @@ def journal_path(plugin_dir: Path) -> Path:
 
 def _canonical(body: Mapping[str, Any]) -> str:
     return json.dumps(body, sort_keys=True, separators=(",", ":"))
-
-
-#: the JSON text of a string, as ``json.dumps`` writes it (the C encoder json.dumps itself calls)
-_quote = encode_basestring_ascii
-
-
-def _strings(values: tuple[str, ...]) -> str:
-    return f"[{','.join(map(_quote, values))}]"
-
-
-def _file_text(f: StoredFile) -> str:
-    return f'{{"content":{_quote(f.content)},"mode":{f.mode:d},"path":{_quote(f.path)}}}'
-
-
-def _entry_text(entry: JournalEntry) -> str:
-    """``_canonical(entry.to_json())``, written straight from the entry (keys in sorted order).
-
-    Every prepared claim is encoded once per call; going through the dict and a sorting encoder
-    would cost more. The tests hold the stored text equal to that canonical form on generated
-    entries.
-    """
-    devices = ",".join(
-        [
-            f'{{"cdiDeviceIDs":{_strings(d.cdi_device_ids)},"device":{_quote(d.device_name)},'
-            f'"pool":{_quote(d.pool_name)},"requestNames":{_strings(d.request_names)},'
-            f'"shareID":{"null" if d.share_id is None else _quote(d.share_id)}}}'
-            for d in entry.devices
-        ]
-    )
-    pinning = "null"
-    if entry.pinning is not None:
-        pinning = f"[{','.join([a.json_text() for a in entry.pinning.assignments])}]"
-    admin = f'"adminDevices":{_strings(entry.admin_devices)},' if entry.admin_devices else ""
-    adopted = '"adopted":true,' if entry.adopted else ""
-    pods = "" if entry.reserved_pods is None else f'"reservedPods":{_strings(entry.reserved_pods)},'
-    return (
-        f'{{{admin}{adopted}"cdiSpecs":[{",".join([_file_text(f) for f in entry.cdi_specs])}],'
-        f'"devices":[{devices}],'
-        f'"metadataFiles":[{",".join([_file_text(f) for f in entry.metadata_files])}],'
-        f'"name":{_quote(entry.name)},"namespace":{_quote(entry.namespace)},'
-        f'"pinning":{pinning},{pods}"uid":{_quote(entry.uid)}}}'
-    )
 
 
 class Journal:
@@ -405,7 +362,7 @@ class Journal:
         if old is not None:
             self._unindex(old)
         self._entries[entry.uid] = entry
-        self._text[entry.uid] = _entry_text(entry)
+        self._text[entry.uid] = entry.json_text()
         self._index(entry)
         self._dirty[entry.uid] = True
 

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from driver.claims import ClaimsDriver
+from driver.claims import ClaimsDriver, claims_journal
 from driver.claims.metadata import CONTAINER_DIR
 from driver.kubelet.claims import ClaimFetcher
 from driver.pinning.planner import CpuPlanner
@@ -193,6 +193,9 @@ def test_podman_injects_numadra_cdi_devices(podman: Podman, cdi_dir: Path, tmp_p
             inventory=lambda: inventory,
             cdi_dir=cdi_dir,
             plugin_dir=tmp_path / "plugin",
+            journal=claims_journal(
+                cdi_dir=cdi_dir, plugin_dir=tmp_path / "plugin", driver_name=DRIVER, pool=NODE
+            ),
             planner=CpuPlanner(lambda: inventory),
         ),
         ClaimFetcher(getter),

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from driver.claims import ClaimsDriver
+from driver.claims import ClaimsDriver, claims_journal
+from driver.claims.parts import NO_PINNING
 from driver.errors import KubeError
 from driver.inventory.model import Cpu, Gpu, Inventory, Nic, NumaNode, PciTopology
 from driver.kube.types import JsonObject
@@ -276,7 +277,10 @@ class World:
             inventory=lambda: self.inventory,
             cdi_dir=self.cdi_dir,
             plugin_dir=self.plugin_dir,
-            planner=CpuPlanner(lambda: self.inventory) if planner else None,
+            journal=claims_journal(
+                cdi_dir=self.cdi_dir, plugin_dir=self.plugin_dir, driver_name=DRIVER, pool=NODE
+            ),
+            planner=CpuPlanner(lambda: self.inventory) if planner else NO_PINNING,
             **kwargs,
         )
         return ServedDriver(

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from driver.claims import ClaimsDriver
+from driver.claims import ClaimsDriver, claims_journal
 from driver.kube.client import KubeClient
 from driver.kubelet.claims import ClaimFetcher
 from driver.kubelet.server import KubeletPluginServer
@@ -57,6 +57,9 @@ def _driver(api: FakeApiServer, root: Path) -> ServedDriver:
         inventory=lambda: inventory,
         cdi_dir=root / "cdi",
         plugin_dir=root / "plugin",
+        journal=claims_journal(
+            cdi_dir=root / "cdi", plugin_dir=root / "plugin", driver_name=DRIVER, pool=NODE
+        ),
         planner=CpuPlanner(lambda: inventory),
     )
     return ServedDriver(inner, ClaimFetcher(_kube(api)))

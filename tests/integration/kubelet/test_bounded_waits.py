@@ -17,6 +17,7 @@ import grpc
 import pytest
 
 from driver.claims.driver import ClaimsDriver
+from driver.claims.parts import claims_journal
 from driver.kube.client import KubeClient
 from driver.kubelet.admission import CallKind
 from driver.kubelet.serialize import SerializeLock
@@ -63,6 +64,7 @@ def claims_server(dirs: Dirs, hostile: HostileApiServer) -> Iterator[KubeletPlug
         inventory=lambda: inventory,
         cdi_dir=cdi,
         plugin_dir=dirs.plugin,
+        journal=claims_journal(cdi_dir=cdi, plugin_dir=dirs.plugin, driver_name=DRIVER, pool=NODE),
     )
     server = KubeletPluginServer(
         driver_name=DRIVER,

@@ -121,3 +121,20 @@ def test_accepted_drop_is_not_rewritten() -> None:
         )
     }
     assert plan_sync(desired, stored, owner=OWNER, accepted=accepted).empty
+
+
+def test_the_plan_never_writes_to_the_callers_slices() -> None:
+    """Owner, pool, resourceVersion and a taint's timeAdded go into the plan's copies only: the
+    publisher keeps its desired slices across syncs, so a write into them would leak into the next."""
+    desired = [_slice(0, ["a", "b"]), _slice(1, ["c"])]
+    desired[0]["spec"]["devices"][1]["taints"] = [{"key": "k", "value": "v", "effect": "NoExecute"}]
+    stored = _stored(desired, generation=3)
+    for have in stored:  # both slices changed on the server: both are updates
+        have["spec"]["devices"][0]["attributes"] = {"x": {"int": 1}}
+    before = copy.deepcopy(desired)
+    plan = plan_sync(desired, stored, owner=OWNER)
+    assert len(plan.updates) == 2
+    assert desired == before
+    first = next(u for u in plan.updates if u["metadata"]["name"] == "n1-numadra-dev-0")
+    assert first["spec"]["devices"][1]["taints"][0]["timeAdded"] == "2026-01-01T00:00:00Z"
+    assert "timeAdded" not in desired[0]["spec"]["devices"][1]["taints"][0]
