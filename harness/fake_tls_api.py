@@ -13,7 +13,6 @@ import socket
 import ssl
 import subprocess
 import threading
-import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -122,7 +121,9 @@ class FakeTlsApiServer:
 
     Knobs: ``token`` (401 without ``Bearer <token>``), ``require_client_cert``, ``idle_timeout``
     (close kept connections idle that long), ``drop_after`` (on each connection, read the request
-    after that many answers and close without answering: a keep-alive race), ``slow_seconds``.
+    after that many answers and close without answering: a keep-alive race), ``slow_seconds``
+    (how long ``slow`` is held at most; ``release_slow`` ends the hold early, and
+    ``slow_answered`` is set once a held answer went out).
     """
 
     def __init__(self, pki: Pki, *, require_client_cert: bool = False) -> None:
@@ -134,6 +135,8 @@ class FakeTlsApiServer:
         self.idle_timeout = 30.0
         self.drop_after = 0
         self.slow_seconds = 1.0
+        self.release_slow = threading.Event()
+        self.slow_answered = threading.Event()
         self.list_size = 300
         self.lock = threading.Lock()
         self.connections = 0  # accepted so far
@@ -219,11 +222,13 @@ class _Handler(BaseHTTPRequestHandler):
             self._status(500, "etcdserver: request timed out")
         else:
             if name == "slow":
-                time.sleep(fake.slow_seconds)
+                fake.release_slow.wait(fake.slow_seconds)
             claim = fake.claim(namespace, name)
             if status is not None:
                 claim["status"] = status
             self._send(200, json.dumps(claim).encode())
+            if name == "slow":
+                fake.slow_answered.set()
 
     def _list(self, namespace: str) -> None:
         """Always chunked, in uneven pieces, as Go's server answers a big LIST."""

@@ -192,12 +192,18 @@ def ref_of(obj: Mapping[str, Any]) -> ClaimRef:
 
 @dataclass
 class FakeClaimGetter:
-    """In-memory ResourceClaims; 404 for unknown ones; optional per-claim failures and delay."""
+    """In-memory ResourceClaims; 404 for unknown ones; optional per-claim failures and delay.
+
+    ``rendezvous``: every GET waits there for its peers, so GETs made one after another never
+    get past it (its timeout is the hang guard); ``peak_in_flight``: the most GETs at once."""
 
     claims: dict[tuple[str, str], JsonObject] = field(default_factory=dict)
     unreachable: set[tuple[str, str]] = field(default_factory=set)
     delay: float = 0.0
+    rendezvous: threading.Barrier | None = None
     calls: int = 0
+    peak_in_flight: int = 0
+    _in_flight: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add(self, obj: Mapping[str, Any]) -> ClaimRef:
@@ -208,8 +214,16 @@ class FakeClaimGetter:
     def get_resource_claim(self, namespace: str, name: str) -> JsonObject:
         with self._lock:
             self.calls += 1
-        if self.delay:
-            time.sleep(self.delay)
+            self._in_flight += 1
+            self.peak_in_flight = max(self.peak_in_flight, self._in_flight)
+        try:
+            if self.rendezvous is not None:
+                self.rendezvous.wait(timeout=10)
+            if self.delay:
+                time.sleep(self.delay)
+        finally:
+            with self._lock:
+                self._in_flight -= 1
         if (namespace, name) in self.unreachable:
             raise KubeError(f"get resourceclaims/{namespace}/{name}: connection refused", status=None)
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -395,21 +396,19 @@ def test_status_writer_is_called_and_its_failures_ignored(world: World) -> None:
 
 
 def test_claim_gets_run_concurrently(world: World) -> None:
-    """32 claims whose GETs take 50 ms each are fetched in parallel, not one after another."""
-    import time
-
-    world.getter.delay = 0.05
+    """32 claims are fetched 16 at a time, not one after another: each GET waits for 15 others at
+    a barrier, which GETs made in turn never pass."""
+    workers = 16
+    world.getter.rendezvous = threading.Barrier(workers)
     refs = [
         world.getter.add(claim(f"u-{i}", results=[result("nic", NIC0 if i == 0 else "nic-0000-b0-00-0")]))
         for i in range(2)
     ]
     refs += [world.getter.add(claim(f"u-x{i}", results=[])) for i in range(30)]
-    start = time.monotonic()
-    out = world.driver().prepare_claims(refs)
-    elapsed = time.monotonic() - start
+    out = world.driver(max_get_workers=workers).prepare_claims(refs)
     assert len(out) == 32
     assert all(r.ok for r in out.values()), [r.error for r in out.values() if r.error]
-    assert elapsed < 0.05 * 32 / 3
+    assert world.getter.peak_in_flight == workers
 
 
 def test_written_files_leave_no_temp_files(world: World) -> None:

@@ -71,17 +71,17 @@ def test_without_health_source_only_dra_is_advertised(
     assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED  # type: ignore[attr-defined]
 
 
-def test_construct_to_registered_is_fast(
+def test_registered_the_moment_the_kubelet_notifies(
     make_server: Callable[..., KubeletPluginServer], fake: FakePlugin, client: KubeletClient
 ) -> None:
-    """From constructing the server to the kubelet's successful notify takes well under 1 s."""
-    t0 = time.monotonic()
+    """start() returns with the registration socket served, and the server counts as registered
+    as soon as the kubelet's notify is answered: nothing in between waits or polls."""
     srv = make_server(fake)
     srv.start()
+    assert stat.S_ISSOCK(Path(srv.registration_socket).lstat().st_mode)
+    assert not srv.wait_registered(0), "registered only once the kubelet says so"
     client.register(srv.registration_socket)
-    assert srv.wait_registered(1.0)
-    elapsed = time.monotonic() - t0
-    assert elapsed < 1.0, f"registered after {elapsed:.3f} s"
+    assert srv.wait_registered(0)
 
 
 def test_rolling_update_socket_names(

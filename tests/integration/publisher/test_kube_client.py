@@ -163,14 +163,14 @@ def test_error_mapping(
 
 
 def test_connection_refused_maps_to_unreachable(api: FakeApiServer, client: KubeClient) -> None:
-    """A stopped apiserver gives a transient KubeError without an HTTP status, quickly."""
+    """A stopped apiserver gives a transient KubeError without an HTTP status: the refusal itself,
+    not a timeout waited out."""
     api.stop()
-    start = time.monotonic()
     with pytest.raises(KubeError) as info:
         client.get_node(NODE)
     assert info.value.status is None and info.value.transient
     assert "refused" in str(info.value).lower()
-    assert time.monotonic() - start < 2.0
+    assert error_kind(info.value) == "unreachable"
     api.start()
     assert client.get_node(NODE)["metadata"]["name"] == NODE
 

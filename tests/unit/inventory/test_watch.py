@@ -76,16 +76,18 @@ def test_separate_bursts_fire_separately() -> None:
 
 
 def test_endless_storm_still_fires_after_max_delay() -> None:
-    """Events that never stop cannot starve the callback beyond max_delay_s."""
+    """Events that never stop cannot starve the callback beyond max_delay_s.
+
+    The quiet window is 30 s and the storm lasts until the callback comes (20 s at most, the hang
+    guard): only max_delay_s (0.3 s) can fire it while the storm goes on."""
     counter = _Counter()
-    debouncer = Debouncer(counter, window_s=0.2, max_delay_s=0.3)
+    debouncer = Debouncer(counter, window_s=30.0, max_delay_s=0.3)
     try:
-        start = time.monotonic()
-        while time.monotonic() - start < 1.0 and counter.calls == 0:
+        deadline = time.monotonic() + 20
+        while counter.calls == 0 and time.monotonic() < deadline:
             debouncer.trigger()
             time.sleep(0.02)
-        assert counter.calls >= 1
-        assert counter.times[0] - start < 0.9
+        assert counter.calls >= 1, "the storm starved the callback"
     finally:
         debouncer.close()
 

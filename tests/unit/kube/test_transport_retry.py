@@ -173,13 +173,12 @@ def test_partial_answer_is_not_retried(scripted: list[_ScriptedServer]) -> None:
 
 
 def test_timeout_is_not_retried_and_names_the_limit(scripted: list[_ScriptedServer]) -> None:
-    """A slow answer on a reused connection times out once, with a message naming the limit."""
+    """A slow answer on a reused connection times out once, with a message naming the limit: the
+    answer (0.3 s late) would have been a success, and a retry would be a second connection."""
     server, transport = _client(scripted, ["answer", "slow"], ["answer"], timeout=0.1)
     _get(transport)
-    start = time.monotonic()
     with pytest.raises(TimeoutError, match=r"read timeout of 0\.1 s"):
         _get(transport)
-    assert time.monotonic() - start < 0.25
     assert (server.accepted, server.requests) == (1, 2)
 
 

@@ -115,11 +115,9 @@ def test_close_from_another_thread_ends_a_blocked_read(watchers: list[_Watcher])
     reader = threading.Thread(target=read)
     reader.start()
     time.sleep(0.2)
-    started = time.monotonic()
     stream.close()
     reader.join(5)
-    assert not reader.is_alive()
-    assert time.monotonic() - started < 2.0  # not the 30 s deadline
+    assert not reader.is_alive(), "the read waited for its 30 s deadline"
     assert ended  # returned (b"") or raised: either way, no longer blocked
     assert watcher.client_gone.wait(5)
 
