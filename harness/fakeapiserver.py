@@ -164,6 +164,8 @@ class FakeApiServer:
         self._cond = threading.Condition()
         self._requests: list[RecordedRequest] = []
         self._faults: list[Fault] = []
+        #: (method, path part, seconds): matching requests are served, that much later
+        self._latencies: list[tuple[str, str, float]] = []
         self._server: ThreadingHTTPServer | None = None
         self._conns: set[socket.socket] = set()
         #: connections accepted so far (kept-alive requests share one)
@@ -283,6 +285,15 @@ class FakeApiServer:
         """Answer the next matching request(s) with an error status instead of serving them."""
         with self._cond:
             self._faults.append(fault)
+
+    def add_latency(self, seconds: float, *, method: str = "GET", path_contains: str = "") -> None:
+        """Serve matching requests normally, but ``seconds`` late (a slow apiserver, not a broken
+        one: unlike a :class:`Fault`, the answer is the real one). Rules add up when several match."""
+        with self._cond:
+            self._latencies.append((method, path_contains, seconds))
+
+    def _latency(self, method: str, path: str) -> float:
+        return sum(s for m, part, s in self._latencies if m in ("", method) and part in path)
 
     # -- store (callers hold self._cond) ---------------------------------------------------------
     def _save(self, key: tuple[str, str, str], obj: Obj, event: str) -> Obj:
@@ -624,6 +635,9 @@ class _Handler(BaseHTTPRequestHandler):
         with fake._cond:
             fake._requests.append(RecordedRequest(self.command, parts.path, parts.query))
             fault = fake._take_fault(self.command, parts.path, parts.query)
+            latency = fake._latency(self.command, parts.path)
+        if latency:
+            time.sleep(latency)
         if fault is not None:
             time.sleep(fault.delay)
             if fault.watch:

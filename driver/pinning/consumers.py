@@ -13,12 +13,16 @@ controller, never by a pod), at most once per claim at a time:
   containers, and a restarted driver, need no read;
 * the pod is not listed: it is not one (the backend refuses a CPU claim's container). The answer
   is kept for the pod a short while, so a pod that retries, or starts many containers, costs one
-  read, not one per container;
+  read, not one per container; a read another container was waiting for answers for its pod
+  too, so pods that name one claim at once cost one read, not one each;
 * the claim is gone (the apiserver answered 404, or another claim has its name): no pod is;
 * the read failed (unreachable, too slow, forbidden) or the claim's name is not known:
   :class:`~driver.errors.ConsumersUnknownError`, never taken as proof either way; the backend
   fails closed for a claim with CPUs. A failure is kept for the claim a moment, so an outage
   costs one read per claim per moment, not one per container.
+
+What is remembered answers without a read (:meth:`ConsumerCheck.remembered`): the NRI plugin
+asks that first, on its path that never waits, and sends only the rest to its bounded reads.
 
 The reader (:class:`ConsumerReader`) is injected where ``numadra run`` is wired: pinning sits
 above ``kube`` but knows only this protocol; ``driver.claims.consumers`` implements it over the
@@ -162,20 +166,9 @@ class ConsumerCheck:
         uid = binding.claim_uid
         for _ in range(2):  # a second round after waiting for another thread's read
             with self._lock:
-                known = self._learned.get(uid)
-                if (known is not None and pod_uid in known) or (
-                    binding.pods is not None and pod_uid in binding.pods
-                ):
-                    return _with(binding, known)
-                now = self._clock()
-                gone = self._gone.get(uid)
-                if gone is not None and now - gone[0] < self._negative_ttl:
-                    return self._gone_binding(binding, gone[1])
-                if pod_uid and now - self._not_consumer.get((uid, pod_uid), -1e18) < self._negative_ttl:
-                    return _with(binding, known)
-                failed = self._failed.get(uid)
-                if failed is not None and now - failed[0] < self._failure_ttl:
-                    raise ConsumersUnknownError(failed[1])
+                answered = self._remembered(binding, pod_uid)
+                if answered is not None:
+                    return answered
                 pending = self._reading.get(uid)
                 if pending is None:
                     pending = self._reading[uid] = _Read(threading.Event())
@@ -185,9 +178,38 @@ class ConsumerCheck:
                     f"the read of claim {binding.namespace}/{binding.name}'s consumers started for "
                     "another container has not finished"
                 )
+            got = pending.result
+            if got is not None and got.exists and pod_uid and pod_uid not in got.pods:
+                with self._lock:  # that read answers for this pod too: not one of its consumers
+                    self._remember_not_consumer(uid, pod_uid, self._clock())
         else:
             raise ConsumersUnknownError(f"the consumers of claim uid {uid} could not be learned")
         return self._read(binding, pod_uid, pending)
+
+    def remembered(self, binding: ClaimBinding, pod_uid: str) -> ClaimBinding | None:
+        """What :meth:`confirm` would answer from what it remembers, without a read: None when
+        the answer needs one. The NRI plugin asks this first, on the path that must never wait
+        for the apiserver (it raises as :meth:`confirm` does for a remembered failure or a claim
+        confirmed gone)."""
+        with self._lock:
+            return self._remembered(binding, pod_uid)
+
+    def _remembered(self, binding: ClaimBinding, pod_uid: str) -> ClaimBinding | None:
+        """The answer the remembered reads give (caller holds the lock); None: a read is needed."""
+        uid = binding.claim_uid
+        known = self._learned.get(uid)
+        if (known is not None and pod_uid in known) or (binding.pods is not None and pod_uid in binding.pods):
+            return _with(binding, known)
+        now = self._clock()
+        gone = self._gone.get(uid)
+        if gone is not None and now - gone[0] < self._negative_ttl:
+            return self._gone_binding(binding, gone[1])
+        if pod_uid and now - self._not_consumer.get((uid, pod_uid), -1e18) < self._negative_ttl:
+            return _with(binding, known)
+        failed = self._failed.get(uid)
+        if failed is not None and now - failed[0] < self._failure_ttl:
+            raise ConsumersUnknownError(failed[1])
+        return None
 
     def _read(self, binding: ClaimBinding, pod_uid: str, pending: _Read) -> ClaimBinding:
         """Ask the apiserver (this thread started the claim's read), then let the waiters go."""

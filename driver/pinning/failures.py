@@ -25,6 +25,7 @@ __all__ = [
     "REASON_NOT_PINNER",
     "REASON_NOT_RESERVED",
     "REASON_POOL_EMPTY",
+    "REASON_READS_BUSY",
     "REASON_TIMEOUT",
     "REASON_UNKNOWN_CLAIM",
     "PinFailure",
@@ -47,6 +48,9 @@ REASON_POOL_EMPTY = "pool_empty"
 REASON_NOT_PINNER = "not_pinner"
 #: the answer did not come within the runtime's time box, so it carried no adjustment
 REASON_TIMEOUT = "timeout"
+#: the claim's consumers needed a read, and the pod's namespace (or the node) had as many reads
+#: of the apiserver in flight as the NRI plugin allows
+REASON_READS_BUSY = "reads_busy"
 PIN_FAILURE_REASONS = (
     REASON_NOT_RESERVED,
     REASON_CONSUMERS_UNKNOWN,
@@ -56,6 +60,7 @@ PIN_FAILURE_REASONS = (
     REASON_POOL_EMPTY,
     REASON_NOT_PINNER,
     REASON_TIMEOUT,
+    REASON_READS_BUSY,
 )
 
 #: the runtime was told to refuse the container

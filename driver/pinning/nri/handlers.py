@@ -79,7 +79,9 @@ from driver.pinning.types import (
 __all__ = [
     "EVENTS",
     "ClaimLookup",
+    "Confirm",
     "Marker",
+    "NeedsRead",
     "PinningHandlers",
     "SharedPool",
     "TrackedContainer",
@@ -98,8 +100,35 @@ EVENTS = (
 ClaimLookup = Callable[[str], ClaimBinding | None]
 #: the CPUs containers without a claim may use now (online - claimed; reserved CPUs stay in)
 SharedPool = Callable[[], frozenset[int]]
+#: the binding with the consumers known for a pod that is not among the recorded ones
+#: (:meth:`ConsumerCheck.confirm`, or its read-free counterpart :func:`_remembered_only`)
+Confirm = Callable[[ClaimBinding, str], ClaimBinding]
 
 _log = get_logger("pinning.nri")
+
+
+class NeedsRead(Exception):  # noqa: N818  control flow, not an error
+    """The read-free path met a container whose answer needs a read of its claim's consumers.
+
+    Raised only by the ``*_read_free`` handlers, before they change any bookkeeping; the plugin
+    then hands the request to its bounded reads (:mod:`driver.pinning.nri.plugin`).
+    """
+
+    def __init__(self, binding: ClaimBinding) -> None:
+        super().__init__(f"the consumers of {describe_binding(binding)} must be read from the apiserver")
+        self.binding = binding
+
+
+def _remembered_only(check: ConsumerCheck) -> Confirm:
+    """The read-free path's :data:`Confirm`: what ``check`` remembers, else :class:`NeedsRead`."""
+
+    def confirm(binding: ClaimBinding, pod_uid: str) -> ClaimBinding:
+        known = check.remembered(binding, pod_uid)
+        if known is None:
+            raise NeedsRead(binding)
+        return known
+
+    return confirm
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +201,12 @@ class PinningHandlers:
     ``consumers`` learns a claim's pods from the apiserver when a container's pod is not a
     recorded consumer (without it only recorded pods bind); ``on_failure`` hears of every claim
     container refused or not pinned (without it they are only logged).
+
+    Two ways in for the calls that may need such a read: :meth:`create_container` and
+    :meth:`update_container` read when they must; :meth:`create_container_read_free` and
+    :meth:`update_container_read_free` never do (they answer from the records and what the check
+    remembers, or raise :class:`NeedsRead`), so the plugin can answer most containers on threads
+    that never wait for the apiserver.
     """
 
     def __init__(
@@ -184,7 +219,10 @@ class PinningHandlers:
     ) -> None:
         self._lookup = claim_lookup
         self._pool = node_shared_pool
-        self._consumers = consumers
+        #: how a pod that is not a recorded consumer is checked: with a read, or without (None: no
+        #: check at all, only recorded pods bind)
+        self._reads: Confirm | None = None if consumers is None else consumers.confirm
+        self._read_free: Confirm | None = None if consumers is None else _remembered_only(consumers)
         self._on_failure = on_failure
         self._lock = threading.Lock()
         self._containers: dict[str, TrackedContainer] = {}
@@ -258,7 +296,7 @@ class PinningHandlers:
             pod = pods.get(ctr.pod_sandbox_id) or nri.PodSandbox(id=ctr.pod_sandbox_id)
             stopped = ctr.state == nri.CONTAINER_STOPPED
             try:
-                marker = self._resolve(pod, ctr)
+                marker = self._resolve(pod, ctr, self._reads)
             except PinningError as exc:
                 if isinstance(exc, PinRefusedError) and exc.reason == REASON_CONSUMERS_UNKNOWN:
                     # not proof either way: leave it as it runs until its pod can be checked
@@ -303,18 +341,29 @@ class PinningHandlers:
         """Pin a container of a pod that holds the claim its marker names; others: the pool if on.
 
         A refusal (:class:`~driver.errors.PinningError`) is reported to the failure sink, then
-        raised: the runtime fails the container.
+        raised: the runtime fails the container. May read the claim's consumers (see the class).
         """
+        return self._create_container(req, self._reads)
+
+    def create_container_read_free(self, req: nri.CreateContainerRequest) -> nri.CreateContainerResponse:
+        """:meth:`create_container` without a read: :class:`NeedsRead` when the answer needs one."""
+        return self._create_container(req, self._read_free)
+
+    def _create_container(
+        self, req: nri.CreateContainerRequest, confirm: Confirm | None
+    ) -> nri.CreateContainerResponse:
         pod, ctr = req.pod, req.container
         try:
-            return self._create(pod, ctr)
+            return self._create(pod, ctr, confirm)
         except PinningError as exc:
             reason = exc.reason if isinstance(exc, PinRefusedError) else REASON_BAD_MARKER
             self.report(pod, ctr, reason, ACTION_REFUSED, str(exc))
             raise
 
-    def _create(self, pod: nri.PodSandbox, ctr: nri.Container) -> nri.CreateContainerResponse:
-        marker = self._resolve(pod, ctr)
+    def _create(
+        self, pod: nri.PodSandbox, ctr: nri.Container, confirm: Confirm | None
+    ) -> nri.CreateContainerResponse:
+        marker = self._resolve(pod, ctr, confirm)
         if marker is None:
             return self._create_other(pod, ctr)
         want = marker
@@ -379,8 +428,18 @@ class PinningHandlers:
         """Keep our pinning when the kubelet (in-place resize) or another plugin updates resources.
 
         The answer carries the claim's cpuset (or the pool's), not the update's; a container
-        numadra neither pinned nor confined to the pool is left alone.
+        numadra neither pinned nor confined to the pool is left alone. May read the claim's
+        consumers (see the class).
         """
+        return self._update_container(req, self._reads)
+
+    def update_container_read_free(self, req: nri.UpdateContainerRequest) -> nri.UpdateContainerResponse:
+        """:meth:`update_container` without a read: :class:`NeedsRead` when the answer needs one."""
+        return self._update_container(req, self._read_free)
+
+    def _update_container(
+        self, req: nri.UpdateContainerRequest, confirm: Confirm | None
+    ) -> nri.UpdateContainerResponse:
         ctr = req.container
         with self._lock:
             tracked = self._containers.get(ctr.id)
@@ -390,7 +449,7 @@ class PinningHandlers:
             marker = tracked.marker
         else:
             try:
-                marker = self._resolve(req.pod, ctr)
+                marker = self._resolve(req.pod, ctr, confirm)
             except PinningError as exc:
                 _log.warning(
                     "update of a container whose marker does not bind; not pinned",
@@ -443,7 +502,7 @@ class PinningHandlers:
             return None
         return marker
 
-    def _resolve(self, pod: nri.PodSandbox, ctr: nri.Container) -> Marker | None:
+    def _resolve(self, pod: nri.PodSandbox, ctr: nri.Container, confirm: Confirm | None) -> Marker | None:
         """What to pin ``ctr`` to (the journal's values), None for a container without a claim.
 
         Raises :class:`PinningError` for a marker that must be refused (see the module docstring).
@@ -455,10 +514,13 @@ class PinningHandlers:
         claimed = marker_from_env(ctr.env)
         if claimed is None:
             return None
-        return self._bind(pod, ctr, claimed)
+        return self._bind(pod, ctr, claimed, confirm)
 
-    def _bind(self, pod: nri.PodSandbox, ctr: nri.Container, claimed: Marker) -> Marker | None:
-        """Check a marker against the claim's record (and consumers) and return the record's values."""
+    def _bind(
+        self, pod: nri.PodSandbox, ctr: nri.Container, claimed: Marker, confirm: Confirm | None
+    ) -> Marker | None:
+        """Check a marker against the claim's record (and consumers, through ``confirm``) and return
+        the record's values."""
         who = _describe(pod, ctr)
         if self._lookup is None:
             raise PinRefusedError(
@@ -486,13 +548,13 @@ class PinningHandlers:
                 reason=REASON_UNKNOWN_CLAIM,
             )
         if (
-            self._consumers is not None
+            confirm is not None
             and pod.uid
             and not binding.reserved_for(pod.uid, pod.namespace)
             and binding.in_namespace(pod.namespace)
         ):
             try:
-                binding = self._consumers.confirm(binding, pod.uid)
+                binding = confirm(binding, pod.uid)
             except ConsumersUnknownError as exc:
                 message = (
                     f"{who} carries the pinning marker of {describe_binding(binding)}; its pod is "

@@ -3,7 +3,21 @@
 One socket, two directions (see ``wire.py``): the plugin calls ``Runtime.RegisterPlugin`` on
 multiplexed connection 2, and serves the ``Plugin`` service (Configure, Synchronize,
 CreateContainer, ...) that the runtime calls on connection 1. A reader thread demultiplexes
-frames; requests run on a small pool so that a slow request never stalls the socket.
+frames; requests run on small pools so that a slow request never stalls the socket.
+
+**Fast calls never wait behind slow ones.** Most containers are answered from the driver's own
+records: a container without a claim, or one whose pod is among its claim's recorded consumers.
+A pod the records do not list costs a read of the claim on the apiserver, and any pod can ask for
+one (its spec names a claim of its namespace that it does not hold). So the work is split by
+whether it can wait on the apiserver, and the two kinds never share a pool: every request is
+first answered on the answering pool by a handler that never reads (``*_read_free``, which raises
+:class:`~driver.pinning.nri.handlers.NeedsRead` instead); only a request that needs a read goes
+on, to the read pool, admitted by :class:`~driver.pinning.nri.readslots.ReadSlots` (a few reads
+per namespace, a bound for the node; beyond it the container is refused at once, reason
+``reads_busy``), and a thread of its own waits for that read within the time box. Synchronize,
+sent by the runtime once per connection, goes to the read pool directly. Four pools, each with
+one job: ``nri-dispatch`` decodes and answers, waiting only on ``nri-answer`` (handlers that
+never read); ``nri-read-wait`` waits for ``nri-read`` (handlers that may read).
 
 Container creation waits for this plugin, so every request is **time-boxed** (``handler_budget_s``,
 or less when the runtime's ttrpc timeout is shorter): a handler that has not answered by then is
@@ -37,6 +51,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeGuard
 
@@ -52,10 +67,18 @@ from driver.pinning.consumers import ConsumerCheck
 from driver.pinning.failures import (
     ACTION_REFUSED,
     REASON_NOT_PINNER,
+    REASON_READS_BUSY,
     REASON_TIMEOUT,
     PinFailureSink,
 )
-from driver.pinning.nri.handlers import ClaimLookup, PinningHandlers, SharedPool, marker_from_env
+from driver.pinning.nri.handlers import (
+    ClaimLookup,
+    NeedsRead,
+    PinningHandlers,
+    SharedPool,
+    marker_from_env,
+)
+from driver.pinning.nri.readslots import ReadSlots
 from driver.pinning.nri.wire import (
     MSG_REQUEST,
     MSG_RESPONSE,
@@ -99,6 +122,31 @@ _ADJUSTING = frozenset({"CreateContainer", "UpdateContainer", "Synchronize"})
 PINNER_LOCK_NAME = "nri-pinner.lock"
 
 
+@dataclass(frozen=True, slots=True)
+class _Method:
+    """How one Plugin method is served: its request type, the handler that never reads (run on
+    the answering pool) and the one that may read the apiserver (run on the read pool)."""
+
+    request_type: type[Message]
+    answer: _Handler | None
+    read: _Handler | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    """One decoded request: the method, its request, its time box and when it arrived."""
+
+    name: str
+    method: _Method
+    request: Message
+    budget: float
+    received: float
+
+    def time_left(self) -> float:
+        """What is left of the time box (the runtime's clock started at arrival)."""
+        return max(0.0, self.budget - (time.monotonic() - self.received))
+
+
 class NriPlugin:
     """The NRI plugin: connection, registration, dispatch with a time box, reconnects."""
 
@@ -118,6 +166,7 @@ class NriPlugin:
         takeover_wait_s: float = 0.3,
         consumers: ConsumerCheck | None = None,
         on_failure: PinFailureSink | None = None,
+        read_slots: ReadSlots | None = None,
     ) -> None:
         if len(index) != 2 or not index.isdigit():
             raise PinningError(f"NRI plugin index must be two digits, got {index!r}")
@@ -130,17 +179,29 @@ class NriPlugin:
         self._index = index
         self._budget = handler_budget_s
         self._register_timeout = register_timeout_s
-        self._methods: dict[str, tuple[type[Message], _Handler]] = {
-            "Configure": (nri.ConfigureRequest, self._configure),
-            "Synchronize": (nri.SynchronizeRequest, self.handlers.synchronize),
-            "Shutdown": (nri.Empty, self._shutdown),
-            "CreateContainer": (nri.CreateContainerRequest, self.handlers.create_container),
-            "UpdateContainer": (nri.UpdateContainerRequest, self.handlers.update_container),
-            "StopContainer": (nri.StopContainerRequest, self.handlers.stop_container),
-            "RemoveContainer": (nri.RemoveContainerRequest, self.handlers.remove_container),
+        h = self.handlers
+        self._methods: dict[str, _Method] = {
+            "Configure": _Method(nri.ConfigureRequest, self._configure),
+            "Synchronize": _Method(nri.SynchronizeRequest, None, h.synchronize),
+            "Shutdown": _Method(nri.Empty, self._shutdown),
+            "CreateContainer": _Method(
+                nri.CreateContainerRequest, h.create_container_read_free, h.create_container
+            ),
+            "UpdateContainer": _Method(
+                nri.UpdateContainerRequest, h.update_container_read_free, h.update_container
+            ),
+            "StopContainer": _Method(nri.StopContainerRequest, h.stop_container),
+            "RemoveContainer": _Method(nri.RemoveContainerRequest, h.remove_container),
         }
+        #: reads in flight, per namespace and in all (see the module docstring)
+        self.read_slots = read_slots or ReadSlots()
+        reads = self.read_slots.total + 1  # one more for Synchronize, which takes no slot
+        # never wait on the apiserver: decode, answer, wait only on the answering handlers
         self._dispatch = ThreadPoolExecutor(max_workers=8, thread_name_prefix="nri-dispatch")
-        self._work = ThreadPoolExecutor(max_workers=8, thread_name_prefix="nri-handler")
+        self._answer = ThreadPoolExecutor(max_workers=8, thread_name_prefix="nri-answer")
+        # may wait on the apiserver: as many threads as reads may be in flight, so none queues
+        self._read_waits = ThreadPoolExecutor(max_workers=reads, thread_name_prefix="nri-read-wait")
+        self._reads = ThreadPoolExecutor(max_workers=reads, thread_name_prefix="nri-read")
         self._state_lock = threading.Lock()
         self._write_lock = threading.Lock()
         self._sock: socket.socket | None = None
@@ -262,8 +323,8 @@ class NriPlugin:
         docstring, a follower must be able to take over before this connection goes)."""
         self._resign()
         self.disconnect()
-        self._dispatch.shutdown(wait=False, cancel_futures=True)
-        self._work.shutdown(wait=False, cancel_futures=True)
+        for pool in (self._dispatch, self._answer, self._read_waits, self._reads):
+            pool.shutdown(wait=False, cancel_futures=True)
 
     # -- one pinner ------------------------------------------------------------------------------
 
@@ -393,8 +454,50 @@ class NriPlugin:
         return out
 
     def _serve(self, stream_id: int, payload: bytes, received: float) -> None:
-        """Answer one request from the runtime, within the time box counted from its arrival."""
-        response = self._respond(payload, received)
+        """Answer one request from the runtime (on ``nri-dispatch``): at once when its handler
+        needs no read; else hand it to the read pool, or refuse it when its reads are full."""
+        call = self._decode(payload, received)
+        if isinstance(call, ttrpc.Response):
+            self._reply(stream_id, call)
+            return
+        if call.method.answer is not None:
+            try:
+                job = self._answer.submit(call.method.answer, call.request)
+            except RuntimeError:  # closing: the pools are shut down
+                return
+            answered = self._outcome(call, job)
+            if not isinstance(answered, NeedsRead):
+                self._reply(stream_id, answered)
+                return
+        namespace = _read_namespace(call.request)
+        if namespace is not None and not self.read_slots.take(namespace):
+            self._reply(stream_id, self._reads_busy(call, self.read_slots.why_not(namespace)))
+            return
+        try:
+            self._read_waits.submit(self._serve_read, stream_id, call, namespace)
+        except RuntimeError:
+            if namespace is not None:
+                self.read_slots.give_back(namespace)
+
+    def _serve_read(self, stream_id: int, call: _Call, namespace: str | None) -> None:
+        """Answer a request whose handler may read (on ``nri-read-wait``), within its time box;
+        the read's slot goes back when the handler returns, also after the box ran out."""
+        assert call.method.read is not None
+        try:
+            job = self._reads.submit(call.method.read, call.request)
+        except RuntimeError:
+            if namespace is not None:
+                self.read_slots.give_back(namespace)
+            return
+        if namespace is not None:
+            job.add_done_callback(lambda _job: self.read_slots.give_back(namespace))
+        answered = self._outcome(call, job)
+        if isinstance(answered, NeedsRead):  # a reading handler reads instead; a bug if not
+            _log.error("NRI handler asked for a read on the read path", method=call.name)
+            answered = _status(_INTERNAL, f"{call.name} failed: {answered}")
+        self._reply(stream_id, answered)
+
+    def _reply(self, stream_id: int, response: ttrpc.Response) -> None:
         try:
             self._send(
                 encode_frame(PLUGIN_SERVICE_CONN, stream_id, MSG_RESPONSE, response.SerializeToString())
@@ -402,28 +505,41 @@ class NriPlugin:
         except PinningError as exc:
             _log.warning("could not send NRI response", error=str(exc))
 
-    def _respond(self, payload: bytes, received: float) -> ttrpc.Response:
-        decoded = self._decode(payload)
-        if isinstance(decoded, ttrpc.Response):
-            return decoded
-        method, handler, request, budget = decoded
+    def _outcome(self, call: _Call, job: Future[Message]) -> ttrpc.Response | NeedsRead:
+        """The answer of a handler's ``job``, waited for within what is left of the time box."""
         started = time.monotonic()
-        job = self._work.submit(handler, request)
         try:
-            # time spent queued for a dispatcher counts: the runtime's clock started at arrival
-            result = job.result(timeout=max(0.0, budget - (started - received)))
+            result = job.result(timeout=call.time_left())
         except concurrent.futures.TimeoutError:
-            return self._timed_out(method, request, budget)
+            return self._timed_out(call.name, call.request, call.budget)
+        except NeedsRead as need:
+            return need
         except PinningError as exc:
-            _log.error("NRI request refused", method=method, error=str(exc))
+            _log.error("NRI request refused", method=call.name, error=str(exc))
             return _status(_FAILED_PRECONDITION, str(exc))
         except Exception as exc:  # a handler bug must not kill the connection
-            _log.exception("NRI handler failed", method=method)
-            return _status(_INTERNAL, f"{method} failed: {exc}")
-        _log.debug("NRI request served", method=method, took_ms=(time.monotonic() - started) * 1e3)
-        if method in _ADJUSTING:
-            return self._as_pinner(method, request, result)
+            _log.exception("NRI handler failed", method=call.name)
+            return _status(_INTERNAL, f"{call.name} failed: {exc}")
+        _log.debug("NRI request served", method=call.name, took_ms=(time.monotonic() - started) * 1e3)
+        if call.name in _ADJUSTING:
+            return self._as_pinner(call.name, call.request, result)
         return ttrpc.Response(payload=result.SerializeToString())
+
+    def _reads_busy(self, call: _Call, why: str) -> ttrpc.Response:
+        """The answer when a read is needed and its namespace (or the node) has all it may have:
+        like a time box run out, a claim container is refused (reported; the kubelet retries it)
+        and anything else gets no adjustment."""
+        if self._is_claim_container(call.request):
+            message = (
+                f"{_describe_request(call.request)}: its pod is not among its claim's recorded "
+                f"consumers and {why}: refusing it (the kubelet retries the container)"
+            )
+            self.handlers.report(
+                call.request.pod, call.request.container, REASON_READS_BUSY, ACTION_REFUSED, message
+            )
+            return _status(_FAILED_PRECONDITION, message)
+        _log.warning("NRI read refused, answering with no adjustment", method=call.name, why=why)
+        return ttrpc.Response(payload=b"")
 
     def _as_pinner(self, method: str, request: Message, result: Message) -> ttrpc.Response:
         """An adjusting answer: the adjustment when this process pins, none when another one does
@@ -473,8 +589,8 @@ class NriPlugin:
         except PinningError:
             return True
 
-    def _decode(self, payload: bytes) -> ttrpc.Response | tuple[str, _Handler, Message, float]:
-        """The method, handler, request and time box of a ttrpc request, or an error response."""
+    def _decode(self, payload: bytes, received: float) -> ttrpc.Response | _Call:
+        """The method, request and time box of a ttrpc request, or an error response."""
         envelope = ttrpc.Request()
         try:
             envelope.ParseFromString(payload)
@@ -483,8 +599,7 @@ class NriPlugin:
         entry = self._methods.get(envelope.method) if envelope.service == PLUGIN_SERVICE else None
         if entry is None:
             return _status(_UNIMPLEMENTED, f"{envelope.service}/{envelope.method} is not implemented")
-        request_type, handler = entry
-        request = request_type()
+        request = entry.request_type()
         try:
             request.ParseFromString(envelope.payload)
         except DecodeError as exc:
@@ -494,7 +609,7 @@ class NriPlugin:
             budget = min(budget, 0.8 * self._runtime_timeout_s)  # answer well before the runtime gives up
         if envelope.timeout_nano > 0:
             budget = min(budget, envelope.timeout_nano / 1e9)
-        return envelope.method, handler, request, budget
+        return _Call(envelope.method, entry, request, budget, received)
 
     def _configure(self, request: nri.ConfigureRequest) -> nri.ConfigureResponse:
         """Remember the runtime's request timeout (it bounds the time box), then subscribe."""
@@ -504,6 +619,14 @@ class NriPlugin:
     def _shutdown(self, _request: nri.Empty) -> nri.Empty:
         _log.info("runtime is shutting down")
         return nri.Empty()
+
+
+def _read_namespace(request: Message) -> str | None:
+    """Whose reads a request counts against: its pod's namespace; None for Synchronize (sent by
+    the runtime once per connection, not by a pod), which takes no slot."""
+    if isinstance(request, nri.CreateContainerRequest | nri.UpdateContainerRequest):
+        return request.pod.namespace
+    return None
 
 
 def _describe_request(request: nri.CreateContainerRequest) -> str:

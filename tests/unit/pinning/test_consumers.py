@@ -166,3 +166,52 @@ def test_concurrent_containers_of_one_claim_share_one_read() -> None:
         t.join(10)
     assert answers == [True] * 8
     assert len(reader.reads) == 1
+
+
+def test_pods_that_wait_on_one_read_are_answered_by_it() -> None:
+    """Eight pods that do not hold the claim ask at once: the one read answers them all (before,
+    each pod whose UID the read did not list started a read of its own after it)."""
+    gate = threading.Event()
+    reader = FakeReader({"u1": ClaimConsumers(pods=frozenset({"pod-a"}))}, gate=gate)
+    check, _ = _check(reader)
+    answers: list[bool] = []
+    threads = [
+        threading.Thread(
+            target=lambda p=f"pod-x{i}": answers.append(check.confirm(CPUS, p).reserved_for(p, "ml"))
+        )
+        for i in range(8)
+    ]
+    for t in threads:
+        t.start()
+    while not reader.reads:
+        threading.Event().wait(0.01)
+    gate.set()
+    for t in threads:
+        t.join(10)
+    assert answers == [False] * 8
+    assert len(reader.reads) == 1
+
+
+def test_remembered_answers_without_a_read_or_says_a_read_is_needed() -> None:
+    """``remembered`` never reads: None until a read taught the answer, then the same answer as
+    ``confirm`` (a consumer, a pod that is not one, a failure kept for the claim)."""
+    reader = FakeReader({"u1": ClaimConsumers(pods=frozenset({"pod-a", "pod-b"}))})
+    clock = Clock()
+    check, _ = _check(reader, clock)
+    assert check.remembered(CPUS, "pod-a") == CPUS  # recorded: no read needed
+    assert check.remembered(CPUS, "pod-b") is None
+    assert check.remembered(CPUS, "pod-c") is None
+    assert reader.reads == []
+    check.confirm(CPUS, "pod-c")
+    learned = check.remembered(CPUS, "pod-b")
+    assert learned is not None and learned.reserved_for("pod-b", "ml")
+    negative = check.remembered(CPUS, "pod-c")
+    assert negative is not None and not negative.reserved_for("pod-c", "ml")
+    assert len(reader.reads) == 1
+    failing = FakeReader(failing=True)
+    check2, _ = _check(failing, clock)
+    with pytest.raises(ConsumersUnknownError):
+        check2.confirm(CPUS, "pod-b")
+    with pytest.raises(ConsumersUnknownError, match="unreachable"):
+        check2.remembered(CPUS, "pod-b")
+    assert len(failing.reads) == 1
