@@ -592,6 +592,8 @@ def _tunnel(
     """
     host = f"[{settings.host}]" if ":" in settings.host else settings.host
     target = f"{host}:{settings.port}"
+    if _CONTROL_OR_SPACE.search(target):
+        raise ValueError(f"invalid CONNECT target {target!r}")
     lines = [f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n"]
     for name, value in proxy.tunnel_headers().items():
         if _CONTROL.search(value):
