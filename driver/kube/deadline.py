@@ -27,7 +27,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["BLOCKING_CALLS", "Deadline", "PacedSocket", "PacedTlsSocket", "open_tcp", "start_tls"]
+__all__ = [
+    "BLOCKING_CALLS",
+    "Deadline",
+    "PacedSocket",
+    "PacedTlsSocket",
+    "WaitTimeoutError",
+    "open_tcp",
+    "start_tls",
+]
 
 #: every method of a socket (plain or TLS) that can wait on the network; each is paced
 BLOCKING_CALLS = (
@@ -81,8 +89,9 @@ class Deadline:
         return self.left() <= REARM
 
 
-class _PacedTimeoutError(TimeoutError):
-    """A timeout whose message already says which phase and which bound."""
+class WaitTimeoutError(TimeoutError):
+    """A socket wait of a request ended: its message says which phase and which bound (the
+    phase's own timeout, or the request's deadline)."""
 
 
 class _Paced:
@@ -116,7 +125,7 @@ class _Paced:
         """
         left = self.deadline.left()
         if left <= 0:
-            raise _PacedTimeoutError(self._over())
+            raise WaitTimeoutError(self._over())
         timeout = min(self.per_op, left)
         if not -REARM < timeout - self._armed < REARM:
             self.settimeout(timeout)  # type: ignore[attr-defined]
@@ -126,10 +135,10 @@ class _Paced:
         self.arm()
         try:
             count: int = super().recv_into(*args)  # type: ignore[misc]
-        except _PacedTimeoutError:
+        except WaitTimeoutError:
             raise
         except TimeoutError as exc:
-            raise _PacedTimeoutError(self._timeout_message()) from exc
+            raise WaitTimeoutError(self._timeout_message()) from exc
         self.received += count
         self.eof = self.eof or not count
         return count
@@ -150,10 +159,10 @@ def _paced(name: str) -> Callable[..., Any]:
         self.arm()
         try:
             return getattr(super(_Paced, self), name)(*args, **kwargs)
-        except _PacedTimeoutError:
+        except WaitTimeoutError:
             raise
         except TimeoutError as exc:
-            raise _PacedTimeoutError(self._timeout_message()) from exc
+            raise WaitTimeoutError(self._timeout_message()) from exc
 
     call.__name__ = call.__qualname__ = name
     call.__doc__ = f"``{name}``, waiting at most until the phase's deadline."
