@@ -11,7 +11,8 @@ Kept in its own module so that every layer can raise and catch these without imp
     │   ├── CpuExhaustedError        not enough free CPUs on the requested NUMA node
     │   ├── PinRefusedError(reason)  a container's pinning marker is refused; reason: a short label
     │   └── ConsumersUnknownError    a claim's consumers could not be read from the apiserver
-    ├── KubeError                    the apiserver could not be reached or refused a call
+    ├── KubeError                    the apiserver could not be reached or refused a call;
+    │                                carries the answer's ApiStatus when it was one
     ├── ClaimError(claim_uid)        one claim cannot be prepared/unprepared; carries the UID
     │   └── ConfigDecodeError        the claim's opaque configuration is invalid
     ├── UntrustedFileError(path)     a file read is refused: a link, not a regular file, too large,
@@ -26,8 +27,10 @@ caller instead of stopping the driver, as the Go helper does with ``ErrRecoverab
 from __future__ import annotations
 
 import errno
+from dataclasses import dataclass
 
 __all__ = [
+    "ApiStatus",
     "ClaimError",
     "ConfigDecodeError",
     "ConfigError",
@@ -93,6 +96,25 @@ class ConsumersUnknownError(PinningError):
     refused the read, or the claim's name is not known); never proof that a pod is not one."""
 
 
+@dataclass(frozen=True, slots=True)
+class ApiStatus:
+    """The apiserver's own word on a failed call: the answer's body, when it was a JSON object of
+    ``kind: Status``, ``apiVersion: v1`` (``driver.kube.status.parse_status``).
+
+    Kept apart from the HTTP status because only this says *which* object the answer is about: a
+    proxy's or a gateway's 404 page has the same HTTP status and names nothing. ``name``,
+    ``group`` and ``kind`` are the Status' ``details`` ("" where absent; ``kind`` is the
+    resource, e.g. ``resourceclaims``).
+    """
+
+    reason: str  # "NotFound", "Conflict", "AlreadyExists"...; "" where absent
+    code: int  # the Status' own code (0 where absent)
+    message: str = ""
+    name: str = ""
+    group: str = ""
+    kind: str = ""
+
+
 class KubeError(DriverError):
     """A call to the Kubernetes apiserver failed.
 
@@ -100,6 +122,9 @@ class KubeError(DriverError):
     callers can tell "not found" (404) from "conflict" (409) without parsing text. ``transient``
     says whether retrying the same call later may succeed (unreachable, 409, 429, 5xx);
     ``retry_after`` the seconds the answer's ``Retry-After`` asked to wait (429, 503), if any.
+    ``api_status`` is the answer's Status object, None when the body was anything else (an HTML
+    page, a proxy's text): only a Status may decide that an object is gone
+    (``driver.kube.status.is_not_found``), never the message text.
     """
 
     def __init__(
@@ -112,6 +137,7 @@ class KubeError(DriverError):
         status: int | None = None,
         transient: bool = False,
         retry_after: float | None = None,
+        api_status: ApiStatus | None = None,
     ) -> None:
         super().__init__(message)
         self.verb = verb
@@ -120,6 +146,7 @@ class KubeError(DriverError):
         self.status = status
         self.transient = transient
         self.retry_after = retry_after
+        self.api_status = api_status
 
 
 class ClaimError(DriverError):

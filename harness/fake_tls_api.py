@@ -217,7 +217,8 @@ class _Handler(BaseHTTPRequestHandler):
         if name == "forbidden":
             self._status(403, f'resourceclaims.resource.k8s.io "{name}" is forbidden: User cannot get')
         elif name == "missing":
-            self._status(404, f'resourceclaims.resource.k8s.io "{name}" not found')
+            details = {"name": name, "group": "resource.k8s.io", "kind": "resourceclaims"}
+            self._status(404, f'resourceclaims.resource.k8s.io "{name}" not found', "NotFound", details)
         elif name == "broken":
             self._status(500, "etcdserver: request timed out")
         else:
@@ -247,8 +248,20 @@ class _Handler(BaseHTTPRequestHandler):
             offset, size = offset + len(piece), size * 3 + 7
         self.wfile.write(b"0\r\n\r\n")
 
-    def _status(self, code: int, message: str) -> None:
-        status = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message, "code": code}
+    def _status(
+        self, code: int, message: str, reason: str = "", details: dict[str, str] | None = None
+    ) -> None:
+        status: dict[str, Any] = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "status": "Failure",
+            "message": message,
+            "code": code,
+        }
+        if reason:
+            status["reason"] = reason
+        if details is not None:
+            status["details"] = details
         self._send(code, json.dumps(status).encode())
 
     def _send(self, code: int, data: bytes) -> None:

@@ -62,6 +62,7 @@ _ROUTES = [
         "resourceclaims",
     ),
 ]
+_CORE = frozenset({"nodes", "events"})  # the resources of the core group ("" in a Status' details)
 _SLICE_FIELDS = {"spec.nodeName", "spec.driver", "spec.pool.name", "metadata.name"}
 _TAINT_EFFECTS = {"None", "NoSchedule", "NoExecute"}
 _CONTINUE_VERSION = "meta.k8s.io/v1"
@@ -73,9 +74,17 @@ _CONFLICT = (
 
 
 class _HttpError(Exception):
-    def __init__(self, code: int, reason: str, message: str) -> None:
+    def __init__(self, code: int, reason: str, message: str, details: Obj | None = None) -> None:
         super().__init__(message)
-        self.code, self.reason, self.message = code, reason, message
+        self.code, self.reason, self.message, self.details = code, reason, message, details
+
+
+def _not_found(resource: str, name: str, qualified: str = "") -> _HttpError:
+    """The apiserver's NotFound for one object, with the ``details`` naming it (the message
+    names the resource as ``qualified``, ``resource`` if empty)."""
+    group = "" if resource in _CORE else "resource.k8s.io"
+    details = {"name": name, "kind": resource, **({"group": group} if group else {})}
+    return _HttpError(404, "NotFound", f'{qualified or resource} "{name}" not found', details)
 
 
 @dataclass(frozen=True, slots=True)
@@ -381,7 +390,7 @@ class FakeApiServer:
     def _get(self, key: tuple[str, str, str]) -> Obj:
         obj = self._store.objects.get(key)
         if obj is None:
-            raise _HttpError(404, "NotFound", f'{key[0]} "{key[2]}" not found')
+            raise _not_found(key[0], key[2])
         return copy.deepcopy(obj)
 
     def _list_claims(self, namespace: str, query: dict[str, str]) -> Obj:
@@ -529,7 +538,7 @@ class FakeApiServer:
             raise _HttpError(400, "BadRequest", "PATCH is not supported without fieldManager for apply")
         claim = self._store.objects.get(key)
         if claim is None:
-            raise _HttpError(404, "NotFound", f'resourceclaims.resource.k8s.io "{key[2]}" not found')
+            raise _not_found("resourceclaims", key[2], "resourceclaims.resource.k8s.io")
         allocated = {_device_key(r) for r in allocation_results(claim)}
         applied = list((body.get("status") or {}).get("devices") or [])
         for i, entry in enumerate(applied):
@@ -664,7 +673,7 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             code, obj = fake.handle(self.command, parts.path, query, body)
         except _HttpError as exc:
-            code, obj = exc.code, _status(exc.code, exc.reason, exc.message)
+            code, obj = exc.code, _status(exc.code, exc.reason, exc.message, exc.details)
         except yaml.YAMLError as exc:
             code, obj = 400, _status(400, "BadRequest", f"undecodable body: {exc}")
         self._reply(code, obj)
@@ -746,8 +755,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
 
 
-def _status(code: int, reason: str, message: str) -> Obj:
-    return {
+def _status(code: int, reason: str, message: str, details: Obj | None = None) -> Obj:
+    status: Obj = {
         "kind": "Status",
         "apiVersion": "v1",
         "status": "Failure",
@@ -755,3 +764,6 @@ def _status(code: int, reason: str, message: str) -> Obj:
         "code": code,
         "message": message,
     }
+    if details is not None:
+        status["details"] = details
+    return status

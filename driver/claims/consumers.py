@@ -6,9 +6,11 @@ over the driver's apiserver client, and :class:`ConsumerRecords` writes what was
 claim's journal entry, off the runtime's path, so a restarted driver still knows those pods.
 
 What counts as "confirmed gone" is narrow on purpose, because a gone claim's adopted entry is
-released (``driver.claims.adopted``): a 404 whose message names the claim (an apiserver that does
-not serve the API at all answers 404 too, without the name), or the claim's name holding a claim
-with another UID. An outage, a timeout, a 403 or any other answer is "not known".
+released (``driver.claims.adopted``): the apiserver's NotFound Status for this very claim
+(:func:`driver.kube.status.is_not_found`: a proxy's 404 page, or an apiserver that does not serve
+the API, answers 404 too and names nothing), or the claim's name holding a claim with another
+UID. An outage, a timeout, a 403 or any other answer is "not known", and the check runs again
+later.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from contextlib import AbstractContextManager
 
 from driver.claims.driver import ClaimsDriver, reserved_pods
 from driver.errors import ConsumersUnknownError, DriverError, KubeError
+from driver.kube.status import is_not_found
 from driver.kube.types import ClaimGetter
 from driver.log import get_logger
 from driver.pinning.consumers import GONE_NOT_FOUND, GONE_REPLACED, ClaimConsumers
@@ -54,7 +57,7 @@ class ApiConsumerReader:
         try:
             obj = self._claims.get_resource_claim(namespace, name)
         except KubeError as exc:
-            if exc.status == 404 and f'"{name}" not found' in str(exc):
+            if is_not_found(exc, "resourceclaims", name):
                 return ClaimConsumers(gone=GONE_NOT_FOUND, detail=f"{namespace}/{name} not found")
             raise ConsumersUnknownError(f"cannot read claim {namespace}/{name}: {exc}") from exc
         meta = obj.get("metadata")

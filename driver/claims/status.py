@@ -40,6 +40,7 @@ from driver.health.netinfo import IpSource, host_ip_source, netdev_dir
 from driver.inventory.model import Gpu, Inventory, Nic, NumaNode
 from driver.inventory.sysfs import read_text
 from driver.kube.backoff import RetryPolicy
+from driver.kube.status import is_not_found
 from driver.kube.types import JsonObject, allocation_results
 from driver.log import get_logger
 from driver.plugin import DeviceHealth, HealthState, PreparedDevice
@@ -118,7 +119,7 @@ class ClaimStatusWriter:
         """Apply a Ready entry per prepared allocated device; returns the entries sent.
 
         Raises :class:`KubeError` (callers log it and keep the prepare: status is informational).
-        A claim deleted meanwhile (404) is not an error.
+        A claim deleted meanwhile (the apiserver's NotFound Status for it) is not an error.
         """
         meta = claim.get("metadata") or {}
         entries = self.entries(claim, prepared)
@@ -204,7 +205,7 @@ class ClaimStatusWriter:
         try:
             self._api.apply_claim_status(namespace, name, entries, self.field_manager)
         except KubeError as err:
-            if err.status == 404:
+            if is_not_found(err, "resourceclaims", name):  # the apiserver's word, not any 404
                 self._backoff.succeeded()
                 _log.info("claim gone, no status to write", claim=f"{namespace}/{name}", claim_uid=uid)
                 return

@@ -15,10 +15,10 @@ Why this shape:
   with a :class:`~driver.errors.ConfigError`.
 * Every component shares one client (:func:`shared_client`).
 * Every failure becomes a :class:`~driver.errors.KubeError` carrying verb, resource, name, HTTP
-  status and a 429's ``Retry-After``, mapped in exactly one place (:func:`_raise_for`,
-  :func:`_transport_error`). The client never retries by itself (beyond the transport's one
-  resend of an idempotent request on a connection the server closed): the loops that call it do,
-  under :class:`~driver.kube.backoff.RetryPolicy`.
+  status, a 429's ``Retry-After`` and the answer's Status object (:mod:`driver.kube.status`),
+  mapped in exactly one place (:func:`_raise_for`, :func:`_transport_error`). The client never
+  retries by itself (beyond the transport's one resend of an idempotent request on a connection
+  the server closed): the loops that call it do, under :class:`~driver.kube.backoff.RetryPolicy`.
 * A claim read (GET or LIST) ends by ``read_deadline`` seconds (``--claim-read-timeout``,
   :data:`DEFAULT_READ_DEADLINE` by default), whatever the apiserver does: the transport cuts every
   socket wait at the deadline. A prepare call makes at most two reads in a row (a LIST, then GETs
@@ -39,6 +39,7 @@ from driver import __version__
 from driver.errors import ConfigError, KubeError
 from driver.kube.incluster import InCluster
 from driver.kube.kubeconfig import Kubeconfig
+from driver.kube.status import parse_status
 from driver.kube.transport import Stream, Transport, TransportSettings
 from driver.kube.types import JsonObject
 
@@ -102,7 +103,8 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
 def _raise_for(
     verb: str, resource: str, name: str, status: int, body: bytes, *, headers: Mapping[str, str] | None = None
 ) -> None:
-    """Raise the KubeError for a non-2xx answer, quoting the apiserver's own Status message."""
+    """Raise the KubeError for a non-2xx answer, quoting the apiserver's own Status message and
+    carrying the Status itself (None for any other body: it decides nothing)."""
     message = ""
     try:
         decoded = json.loads(body)
@@ -118,6 +120,7 @@ def _raise_for(
         status=status,
         transient=status in _TRANSIENT,
         retry_after=_retry_after(headers or {}),
+        api_status=parse_status(body),
     )
 
 

@@ -4,18 +4,19 @@ Why this shape (figures: bench/README.md, ``bench/transport.py``): a claim GET i
 prepare, and the standard library's ``http.client`` spent more CPU reading an answer's head
 (through the ``email`` package) than TLS spent on the whole exchange. So the answers are read by
 ``httptools`` (the llhttp parser, compiled; strict about framing), the request head is written
-here in one piece, and the sockets are the standard library's. ``http.client`` only opens the
-connection (the TCP connect and a proxy's ``CONNECT`` tunnel). What this module adds, and why it
-exists at all:
+here in one piece, and the sockets are the standard library's. What this module adds, and why
+it exists at all:
 
-* An overall deadline per request. A per-read timeout alone is reset by every byte, so a server
-  (or a proxy in front of one) that trickles a byte a second held a prepare call for minutes.
-  The sockets are :class:`socket.socket` and :class:`ssl.SSLSocket` subclasses (the latter
-  through the documented ``SSLContext.sslsocket_class``) whose every ``recv_into`` and
-  ``sendall`` waits at most until the request's deadline.
-* Bounded answers: the head of an answer (interim ``1xx`` answers included) may take at most
-  ``MAX_HEAD`` bytes and ``MAX_FIELDS`` fields, a body ``max_body`` bytes, a watch line a limit
-  of its own. An interim answer other than ``100 Continue`` is refused: nobody here asks for one.
+* One deadline per request, through every phase: the TCP connect, a proxy's ``CONNECT`` reply,
+  the TLS handshake, sending, the answer's head and body. A per-read timeout alone is reset by
+  every byte, so a server or a proxy that trickles a byte a second held a prepare call for
+  minutes. The sockets of :mod:`driver.kube.deadline` cut every wait at the deadline; the
+  connection is opened here too (not by ``http.client``, whose tunnel read the proxy's reply with
+  per-read timeouts only and without a bound on its header lines).
+* Bounded heads and answers: every head (a proxy's ``CONNECT`` reply, interim ``1xx`` answers
+  included) may take at most ``MAX_HEAD`` bytes and ``MAX_FIELDS`` fields, a body ``max_body``
+  bytes, a watch line a limit of its own. An interim answer other than ``100 Continue`` is
+  refused: nobody here asks for one.
 * Complete answers only: an answer the server's EOF cuts off before its framing says it is over
   (a sized body short of its length, a chunked one without its last chunk) raises
   :class:`ConnectionClosedError`, never a shorter body.
@@ -25,7 +26,8 @@ exists at all:
   declare idempotent is never resent, the server may have acted on it.
 * A watch (:meth:`Transport.stream`) reads line by line on a connection of its own, may be closed
   from another thread, and tells an end from a cut.
-* A proxy is a ``CONNECT`` tunnel (:mod:`driver.kube.proxy` decides which).
+* A proxy is a ``CONNECT`` tunnel (:mod:`driver.kube.proxy` decides which); only its ``200``
+  opens it, and a byte it sends past its reply, before the server may speak, is refused.
 
 Connections are pooled last-in first-out (the warmest first), at most ``max_idle`` kept; one
 that the server closed while idle is noticed at checkout. Failures are plain exceptions (the
@@ -36,19 +38,17 @@ that the server closed while idle is noticed at checkout. Failures are plain exc
 from __future__ import annotations
 
 import contextlib
-import http.client
 import re
 import select
 import socket
 import ssl
 import threading
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import httptools
 
+from driver.kube.deadline import Deadline, PacedSocket, PacedTlsSocket, open_tcp, start_tls
 from driver.kube.proxy import Proxy
 
 __all__ = [
@@ -71,8 +71,6 @@ MAX_FIELDS = 100
 DEFAULT_MAX_BODY = 64 * 1024 * 1024
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")  # never allowed in a header value
 _CONTROL_OR_SPACE = re.compile(r"[\x00-\x20\x7f]")  # never allowed in a method, target or name
-#: a socket timeout is only reset when it would change by this much (seconds)
-_REARM = 0.1
 #: bytes asked of the socket per read
 _READ_SIZE = 64 * 1024
 #: statuses whose answers never have a body
@@ -125,7 +123,7 @@ class TransportSettings:
         if self.cert_file:
             ctx.load_cert_chain(self.cert_file, self.key_file or None)
         ctx.set_alpn_protocols(["http/1.1"])
-        ctx.sslsocket_class = _PacedTlsSocket
+        ctx.sslsocket_class = PacedTlsSocket
         return ctx
 
 
@@ -137,107 +135,6 @@ class Response:
     body: bytes
     headers: Mapping[str, str] = field(default_factory=dict)  # names in lower case
     keep_alive: bool = True
-
-
-class _Paced:
-    """What the driver's sockets add: every receive and send ends by the request's deadline.
-
-    Mixed into :class:`socket.socket` (plain http) and :class:`ssl.SSLSocket` (https). Per request
-    the pool sets ``deadline`` (monotonic) and ``read_timeout``; the socket counts the bytes of the
-    answer (the resend rule needs to know whether any came) and notices the server's EOF.
-    """
-
-    deadline = float("inf")
-    read_timeout = 0.0
-    received = 0
-    eof = False
-    _armed = -1.0  # the socket's timeout as last set
-
-    def start_answer(self, deadline: float, read_timeout: float) -> None:
-        """Arm for a new request: its deadline and per-read timeout, nothing received yet."""
-        self.deadline, self.read_timeout = deadline, read_timeout
-        self.received, self.eof = 0, False
-
-    def arm(self) -> None:
-        """Set the timeout of the next socket operation: the per-read one, cut at the deadline.
-
-        ``settimeout`` is skipped while the value would change by less than ``_REARM`` seconds,
-        which is what a fast answer sees (the deadline is then kept to within ``_REARM``).
-        """
-        left = self.deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError(f"no complete answer by the deadline ({self.received} bytes received)")
-        timeout = min(self.read_timeout, left)
-        if not -_REARM < timeout - self._armed < _REARM:
-            self.settimeout(timeout)  # type: ignore[attr-defined]
-            self._armed = timeout
-
-    def recv_into(self, buffer: Any, *args: Any) -> int:
-        self.arm()
-        try:
-            count: int = super().recv_into(buffer, *args)  # type: ignore[misc]
-        except TimeoutError as exc:
-            raise TimeoutError(self._timeout_message()) from exc
-        self.received += count
-        self.eof = self.eof or not count
-        return count
-
-    def sendall(self, data: Any, *args: Any) -> None:
-        self.arm()
-        try:
-            super().sendall(data, *args)  # type: ignore[misc]
-        except TimeoutError as exc:
-            raise TimeoutError(self._timeout_message()) from exc
-
-    def _timeout_message(self) -> str:
-        if time.monotonic() >= self.deadline - _REARM:
-            return f"no complete answer by the deadline ({self.received} bytes received)"
-        return f"no answer within the read timeout of {self.read_timeout:g} s"
-
-
-class _PacedSocket(_Paced, socket.socket):
-    """A plain TCP socket with the request's deadline (http servers: tests, benches)."""
-
-
-class _PacedTlsSocket(_Paced, ssl.SSLSocket):
-    """A TLS socket with the request's deadline (made by ``SSLContext.wrap_socket``)."""
-
-
-class _Dialer(http.client.HTTPConnection):
-    """Opens one connection: ``http.client``'s TCP connect (and ``CONNECT`` tunnel when the
-    settings name a proxy), then the TLS handshake when they say https, with the name to check
-    taken from the settings (``tls-server-name``) instead of the URL's host. No request goes
-    through ``http.client``: the socket is handed to :class:`_Connection`."""
-
-    def __init__(
-        self, settings: TransportSettings, tls: ssl.SSLContext | None, connect_timeout: float
-    ) -> None:
-        proxy = settings.proxy
-        if proxy is None:
-            super().__init__(settings.host, settings.port, timeout=connect_timeout)
-        else:
-            super().__init__(proxy.host, proxy.port, timeout=connect_timeout)
-            self.set_tunnel(settings.host, settings.port, headers=proxy.tunnel_headers())
-        self.numadra_settings = settings
-        self.numadra_tls = tls
-
-    def dial(self) -> _PacedSocket | _PacedTlsSocket:
-        """The connected (tunnelled, TLS-wrapped) socket, ready for a request."""
-        self.connect()
-        settings, plain = self.numadra_settings, self.sock
-        self.sock = None  # the socket is the caller's from here
-        try:
-            for level, option, value in settings.socket_options:
-                plain.setsockopt(level, option, value)
-            if self.numadra_tls is None:
-                return _PacedSocket(fileno=plain.detach())
-            name = settings.server_hostname or settings.host
-            wrapped = self.numadra_tls.wrap_socket(plain, server_hostname=name)
-        except BaseException:
-            plain.close()
-            raise
-        assert isinstance(wrapped, _PacedTlsSocket)  # the context's sslsocket_class
-        return wrapped
 
 
 class _AfterTheEndError(Exception):
@@ -376,7 +273,7 @@ class _Connection:
 
     __slots__ = ("buffer", "reused", "sock")
 
-    def __init__(self, sock: _PacedSocket | _PacedTlsSocket) -> None:
+    def __init__(self, sock: PacedSocket | PacedTlsSocket) -> None:
         self.sock = sock
         self.reused = False
         self.buffer = bytearray(_READ_SIZE)
@@ -386,19 +283,22 @@ class _Connection:
         head: bytes,
         body: bytes,
         *,
-        deadline: float,
+        deadline: Deadline,
         read_timeout: float,
         max_body: int,
+        phase: str = "answer",
+        per_op_name: str = "read timeout",
     ) -> _Answer:
-        """Send one request and read its answer's head (status and fields) by ``deadline``."""
+        """Send one request and read its answer's head (status and fields) by ``deadline``,
+        each wait at most ``read_timeout``; the head is bounded (``MAX_HEAD``, ``MAX_FIELDS``)."""
         sock = self.sock
-        sock.start_answer(deadline, read_timeout)
+        sock.pace(deadline, read_timeout, phase, per_op_name)
         sock.sendall(head + body if body else head)  # one write: one TLS record, one segment
         answer = _Answer(max_body)
         while not answer.head_done:  # reads stop at the bound: a head that passes it never ends
             left = MAX_HEAD + 1 - sock.received
             if left <= 0:
-                raise ProtocolError(f"the answer's head (interim answers included) is over {MAX_HEAD} bytes")
+                raise ProtocolError(f"the {phase}'s head (interim answers included) is over {MAX_HEAD} bytes")
             self.read_some(answer, min(left, _READ_SIZE))
         return answer
 
@@ -559,7 +459,7 @@ class Transport:
             raise ValueError(f"invalid method {method!r}")
         head = self._head(method, target, headers, body)
         limit = self.deadline if deadline is None else deadline
-        ends = time.monotonic() + limit
+        ends = Deadline(limit)
         try:
             conn = self._checkout(ends)
             try:
@@ -576,7 +476,7 @@ class Transport:
                 conn.close()
                 raise
         except TimeoutError as exc:
-            if time.monotonic() < ends:
+            if not ends.over():
                 raise  # a connect or per-read timeout, its message says which
             raise TimeoutError(f"{method} exceeded its deadline of {limit:g} s: {exc}") from exc
         self._checkin(conn, response.keep_alive)
@@ -591,7 +491,7 @@ class Transport:
         connection never goes back to the pool.
         """
         head = self._head("GET", target, headers, b"")
-        ends = time.monotonic() + deadline
+        ends = Deadline(deadline)
         conn = self._connect(ends)
         try:
             answer = conn.start(head, b"", deadline=ends, read_timeout=deadline, max_body=1 << 62)
@@ -609,7 +509,7 @@ class Transport:
             conn.close()
 
     # -- internals -------------------------------------------------------------------------------
-    def _exchange(self, conn: _Connection, head: bytes, body: bytes, ends: float) -> Response:
+    def _exchange(self, conn: _Connection, head: bytes, body: bytes, ends: Deadline) -> Response:
         """One request and its whole answer, by ``ends``."""
         answer = conn.start(head, body, deadline=ends, read_timeout=self.timeout, max_body=self.max_body)
         conn.read_rest(answer)
@@ -635,7 +535,7 @@ class Transport:
         except UnicodeEncodeError as exc:
             raise ValueError(f"invalid header: {exc.reason}") from exc
 
-    def _checkout(self, deadline: float) -> _Connection:
+    def _checkout(self, deadline: Deadline) -> _Connection:
         while True:
             with self._lock:
                 conn = self._idle.pop() if self._idle else None
@@ -659,14 +559,57 @@ class Transport:
         for conn in idle:
             conn.close()
 
-    def _connect(self, deadline: float) -> _Connection:
-        timeout = min(self.connect_timeout, deadline - time.monotonic())
-        if timeout <= 0:
-            raise TimeoutError("no time left to connect")
-        dialer = _Dialer(self.settings, self._tls, timeout)
+    def _connect(self, deadline: Deadline) -> _Connection:
+        """A new connection, by ``deadline``: TCP connect, the proxy's tunnel, the TLS handshake;
+        each wait at most :attr:`connect_timeout`."""
+        settings, per_op = self.settings, self.connect_timeout
+        proxy = settings.proxy
+        host, port = (proxy.host, proxy.port) if proxy else (settings.host, settings.port)
+        sock = open_tcp(host, port, deadline, per_op)
         try:
-            return _Connection(dialer.dial())
-        except TimeoutError as exc:
-            raise TimeoutError(f"connect timed out after {timeout:g} s") from exc
-        finally:
-            dialer.close()
+            for level, option, value in settings.socket_options:
+                sock.setsockopt(level, option, value)
+            if proxy is not None:
+                _tunnel(_Connection(sock), settings, proxy, deadline, per_op)
+        except BaseException:
+            sock.close()
+            raise
+        if self._tls is None:
+            return _Connection(sock)
+        name = settings.server_hostname or settings.host
+        return _Connection(start_tls(sock, self._tls, name, deadline, per_op))
+
+
+def _tunnel(
+    conn: _Connection, settings: TransportSettings, proxy: Proxy, deadline: Deadline, per_op: float
+) -> None:
+    """Open a ``CONNECT`` tunnel to the server through the proxy on ``conn``, by ``deadline``.
+
+    The proxy's reply is a head like any answer's, read under the same bounds; only a ``200``
+    opens the tunnel, and the proxy may send nothing past its reply (the server speaks only after
+    the client, in HTTP and in TLS alike), so a byte there is refused rather than taken as the
+    server's.
+    """
+    host = f"[{settings.host}]" if ":" in settings.host else settings.host
+    target = f"{host}:{settings.port}"
+    if _CONTROL_OR_SPACE.search(target):
+        raise ValueError(f"invalid CONNECT target {target!r}")
+    lines = [f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n"]
+    for name, value in proxy.tunnel_headers().items():
+        if _CONTROL.search(value):
+            raise ValueError(f"invalid header {name!r} for the proxy: control characters are not allowed")
+        lines.append(f"{name}: {value}\r\n")
+    lines.append("\r\n")
+    reply = conn.start(
+        "".join(lines).encode("latin-1"),
+        b"",
+        deadline=deadline,
+        read_timeout=per_op,
+        max_body=MAX_HEAD,
+        phase="proxy CONNECT reply",
+        per_op_name="connect timeout",
+    )
+    if reply.status != 200:
+        raise OSError(f"Tunnel connection failed: {reply.status} (proxy {proxy.host}:{proxy.port})")
+    if reply.body:
+        raise ProtocolError(f"the proxy sent {len(reply.body)} bytes past its CONNECT reply")

@@ -15,7 +15,8 @@ controller, never by a pod), at most once per claim at a time:
   is kept for the pod a short while, so a pod that retries, or starts many containers, costs one
   read, not one per container; a read another container was waiting for answers for its pod
   too, so pods that name one claim at once cost one read, not one each;
-* the claim is gone (the apiserver answered 404, or another claim has its name): no pod is;
+* the claim is gone (the apiserver's NotFound Status for it, or another claim has its name): no
+  pod is;
 * the read failed (unreachable, too slow, forbidden) or the claim's name is not known:
   :class:`~driver.errors.ConsumersUnknownError`, never taken as proof either way; the backend
   fails closed for a claim with CPUs. A failure is kept for the claim a moment, so an outage
@@ -68,7 +69,7 @@ _PRUNE_ABOVE = 1024
 _log = get_logger("pinning.consumers")
 
 
-#: :attr:`ClaimConsumers.gone`: the apiserver answered 404 for the claim's name
+#: :attr:`ClaimConsumers.gone`: the apiserver's NotFound Status named the claim
 GONE_NOT_FOUND = "not_found"
 #: :attr:`ClaimConsumers.gone`: the claim's name holds a claim with another UID
 GONE_REPLACED = "replaced"
@@ -99,8 +100,9 @@ class ConsumerReader(Protocol):
     """Reads one claim's consumers from the apiserver, within a deadline.
 
     Raises :class:`~driver.errors.ConsumersUnknownError` when the answer is not known (no answer
-    in time, apiserver unreachable, the read refused); a 404 for the claim, or a claim of another
-    UID under its name, is a :class:`ClaimConsumers` with ``gone`` set.
+    in time, apiserver unreachable, the read refused, any other 404); a NotFound Status for the
+    claim, or a claim of another UID under its name, is a :class:`ClaimConsumers` with ``gone``
+    set.
     """
 
     def __call__(self, namespace: str, name: str, claim_uid: str, /) -> ClaimConsumers:

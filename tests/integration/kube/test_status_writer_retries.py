@@ -17,6 +17,7 @@ import pytest
 
 from driver.claims.status import ClaimStatusWriter
 from driver.claims.statusqueue import AsyncStatusWriter
+from driver.errors import KubeError
 from driver.inventory.model import Inventory
 from driver.kube.backoff import RetryPolicy
 from driver.kube.client import KubeClient
@@ -125,3 +126,20 @@ def test_a_write_refused_for_good_is_not_retried(api: FakeApiServer, client: Kub
     finally:
         status.close()
     assert _patches(api) == 2
+
+
+def test_only_the_apiservers_not_found_makes_a_status_write_moot(
+    api: FakeApiServer, client: KubeClient
+) -> None:
+    """A claim the apiserver says is gone (its NotFound Status naming the claim) needs no status;
+    any other 404 (a proxy's or gateway's, a Status naming nothing) is a failed write, reported,
+    never taken for "the claim is gone"."""
+    writer = ClaimStatusWriter(client, driver_name=DRIVER, inventory=Inventory(), ip_source=lambda _: [])
+    writer.clear("ns", "gone", "uid-gone")  # the fake's own NotFound for the claim: nothing to write
+    page = b'<html><p>resourceclaims.resource.k8s.io "c1" not found</p></html>'
+    api.inject_fault(Fault(404, method="PATCH", body=page))
+    api.inject_fault(Fault(404, method="PATCH"))  # a Status, but one that names no claim
+    for _ in range(2):
+        with pytest.raises(KubeError) as info:
+            writer.clear("ns", "c1", "uid-1")
+        assert info.value.status == 404

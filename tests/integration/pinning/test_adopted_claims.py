@@ -9,15 +9,19 @@ never existed was adopted and held its GPU forever.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from driver.claims.adopted import AdoptedClaims
 from driver.claims.consumers import ApiConsumerReader
 from driver.errors import ConsumersUnknownError
+from driver.kube.client import KubeClient
 from driver.kubelet.serialize import SerializeLock
 from driver.pinning.consumers import ClaimConsumers
 from driver.pinning.types import format_cpulist
 from harness.fake_nri_runtime import container, pod
+from harness.fake_tls_api import write_kubeconfig
 from tests.integration.claims._world import GPU0, claim, cpu_result, result
 from tests.integration.pinning._node import (
     PinningNode,
@@ -26,6 +30,7 @@ from tests.integration.pinning._node import (
     journal_entry,
     reserved,
 )
+from tests.support.oneshot import OneShotServer
 
 pytestmark = pytest.mark.fault
 
@@ -103,14 +108,16 @@ def test_a_rebuilt_claim_binds_exactly_the_pods_of_its_reservation(node: Pinning
     assert node.check is not None and node.check.reads == 1  # the neighbour's read listed POD_A too
 
 
-def _sweeper(node: PinningNode, clock: Clock, grace_s: float = 300.0) -> AdoptedClaims:
+def _sweeper(
+    node: PinningNode, clock: Clock, grace_s: float = 300.0, kube: KubeClient | None = None
+) -> AdoptedClaims:
     assert node.driver is not None and node.index is not None
     lock = SerializeLock(node.world.plugin_dir / "serialize.lock")
     lock.open()
     node.closers.append(lock.close)
     return AdoptedClaims(
         node.driver.inner,
-        ApiConsumerReader(node.kube(read_deadline=2.0)),
+        ApiConsumerReader(kube or node.kube(read_deadline=2.0)),
         hold=lock.hold,
         on_change=node.index.invalidate,
         grace_s=grace_s,
@@ -229,3 +236,58 @@ def test_the_reader_tells_gone_from_unknown(node: PinningNode) -> None:
     node.api.stop()
     with pytest.raises(ConsumersUnknownError, match="cannot read claim ml/live"):
         reader("ml", "live", VICTIM)
+
+
+def _answer_404(content_type: str, body: bytes) -> bytes:
+    head = f"HTTP/1.1 404 Not Found\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
+    return head.encode() + b"Connection: close\r\n\r\n" + body
+
+
+#: 404s that are not the apiserver's word about the claim, each quoting the text that once decided
+NOT_THE_APISERVER = [
+    pytest.param(
+        _answer_404(
+            "text/html",
+            b'<html><body><h1>404</h1><p>resourceclaims "ghost" not found</p></body></html>',
+        ),
+        id="html-page",
+    ),
+    pytest.param(_answer_404("text/plain", b'resourceclaims.resource.k8s.io "ghost" not found'), id="text"),
+    pytest.param(
+        _answer_404(
+            "application/json",
+            b'{"kind":"Status","apiVersion":"v1","reason":"NotFound","code":404,'
+            b'"message":"resourceclaims.resource.k8s.io \\"ghost\\" not found",'
+            b'"details":{"name":"other","group":"resource.k8s.io","kind":"resourceclaims"}}',
+        ),
+        id="status-for-another-claim",
+    ),
+]
+
+
+@pytest.mark.parametrize("wire", NOT_THE_APISERVER)
+def test_a_404_that_is_not_the_apiservers_status_never_releases_a_claim(
+    node: PinningNode, wire: bytes, tmp_path: Path
+) -> None:
+    """The attacker (a proxy, a gateway, a misrouted request) answers 404 with a page quoting
+    ``resourceclaims "ghost" not found``: before the fix that text released the adopted claim
+    and its GPU. Only a NotFound Status naming this claim may; this decides nothing, the claim
+    stays held and is checked again."""
+    _phantom(node)
+    stand_in = OneShotServer(wire)
+    path = write_kubeconfig(tmp_path / "stand-in", stand_in.url, cluster={}, user={"token": "t"})
+    kube = KubeClient(path, timeout=2.0, connect_timeout=0.5, read_deadline=2.0)
+    clock = Clock()
+    sweeper = _sweeper(node, clock, grace_s=10, kube=kube)
+    try:
+        for _ in range(3):
+            sweeper.check()
+            clock.now += 100
+    finally:
+        kube.close()
+        stand_in.close()
+    assert len(stand_in.requests) >= 2  # asked, and asked again later
+    assert journal_entry(node.world, VICTIM) is not None
+    assert (node.world.cdi_dir / f"numadra.dev_claim_{VICTIM}.json").exists()
+    assert sweeper.releases == {"not_found": 0, "replaced": 0}
+    assert not _gpu_claim_prepares(node)  # the GPU stays with the held claim
