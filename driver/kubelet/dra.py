@@ -41,8 +41,10 @@ class DriverCallError(Exception):
 class ClaimCalls:
     """Version-neutral prepare/unprepare: check references, read claims, serialize, call the driver.
 
-    The reads and the lock are :mod:`driver.kubelet.claims`'s; the lock is held around the driver
-    call only, never around the apiserver reads.
+    The references are checked here, once (:func:`driver.kubelet.translate.check_claims`); the
+    reads and the lock are :mod:`driver.kubelet.claims`'s (:func:`~driver.kubelet.claims.prepare_checked`,
+    which does not check them again); the lock is held around the driver call only, never around
+    the apiserver reads.
     """
 
     def __init__(
@@ -65,7 +67,7 @@ class ClaimCalls:
         results: Mapping[str, PrepareResult] = {}
         if check.valid:
             results = self._call_driver(
-                lambda refs: claim_layer.prepare(
+                lambda refs: claim_layer.prepare_checked(
                     self._plugin, self._fetcher, self._hold, refs, self._on_refused
                 ),
                 check.valid,
