@@ -436,7 +436,13 @@ def serve(config: RunConfig, signals: Signals, shutdown: Shutdown | None = None)
         def stop_asked() -> bool:
             return _acted_on(signals, shutdown, core.housekeeping.request_rescan)
 
-        core.kubelet.wait_registered(config.registration_wait, until=stop_asked)
+        core.kubelet.on_registered(shutdown.wake)  # the registration wakes the wait, as a signal does
+        deadline = time.monotonic() + config.registration_wait
+        while not (stop_asked() or core.kubelet.registered.is_set()):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            shutdown.wait(left)
         if not stop_asked():
             lifecycle.start(build_background(core).steps)
             frozen = freeze_startup_heap()  # the start-up objects never become garbage
