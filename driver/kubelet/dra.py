@@ -153,7 +153,7 @@ class DraServicer:
         self.api = api
 
     def add_to(self, server: grpc.Server) -> None:
-        """Serve this servicer's methods (as they are now: guard them first) on ``server``."""
+        """Serve this servicer's methods on ``server`` (the call slots are the server's interceptor)."""
         self.api.services.add_DRAPluginServicer_to_server(self, server)
 
     def NodePrepareResources(  # noqa: N802 (gRPC method name)
