@@ -1,6 +1,6 @@
 """The default of every ``numadra`` option, in one place.
 
-The CLI's flags, their ``--help`` and :class:`driver.app.RunConfig` all take their defaults from
+The CLI's flags, their ``--help`` and :class:`driver.config.RunConfig` all take their defaults from
 here, and so do the components that have a default of their own (the kubelet's directories, the
 NRI socket, the hook path), so that a default changed here is changed everywhere. This module
 sits in the lowest layer and imports nothing of the driver: any module may read it.

@@ -11,7 +11,7 @@ allocation counts, would walk all of them again and again before the registratio
 appears, and again while the kubernetes client is imported after it (bench/startup.py times the
 start).
 :func:`main` turns it off first; ``run`` turns it on when its start-up is over
-(:func:`driver.cli.run.serve`, after freezing the start-up heap), every other command before its
+(:func:`driver.cli.runloop.serve`, after freezing the start-up heap), every other command before its
 handler runs.
 """
 

@@ -4,40 +4,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import socket
 import sys
 from typing import Any
 
 from driver.cli.options import parent
+from driver.config import check_driver_name, check_node_name, default_node_name
 from driver.errors import ConfigError
 from driver.inventory.cpulist import parse_cpulist
 
 __all__ = ["check_driver_name", "check_node_name", "default_node_name", "register"]
-
-
-def default_node_name() -> str:
-    """``NODE_NAME`` from the environment, else the host name lower-cased (as the kubelet does)."""
-    return os.environ.get("NODE_NAME") or socket.gethostname().lower()
-
-
-def check_node_name(name: str, where: str = "--node-name") -> str:
-    """``name`` if the apiserver takes it as a node (and pool) name; else ConfigError naming ``where``."""
-    from driver.names import is_dns_subdomain
-
-    if not is_dns_subdomain(name):
-        raise ConfigError(f"{where} {name!r} is not a valid node name (DNS subdomain)")
-    return name
-
-
-def check_driver_name(name: str, where: str = "--driver-name") -> str:
-    """``name`` if it is a valid DRA driver name; else ConfigError naming ``where``."""
-    from driver.names import is_dns_subdomain
-    from driver.slices.limits import MAX_DRIVER_NAME
-
-    if not is_dns_subdomain(name, MAX_DRIVER_NAME):
-        raise ConfigError(f"{where} {name!r} is not a DNS subdomain of at most {MAX_DRIVER_NAME} characters")
-    return name
 
 
 def register(sub: Any) -> None:

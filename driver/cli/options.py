@@ -1,24 +1,39 @@
 """The options of the ``numadra`` subcommands, each declared once, and the parent parsers made of them.
 
-An :class:`Option` holds a flag's help, its default (from :mod:`driver.defaults`, as the text a
-flag or an environment variable would carry) and, for ``numadra run``, its environment variables.
-The options several subcommands take are in :data:`SHARED`; a subcommand takes the ones it needs
-through :func:`parent` (``add_parser(..., parents=[parent("--host-root", ...)])``), so every
-subcommand shows the same help for the same flag. ``numadra run`` declares its own options
-with the same type and reads every option from its environment variable too (``with_env``): its
-parser leaves a flag that was not given at None, and :func:`driver.cli.run.config_from_args`
-falls back to the variable, then to the default.
+The options of ``numadra run`` are the fields of :class:`driver.config.RunConfig` that carry a
+:class:`~driver.config.Flag` (:func:`config_options`): the flag is the field's name, the default
+the field's (as the text a flag or an environment variable would carry), the choices the values of
+its ``Literal`` or enum type, a ``bool`` a ``--x/--no-x`` switch. Each becomes an :class:`Option`,
+which declares it on a parser. The options several subcommands take (``Flag.shared``) are in
+:data:`SHARED`; a subcommand takes the ones it needs through :func:`parent`
+(``add_parser(..., parents=[parent("--host-root", ...)])``), so every subcommand shows the same
+help for the same flag. ``numadra run`` reads every option from its environment variable too
+(``with_env``): its parser leaves a flag that was not given at None, and
+:func:`driver.cli.runflags.config_from_args` falls back to the variable, then to the default.
 """
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, fields
+from enum import Enum
 from pathlib import Path
+from types import UnionType
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
-from driver import defaults
+from driver.config import FLAG, Flag, Parse, RunConfig
 
-__all__ = ["SHARED", "Option", "env_name", "parent"]
+__all__ = [
+    "RUN_OPTIONS",
+    "SHARED",
+    "ConfigOption",
+    "Option",
+    "choices_of",
+    "config_options",
+    "default_text",
+    "env_name",
+    "parent",
+]
 
 
 def env_name(flag: str) -> str:
@@ -80,63 +95,83 @@ class Option:
         )
 
 
-def _bool(value: bool) -> str:
-    return "true" if value else "false"
+@dataclass(frozen=True, slots=True)
+class ConfigOption:
+    """A flagged field of a config dataclass: its :class:`Option`, its type and its extra check."""
+
+    option: Option
+    #: the field's type, resolved (``typing.get_type_hints``)
+    hint: Any
+    parse: Parse | None
 
 
-#: the options more than one subcommand takes, by flag
+def _unwrap_optional(hint: Any) -> Any:
+    """``X`` of ``X | None``; any other type unchanged."""
+    args = get_args(hint)
+    if get_origin(hint) in (UnionType, Union) and len(args) == 2 and type(None) in args:
+        return next(a for a in args if a is not type(None))
+    return hint
+
+
+def choices_of(hint: Any) -> tuple[str, ...]:
+    """The values a field of type ``hint`` takes: a ``Literal``'s, or a string enum's; else ()."""
+    hint = _unwrap_optional(hint)
+    if get_origin(hint) is Literal:
+        return tuple(str(value) for value in get_args(hint))
+    if isinstance(hint, type) and issubclass(hint, Enum):
+        return tuple(str(member.value) for member in hint)
+    return ()
+
+
+def default_text(value: object) -> str:
+    """A field's default as ``--help`` shows it and as a flag would carry it ("": none shown)."""
+    if value is MISSING or value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, Enum):
+        return str(value.value)
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, frozenset | set | tuple | list):
+        return ",".join(str(v) for v in sorted(value))
+    return str(value)
+
+
+def config_options(config: type) -> tuple[ConfigOption, ...]:
+    """The options of ``config``'s fields that carry a :class:`~driver.config.Flag`, in field order.
+
+    Flag ``--<field-name>``; default, choices and switch-ness read from the field (module docstring).
+    """
+    hints = get_type_hints(config)
+    found: list[ConfigOption] = []
+    for item in fields(config):
+        spec = item.metadata.get(FLAG)
+        if not isinstance(spec, Flag):
+            continue
+        hint = hints[item.name]
+        option = Option(
+            "--" + item.name.replace("_", "-"),
+            spec.help,
+            default_text(item.default),
+            env=spec.env,
+            choices=choices_of(hint),
+            boolean=hint is bool,
+            path=spec.path,
+            metavar=spec.metavar,
+        )
+        found.append(ConfigOption(option, hint, spec.parse))
+    return tuple(found)
+
+
+#: every option of ``numadra run``: the flagged fields of :class:`~driver.config.RunConfig`
+RUN_OPTIONS: tuple[ConfigOption, ...] = config_options(RunConfig)
+
+#: the options more than one subcommand takes, by flag (the run options marked ``shared``)
 SHARED: dict[str, Option] = {
-    o.flag: o
-    for o in (
-        Option(
-            "--node-name", "node and pool name (default: $NODE_NAME, else the host name)", env=("NODE_NAME",)
-        ),
-        Option("--driver-name", "DRA driver name", defaults.DRIVER_NAME),
-        Option("--host-root", "where the host's /sys, /proc and /dev are mounted", str(defaults.HOST_ROOT)),
-        Option(
-            "--plugin-dir",
-            f"the driver's sockets, journal and metadata (default {defaults.PLUGINS_DIR}/<driver>)",
-            path=True,
-        ),
-        Option(
-            "--cdi-dir", "where the driver writes the claims' CDI specs", str(defaults.CDI_DIR), path=True
-        ),
-        Option(
-            "--kubeconfig",
-            "kubeconfig file (default: the in-cluster service account)",
-            env=(env_name("--kubeconfig"), "KUBECONFIG"),
-        ),
-        Option(
-            "--reserved-cpus",
-            'CPUs never handed out and kept out of the "cpus" capacity, kernel list format ("0-1,64")',
-            metavar="LIST",
-        ),
-        Option(
-            "--isolated-cpus",
-            "whether the kernel's isolcpus= CPUs count in the cpus capacity and are handed out",
-            defaults.ISOLATED_CPUS,
-            choices=("include", "exclude"),
-        ),
-        Option(
-            "--node-allocatable",
-            "publish nodeAllocatableResources on cpu devices (KEP-5517, alpha)",
-            _bool(defaults.NODE_ALLOCATABLE),
-            boolean=True,
-        ),
-        Option(
-            "--numa-node-list",
-            "publish resource.kubernetes.io/numaNode as the KEP-6072 list: the node, then the "
-            "same-socket nodes at the minimum SLIT distance (needs the DRAListTypeAttributes gate)",
-            _bool(defaults.NUMA_NODE_LIST),
-            boolean=True,
-        ),
-        Option(
-            "--nvidia-driver-root",
-            "host path of the NVIDIA driver's files, mounted into CUDA containers without the "
-            "toolkit's CDI spec",
-            defaults.NVIDIA_DRIVER_ROOT,
-        ),
-    )
+    o.option.flag: o.option
+    for o in RUN_OPTIONS
+    if RunConfig.__dataclass_fields__[o.option.dest].metadata[FLAG].shared
 }
 
 

@@ -8,9 +8,10 @@ Nothing here knows about GPUs, NICs or what an allocation's devices mean: the ch
 ones that hold for every driver (references, UID, ``status.allocation``).
 
 Modules: ``paths`` (socket names), ``serialize`` (thread + flock lock), ``translate`` (pure message
-conversion and protocol-level checks), ``claims`` (reads, claim checks, the locked driver call),
-``admission`` (call slots), ``registration``, ``dra``, ``health`` (the gRPC services) and
-``server``. This ``__init__`` imports none of them, so importing the package does not load grpc.
+conversion and the one check of a call's claim references), ``claims`` (reads, claim checks, the
+locked driver call), ``admission`` (call slots) and ``door`` (calls held until attach), both gRPC
+server interceptors, ``registration``, ``dra``, ``health`` (the gRPC services) and ``server``.
+This ``__init__`` imports none of them, so importing the package does not load grpc.
 
 Error model of NodePrepareResources / NodeUnprepareResources: a bad claim reference, a claim that
 cannot be read or fails the claim checks, or a claim the driver failed is a per-claim ``error``

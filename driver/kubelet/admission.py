@@ -13,10 +13,10 @@ health stream after a pause) instead of waiting for a thread. The server's pool 
 slot plus a few spare ones to answer those refusals, so an admitted call never waits for a thread
 and a slow kind only ever fills its own slots.
 
-The slots are taken by the servicers' own methods, wrapped once when the server is built
-(:meth:`CallSlots.guard`), not by a gRPC server interceptor: grpc runs an interceptor on its one
-polling thread for every call and builds a new method handler each time, a cost every call pays
-on the one thread that polls for all of them.
+The slots are a gRPC server interceptor, so every version of every service on the socket is
+counted by the method's name, whatever servicer serves it. grpc asks an interceptor for the handler
+of every call on its one polling thread; the admitting handler of a method is built once and kept
+(keyed by the handler it wraps), so a call pays a dictionary lookup there, not a new handler.
 """
 
 from __future__ import annotations
@@ -24,13 +24,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import grpc
 
+from driver.errors import DriverError
 from driver.log import get_logger
 
-__all__ = ["CallKind", "CallSlots"]
+__all__ = ["Behavior", "CallKind", "CallSlots", "Interceptor", "behavior_of", "handler_with", "method_name"]
 
 _log = get_logger("kubelet.admission")
 
@@ -49,8 +50,6 @@ _BY_METHOD = {
     "NodeUnprepareResources": CallKind.UNPREPARE,
     "NodeWatchResources": CallKind.HEALTH,
 }
-#: the kinds whose method is a server stream; the others are unary
-_STREAMING = frozenset({CallKind.HEALTH})
 
 #: threads beyond the slots: they only answer refusals (and calls of no kind), which return at once
 SPARE_THREADS = 4
@@ -60,8 +59,46 @@ _Unary = Callable[[Any, grpc.ServicerContext], Any]
 _Stream = Callable[[Any, grpc.ServicerContext], Iterator[Any]]
 
 
-class CallSlots:
-    """A bounded number of slots per :class:`CallKind`, taken by the guarded servicer methods."""
+#: the function behind a handler of one request message: (request, context) -> answer or stream
+Behavior = Callable[[Any, grpc.ServicerContext], Any]
+
+if TYPE_CHECKING:  # grpc's classes are generic in its stubs only
+    Handler: TypeAlias = grpc.RpcMethodHandler[Any, Any]
+    Interceptor: TypeAlias = grpc.ServerInterceptor[Any, Any]
+    #: what grpc hands an interceptor: the rest of the chain, down to the registered handler
+    Continuation: TypeAlias = Callable[[grpc.HandlerCallDetails], Handler | None]
+else:
+    Interceptor = grpc.ServerInterceptor
+
+
+def behavior_of(handler: Handler) -> Behavior:
+    """The function behind a unary-request handler (unary or server-streaming answer)."""
+    behavior = handler.unary_stream if handler.response_streaming else handler.unary_unary
+    if handler.request_streaming or behavior is None:
+        raise DriverError("the DRA socket serves only methods with one request message")
+    return behavior
+
+
+def handler_with(handler: Handler, behavior: Behavior) -> Handler:
+    """A handler of ``handler``'s shape and (de)serializers that runs ``behavior`` instead."""
+    if handler.response_streaming:
+        make = grpc.unary_stream_rpc_method_handler
+    else:
+        make = grpc.unary_unary_rpc_method_handler
+    return make(
+        behavior,
+        request_deserializer=handler.request_deserializer,
+        response_serializer=handler.response_serializer,
+    )
+
+
+def method_name(method: str) -> str:
+    """The method's own name in a full gRPC method path (``/<service>/<method>``)."""
+    return method.rpartition("/")[2]
+
+
+class CallSlots(Interceptor):
+    """A bounded number of slots per :class:`CallKind`; as an interceptor, it admits or refuses calls."""
 
     def __init__(self, limits: Mapping[CallKind, int]) -> None:
         self.limits = dict(limits)
@@ -69,6 +106,8 @@ class CallSlots:
         self._in_use: dict[CallKind, int] = dict.fromkeys(self.limits, 0)
         #: calls refused per kind since start (for tests and debugging)
         self.refused: dict[CallKind, int] = dict.fromkeys(self.limits, 0)
+        #: per full method: the handler last wrapped and its admitting handler
+        self._admitting: dict[str, tuple[Handler, Handler]] = {}
 
     def free(self, kind: CallKind) -> int:
         """How many calls of ``kind`` would be admitted now."""
@@ -80,20 +119,29 @@ class CallSlots:
         """The worker threads the server needs so that an admitted call never waits for one."""
         return sum(self.limits.values()) + SPARE_THREADS
 
-    def guard(self, servicer: object, service: str) -> None:
-        """Make each method of ``servicer`` that has a kind run in a slot of it or be refused.
+    def intercept_service(
+        self,
+        continuation: Continuation,
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> Handler | None:
+        """The handler of the call, made to run in a slot of its kind (or be refused) if it has one."""
+        handler = continuation(handler_call_details)
+        method = handler_call_details.method
+        kind = _BY_METHOD.get(method_name(method))
+        if handler is None or kind is None or kind not in self.limits:
+            return handler
+        known = self._admitting.get(method)
+        if known is not None and known[0] is handler:
+            return known[1]
+        admitting = self._wrap(kind, method, handler)
+        self._admitting[method] = (handler, admitting)
+        return admitting
 
-        ``service`` is the full gRPC service name (``k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin``),
-        for the refusal's log line. Call it before the servicer is added to the server: the
-        generated ``add_*_to_server`` reads the methods then.
-        """
-        for name, kind in _BY_METHOD.items():
-            behavior = getattr(servicer, name, None)
-            if behavior is None or kind not in self.limits:
-                continue
-            method = f"/{service}/{name}"
-            wrap = self._stream if kind in _STREAMING else self._unary
-            setattr(servicer, name, wrap(kind, method, behavior))
+    def _wrap(self, kind: CallKind, method: str, handler: Handler) -> Handler:
+        behavior = behavior_of(handler)
+        if handler.response_streaming:
+            return handler_with(handler, self._stream(kind, method, behavior))
+        return handler_with(handler, self._unary(kind, method, behavior))
 
     def _admit(self, kind: CallKind, method: str, context: grpc.ServicerContext) -> None:
         """Take a slot, or end the call with RESOURCE_EXHAUSTED (``abort`` raises)."""
@@ -108,7 +156,7 @@ class CallSlots:
         )
         context.abort(
             grpc.StatusCode.RESOURCE_EXHAUSTED,
-            f"{method.rpartition('/')[2]}: {limit} {kind} calls are already running "
+            f"{method_name(method)}: {limit} {kind} calls are already running "
             "(a slow apiserver?); retry later",
         )
 

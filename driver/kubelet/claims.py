@@ -3,15 +3,18 @@
 This is what the Go ``kubeletplugin`` helper does around ``PrepareResourceClaims``, in one place
 and with one set of rules:
 
-1. :func:`admit` checks the references (names reach file paths), drops exact duplicates and refuses
-   a UID named twice with other names;
+1. the references are checked once: on the kubelet path by the protocol check
+   (:func:`driver.kubelet.translate.check_claims`: names, duplicate UIDs, batch size), before
+   :func:`prepare_checked`; a caller outside it (benchmarks, tests of a driver) calls
+   :func:`prepare`, whose :func:`admit` checks the names, drops exact duplicates and refuses a UID
+   named twice with other names;
 2. :class:`ClaimFetcher` reads the claims from the apiserver (one GET, or one LIST for many of a
    namespace, see below), *before* any lock is taken, so slow API calls never hold up other calls,
    also not those of the other process of a rolling update;
 3. :func:`check_claim` checks what holds for every driver: the object's UID is the reference's
    (else the claim was deleted and re-created under the name) and it has ``status.allocation``;
    what the allocation says about devices (driver, pool, device, configs) is the driver's;
-4. :func:`prepare` holds the cross-process lock (``SerializeLock``) around the driver call only
+4. :func:`prepare_checked` holds the cross-process lock (``SerializeLock``) around the driver call only
    and hands it the fetched claims; :func:`unprepare` reads nothing and holds it around the call.
 
 A claim that fails 1-3 gets its per-claim error (naming namespace/name and UID) and never reaches
@@ -62,6 +65,7 @@ __all__ = [
     "admit",
     "check_claim",
     "prepare",
+    "prepare_checked",
     "read_claims",
     "unprepare",
 ]
@@ -290,7 +294,10 @@ def _ref_problem(ref: ClaimRef) -> str:
 
 
 def admit(claims: Sequence[ClaimRef], fail: Callable[[ClaimRef, str], None]) -> list[ClaimRef]:
-    """Refs worth reading: valid names, exact duplicates dropped, conflicting UIDs refused."""
+    """Refs worth reading: valid names, exact duplicates dropped, conflicting UIDs refused.
+
+    The check of :func:`prepare`, for callers off the kubelet path; the kubelet's calls are checked
+    by :func:`driver.kubelet.translate.check_claims` instead, and not again here."""
     by_uid: dict[str, ClaimRef] = {}
     conflicting: set[str] = set()
     for ref in claims:
@@ -333,11 +340,11 @@ def check_claim(ref: ClaimRef, obj: JsonObject) -> str:
 def read_claims(
     fetcher: ClaimFetcher, refs: Sequence[ClaimRef], fail: Callable[[ClaimRef, str], None]
 ) -> list[Claim]:
-    """Steps 1-3 of the module docstring: the claims fit for the driver; ``fail`` gets the rest."""
-    todo = admit(refs, fail)
-    fetched = fetcher.fetch(todo)
+    """Steps 2-3 of the module docstring for checked ``refs`` (distinct UIDs, valid names): the
+    claims fit for the driver; ``fail`` gets the rest."""
+    fetched = fetcher.fetch(refs)
     claims: list[Claim] = []
-    for ref in todo:
+    for ref in refs:
         got = fetched[ref.uid]
         problem = got if isinstance(got, str) else check_claim(ref, got)
         if problem:
@@ -356,16 +363,18 @@ def _held(hold: Hold) -> AbstractContextManager[None]:
 Refused = Callable[[int, float], None]
 
 
-def prepare(
+def prepare_checked(
     plugin: DriverPlugin,
     fetcher: ClaimFetcher,
     hold: Hold,
     refs: Sequence[ClaimRef],
     on_refused: Refused | None = None,
 ) -> dict[str, PrepareResult]:
-    """Read and check the claims, then call the driver under the lock; one result per UID.
+    """Read and check the claims of checked ``refs``, then call the driver under the lock.
 
-    An exception of the driver propagates (the caller fails the whole call).
+    ``refs`` passed the reference check already (distinct UIDs, valid names: the kubelet path's
+    :func:`~driver.kubelet.translate.check_claims`); one result per UID. An exception of the driver
+    propagates (the caller fails the whole call).
     """
     results: dict[str, PrepareResult] = {}
     started = time.perf_counter()
@@ -378,6 +387,25 @@ def prepare(
         with _held(hold):
             results.update(plugin.prepare_claims(claims))
     return results
+
+
+def prepare(
+    plugin: DriverPlugin,
+    fetcher: ClaimFetcher,
+    hold: Hold,
+    refs: Sequence[ClaimRef],
+    on_refused: Refused | None = None,
+) -> dict[str, PrepareResult]:
+    """:func:`admit` the refs, then :func:`prepare_checked`: for a caller off the kubelet path.
+
+    A ref refused by :func:`admit` gets its error result and counts as refused.
+    """
+    refused: dict[str, PrepareResult] = {}
+    started = time.perf_counter()
+    todo = admit(refs, lambda ref, msg: refused.__setitem__(ref.uid, PrepareResult(error=msg)))
+    if refused and on_refused is not None:
+        on_refused(len(refused), time.perf_counter() - started)
+    return {**refused, **prepare_checked(plugin, fetcher, hold, todo, on_refused)}
 
 
 def unprepare(plugin: DriverPlugin, hold: Hold, refs: Sequence[ClaimRef]) -> dict[str, str]:

@@ -41,8 +41,10 @@ class DriverCallError(Exception):
 class ClaimCalls:
     """Version-neutral prepare/unprepare: check references, read claims, serialize, call the driver.
 
-    The reads and the lock are :mod:`driver.kubelet.claims`'s; the lock is held around the driver
-    call only, never around the apiserver reads.
+    The references are checked here, once (:func:`driver.kubelet.translate.check_claims`); the
+    reads and the lock are :mod:`driver.kubelet.claims`'s (:func:`~driver.kubelet.claims.prepare_checked`,
+    which does not check them again); the lock is held around the driver call only, never around
+    the apiserver reads.
     """
 
     def __init__(
@@ -65,7 +67,7 @@ class ClaimCalls:
         results: Mapping[str, PrepareResult] = {}
         if check.valid:
             results = self._call_driver(
-                lambda refs: claim_layer.prepare(
+                lambda refs: claim_layer.prepare_checked(
                     self._plugin, self._fetcher, self._hold, refs, self._on_refused
                 ),
                 check.valid,
@@ -151,7 +153,7 @@ class DraServicer:
         self.api = api
 
     def add_to(self, server: grpc.Server) -> None:
-        """Serve this servicer's methods (as they are now: guard them first) on ``server``."""
+        """Serve this servicer's methods on ``server`` (the call slots are the server's interceptor)."""
         self.api.services.add_DRAPluginServicer_to_server(self, server)
 
     def NodePrepareResources(  # noqa: N802 (gRPC method name)

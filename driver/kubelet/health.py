@@ -84,7 +84,8 @@ class HealthFanout:
                 changed = self.source.wait_for_change(self._poll)
             except Exception as exc:
                 self._on_error(exc, "health source wait_for_change failed")
-                time.sleep(self._poll)
+                with self._cond:  # a pause before the next try that stop() ends at once
+                    self._cond.wait_for(lambda: self._closed, self._poll)
                 continue
             if changed:
                 with self._cond:

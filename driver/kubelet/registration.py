@@ -9,6 +9,7 @@ services we serve, in order of preference: the kubelet takes the first DRA servi
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import grpc
@@ -58,7 +59,12 @@ class RegistrationServicer(pluginregistration_v1_pb2_grpc.RegistrationServicer):
         )
         self.registered = threading.Event()
         self.result: RegistrationResult | None = None
+        self._wakes: list[Callable[[], None]] = []
         self._log = _log.bind(driver=driver_name, endpoint=endpoint)
+
+    def on_registered(self, wake: Callable[[], None]) -> None:
+        """Call ``wake`` after each successful registration (on the gRPC thread that records it)."""
+        self._wakes.append(wake)
 
     def GetInfo(  # noqa: N802 (gRPC method name)
         self, request: regapi.InfoRequest, context: grpc.ServicerContext
@@ -75,6 +81,8 @@ class RegistrationServicer(pluginregistration_v1_pb2_grpc.RegistrationServicer):
         if request.plugin_registered:
             self._log.info("registered with the kubelet")
             self.registered.set()
+            for wake in tuple(self._wakes):
+                wake()
         else:
             self.registered.clear()
             self._log.error("kubelet rejected the registration", error=request.error)

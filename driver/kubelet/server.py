@@ -10,9 +10,9 @@ The driver behind the DRA socket may be attached after both sockets serve
 (:meth:`KubeletPluginServer.attach`): ``numadra run`` registers before it imports and builds its
 claims logic, so that the kubelet's registration does not wait for work it does not need. Until
 then every call on the DRA socket (prepare, unprepare, a health stream) waits at a door in front
-of the servicers: none reaches a driver whose journal is not reconciled yet, and none fails for
-arriving early. A server stopped before the attach shuts the door: the waiting calls end with
-``UNAVAILABLE``.
+of the servicers (gRPC server interceptors, :mod:`driver.kubelet.door`): none reaches a driver
+whose journal is not reconciled yet, and none fails for arriving early. A server stopped before
+the attach shuts the door: the waiting calls end with ``UNAVAILABLE``.
 
 Stop order is the reverse: the registration socket goes first (the kubelet deregisters the plugin
 when the file disappears), then health streams end, then the DRA server drains and its socket is
@@ -28,18 +28,16 @@ import socket
 import stat
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from types import ModuleType, SimpleNamespace, TracebackType
-from typing import Any, Self
+from types import TracebackType
+from typing import Self
 
 import grpc
 
 from driver._proto import (
-    health_v1_pb2,
     health_v1_pb2_grpc,
-    health_v1alpha1_pb2,
     health_v1alpha1_pb2_grpc,
     pluginregistration_v1_pb2_grpc,
 )
@@ -47,6 +45,7 @@ from driver.errors import ConfigError, DriverError
 from driver.kube.types import ClaimGetter
 from driver.kubelet.admission import CallKind, CallSlots
 from driver.kubelet.claims import ClaimFetcher, Refused
+from driver.kubelet.door import Collected, Door, Servicers
 from driver.kubelet.dra import ClaimCalls, DraServicer
 from driver.kubelet.health import (
     DEFAULT_RESEND_INTERVAL,
@@ -65,13 +64,8 @@ __all__ = ["KubeletPluginServer"]
 
 _log = get_logger("kubelet.server")
 
-#: how often :meth:`KubeletPluginServer.wait_registered` asks its ``until`` (seconds)
-UNTIL_POLL = 0.1
-#: how often a call waiting at the door asks whether the kubelet still waits for it (seconds)
-DOOR_POLL = 0.5
-#: the methods of the DRA socket's services, the same names in every version
-_DRA_METHODS = ("NodePrepareResources", "NodeUnprepareResources")
-_HEALTH_METHODS = ("NodeWatchResources",)
+#: the generated modules of the health services' versions
+_HEALTH_SERVICES = (health_v1_pb2_grpc, health_v1alpha1_pb2_grpc)
 
 
 def _remove_stale_socket(path: Path) -> None:
@@ -86,11 +80,6 @@ def _remove_stale_socket(path: Path) -> None:
     _log.info("removed stale socket", path=str(path))
 
 
-def _service(module: ModuleType, name: str) -> str:
-    """The full gRPC name of service ``name`` in a generated ``*_pb2`` module."""
-    return str(module.DESCRIPTOR.services_by_name[name].full_name)
-
-
 def _check_accepts(path: Path) -> None:
     """Connect once to prove the server is listening on ``path`` (the kubelet connects at once)."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
@@ -99,51 +88,6 @@ def _check_accepts(path: Path) -> None:
             probe.connect(str(path))
         except OSError as exc:
             raise DriverError(f"DRA socket {path} does not accept connections: {exc}") from exc
-
-
-class _Door:
-    """Holds the DRA socket's calls until the servicers behind it exist (module docstring).
-
-    The stand-ins it makes are what the gRPC server serves; each of their methods waits for
-    :meth:`let_through`, then calls the same method of the servicer of its service. Once open, a call
-    pays one ``Event.is_set`` more.
-    """
-
-    def __init__(self) -> None:
-        self._ready = threading.Event()
-        self._servicers: Mapping[str, object] = {}
-        self._shut = ""
-
-    def let_through(self, servicers: Mapping[str, object]) -> None:
-        """Let the calls through, each to the servicer of its service (full gRPC name)."""
-        self._servicers = dict(servicers)
-        self._ready.set()
-
-    def shut(self, reason: str) -> None:
-        """Before :meth:`let_through`: end the waiting calls, and any later one, with UNAVAILABLE."""
-        if not self._ready.is_set():
-            self._shut = reason
-            self._ready.set()
-
-    def stand_in(self, service: str, methods: Iterable[str]) -> object:
-        """An object with ``methods`` that wait here, then call those of ``service``'s servicer."""
-        return SimpleNamespace(**{name: self._forward(service, name) for name in methods})
-
-    def _forward(self, service: str, name: str) -> Callable[[Any, grpc.ServicerContext], Any]:
-        def call(request: Any, context: grpc.ServicerContext) -> Any:
-            if not self._ready.is_set():
-                self._wait(context)
-            if self._shut:
-                context.abort(grpc.StatusCode.UNAVAILABLE, f"{name}: {self._shut}")
-            return getattr(self._servicers[service], name)(request, context)
-
-        return call
-
-    def _wait(self, context: grpc.ServicerContext) -> None:
-        """Until the door opens or shuts, or the caller gave up (then the call ends)."""
-        while not self._ready.wait(DOOR_POLL):
-            if not context.is_active():
-                context.abort(grpc.StatusCode.CANCELLED, "the caller went away")
 
 
 class KubeletPluginServer:
@@ -217,7 +161,8 @@ class KubeletPluginServer:
         self._lock = lock if lock is not None else SerializeLock(self.paths.lock)
         self._claim_read_workers = claim_read_workers
         self._fetcher: ClaimFetcher | None = None
-        self._door = _Door()
+        self._door = Door()
+        self._servicers = Servicers()
         self._registration = RegistrationServicer(
             driver_name, str(self.paths.dra), supported_versions(with_health=self._serves_health)
         )
@@ -253,30 +198,17 @@ class KubeletPluginServer:
         """Set while the kubelet's last verdict was a successful registration."""
         return self._registration.registered
 
-    def wait_registered(
-        self,
-        timeout: float | None = None,
-        *,
-        until: Callable[[], bool] | None = None,
-        poll: float = UNTIL_POLL,
-    ) -> bool:
-        """True once the kubelet reported a successful registration; False after ``timeout`` s.
+    def wait_registered(self, timeout: float | None = None) -> bool:
+        """True once the kubelet reported a successful registration; False after ``timeout`` s."""
+        return self._registration.registered.wait(timeout)
 
-        ``until``: asked every ``poll`` s meanwhile; the wait ends (False) once it answers True.
-        ``numadra run`` waits here before its background start and hands in its stop check: its
-        signal handler only notes a signal, so the main thread must look for one while it waits.
+    def on_registered(self, wake: Callable[[], None]) -> None:
+        """Call ``wake`` (on a gRPC thread) each time the kubelet reports a successful registration.
+
+        For a waiter that must also wake for other reasons, as ``numadra run``'s main thread,
+        which sleeps on its shutdown pipe until a signal or the registration wakes it.
         """
-        registered = self._registration.registered
-        if until is None:
-            return registered.wait(timeout)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while not until():
-            left = poll if deadline is None else min(poll, deadline - time.monotonic())
-            if left <= 0:
-                return registered.is_set()
-            if registered.wait(left):
-                return True
-        return False
+        self._registration.on_registered(wake)
 
     def start(self) -> None:
         """Bring up the DRA server, then the registration socket. Raises on any failure."""
@@ -340,39 +272,43 @@ class KubeletPluginServer:
             self._attached = True
         self._fetcher = ClaimFetcher(claim_source, max_workers=self._claim_read_workers)
         calls = ClaimCalls(plugin, self._fetcher, self._lock, on_claims_refused)
-        servicers: dict[str, object] = {}
-        for api in (DRA_V1, DRA_V1BETA1):
-            dra = DraServicer(calls, api)
-            self.slots.guard(dra, api.service)
-            servicers[api.service] = dra
+        dra = [DraServicer(calls, api) for api in (DRA_V1, DRA_V1BETA1)]
+        fanout = None
         if health is not None:
-            self._fanout = HealthFanout(health, plugin.handle_error, self.driver_name, self._resend_interval)
-            h1, h1alpha1 = HealthV1Servicer(self._fanout), HealthV1alpha1Servicer(self._fanout)
-            for servicer, module in ((h1, health_v1_pb2), (h1alpha1, health_v1alpha1_pb2)):
-                self.slots.guard(servicer, _service(module, "DRAResourceHealth"))
-                servicers[_service(module, "DRAResourceHealth")] = servicer
-            self._fanout.start()
-        self._door.let_through(servicers)
+            fanout = HealthFanout(health, plugin.handle_error, self.driver_name, self._resend_interval)
+
+        def add_all(server: Collected) -> None:
+            for servicer in dra:
+                servicer.api.services.add_DRAPluginServicer_to_server(servicer, server)
+            if fanout is not None:
+                health_v1_pb2_grpc.add_DRAResourceHealthServicer_to_server(HealthV1Servicer(fanout), server)
+                health_v1alpha1_pb2_grpc.add_DRAResourceHealthServicer_to_server(
+                    HealthV1alpha1Servicer(fanout), server
+                )
+
+        self._servicers.attach(add_all)
+        if fanout is not None:
+            self._fanout = fanout
+            fanout.start()
+        self._door.let_in()
 
     def _start_dra(self) -> None:
         server = grpc.server(
             self._executor(self.slots.threads, "dra-grpc"),
+            # outermost first: the door holds a call, a slot admits it, the attached servicer answers
+            interceptors=[self._door, self.slots, self._servicers],
             options=[("grpc.so_reuseport", 0)],
             # calls waiting for a thread beyond this are refused by grpc itself: a flood of
             # connections cannot queue without bound
             maximum_concurrent_rpcs=4 * self.slots.threads,
         )
+        # placeholders (UNIMPLEMENTED) until attach(): they make grpc know the methods; the door
+        # keeps every call from reaching them (driver.kubelet.door)
         for api in (DRA_V1, DRA_V1BETA1):
-            api.services.add_DRAPluginServicer_to_server(
-                self._door.stand_in(api.service, _DRA_METHODS), server
-            )
+            api.services.add_DRAPluginServicer_to_server(api.services.DRAPluginServicer(), server)
         if self._serves_health:
-            for module, services in (
-                (health_v1_pb2, health_v1_pb2_grpc),
-                (health_v1alpha1_pb2, health_v1alpha1_pb2_grpc),
-            ):
-                stand_in = self._door.stand_in(_service(module, "DRAResourceHealth"), _HEALTH_METHODS)
-                services.add_DRAResourceHealthServicer_to_server(stand_in, server)
+            for services in _HEALTH_SERVICES:
+                services.add_DRAResourceHealthServicer_to_server(services.DRAResourceHealthServicer(), server)
         self._dra_server = server
         self._serve_at(server, self.paths.dra)
         _check_accepts(self.paths.dra)

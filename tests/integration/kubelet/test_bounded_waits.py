@@ -172,8 +172,8 @@ def test_a_closed_stream_gives_its_slot_back(
 def test_every_dra_call_takes_a_slot_in_every_version(
     make_server: Callable[..., KubeletPluginServer], fake: FakePlugin, stub_claims: StubClaims, version: Any
 ) -> None:
-    """The slots are taken by the servicers' own methods (no interceptor): a server with none free
-    refuses prepare and unprepare of each DRA version, and the driver never sees the call."""
+    """The slots are taken for every version of the service: a server with none free refuses
+    prepare and unprepare of each DRA version, and the driver never sees the call."""
     server = make_server(fake, max_workers=0, unprepare_slots=0)
     server.start()
     ref = ClaimRef("default", "c", "c0000000-0000-4000-8000-000000000000")
