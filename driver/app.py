@@ -440,7 +440,7 @@ def _slices(
 
 def _nri_steps(core: Core, metrics: Metrics) -> list[Step]:
     """The NRI plugin and what it needs besides the core: the reads of a shared claim's consumers,
-    on a client whose deadline fits the runtime's time box, the records of the pods they find, and
+    on the core's client with a deadline that fits the runtime's time box, the records of the pods they find, and
     the reports of claim containers refused or left unpinned (a pod Event and a metric)."""
     from driver.claims.consumers import ApiConsumerReader, ConsumerRecords
     from driver.observability.pinreports import PinningReports
