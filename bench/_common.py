@@ -41,7 +41,7 @@ def in_memory_driver(
     class InMemoryClaims:
         """The claim source: the claims in memory (the HTTP is not what is measured)."""
 
-        def get_resource_claim(self, namespace: str, name: str) -> Any:
+        def get_resource_claim(self, namespace: str, name: str, *, deadline: float | None = None) -> Any:
             return claims[(namespace, name)]
 
     claims_driver = ClaimsDriver(

@@ -114,7 +114,7 @@ class _GetOnly:
     def __init__(self, client: Any) -> None:
         self._client = client
 
-    def get_resource_claim(self, namespace: str, name: str) -> Any:
+    def get_resource_claim(self, namespace: str, name: str, *, deadline: float | None = None) -> Any:
         return self._client.get_resource_claim(namespace, name)
 
 
@@ -241,11 +241,11 @@ def _client(connection: str) -> Any:
     file, token file), so RSS and CPU are those of a node; the fake apiserver speaks plain HTTP
     and takes a kubeconfig.
     """
-    from driver.kube.client import KubeClient, shared_client
+    from driver.kube.client import KubeClient
     from driver.kube.incluster import InCluster
 
     if not connection.startswith("{"):
-        return shared_client(connection)
+        return KubeClient(connection)
     pod = json.loads(connection)
     return KubeClient(in_cluster=InCluster(pod["env"], token_file=pod["token_file"], ca_file=pod["ca_file"]))
 

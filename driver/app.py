@@ -149,7 +149,7 @@ def build(front: Front, *, on_fatal: Callable[[str], None]) -> Core:
     from driver.inventory.discovery import discover
     from driver.inventory.holder import InventoryHolder
     from driver.inventory.model import kept_out_cpus
-    from driver.kube.client import shared_client
+    from driver.kube.client import KubeClient
     from driver.kube.events import EventPoster
     from driver.observability.metered import MeteredPlugin
     from driver.pinning.planner import CpuPlanner
@@ -159,8 +159,7 @@ def build(front: Front, *, on_fatal: Callable[[str], None]) -> Core:
     plugin_dir = cfg.effective_plugin_dir
     inventory = InventoryHolder(partial(discover, cfg.host_root))  # NVML only for this host's root
     _log_inventory(cfg, inventory.current())
-    kube = shared_client(cfg.kubeconfig)
-    kube.read_deadline = cfg.claim_read_timeout
+    kube = KubeClient(cfg.kubeconfig, read_deadline=cfg.claim_read_timeout)  # the one client
     planner = CpuPlanner(
         inventory.current,
         # isolcpus= is a boot parameter: the set found now holds for the whole run
@@ -441,10 +440,9 @@ def _slices(
 
 def _nri_steps(core: Core, metrics: Metrics) -> list[Step]:
     """The NRI plugin and what it needs besides the core: the reads of a shared claim's consumers,
-    on a client whose deadline fits the runtime's time box, the records of the pods they find, and
+    on the core's client with a deadline that fits the runtime's time box, the records of the pods they find, and
     the reports of claim containers refused or left unpinned (a pod Event and a metric)."""
     from driver.claims.consumers import ApiConsumerReader, ConsumerRecords
-    from driver.kube.client import KubeClient
     from driver.observability.pinreports import PinningReports
     from driver.pinning.binding import binding_lookup
     from driver.pinning.consumers import READ_DEADLINE_S, ConsumerCheck
@@ -452,8 +450,6 @@ def _nri_steps(core: Core, metrics: Metrics) -> list[Step]:
     from driver.pinning.nri.plugin import PINNER_LOCK_NAME
 
     cfg, index, planner = core.config, core.index, core.planner
-    fast = KubeClient(cfg.kubeconfig, read_deadline=READ_DEADLINE_S)
-    fast.configure()
     changed = partial(_journal_changed, index, core.housekeeping)
     records = ConsumerRecords(core.claims, hold=core.lock.hold, on_change=changed)
     reports = PinningReports(core.events, node_name=cfg.node_name, component=cfg.driver_name)
@@ -464,12 +460,12 @@ def _nri_steps(core: Core, metrics: Metrics) -> list[Step]:
         claim_lookup=binding_lookup(index.view, core.inventory.current),
         node_shared_pool=shared,
         pinner_lock=cfg.effective_plugin_dir / PINNER_LOCK_NAME,  # one pinner in a rolling update
-        consumers=ConsumerCheck(ApiConsumerReader(fast), records.record),
+        # the one client, each read cut at a deadline inside the runtime's time box
+        consumers=ConsumerCheck(ApiConsumerReader(core.kube, deadline=READ_DEADLINE_S), records.record),
         on_failure=reports,
     )
     planner.watch_pool(service.plugin.handlers.pool_users)
     return [
-        Step("consumer reads client", _nothing, fast.close),
         Step("consumer records", _nothing, records.close),
         Step("pinning reports", _nothing, reports.close),
         Step.of("nri plugin", service),

@@ -45,17 +45,19 @@ def other_consumers(claim: Mapping[str, object]) -> int:
 class ApiConsumerReader:
     """:class:`~driver.pinning.consumers.ConsumerReader` over a :class:`ClaimGetter`.
 
-    The getter's own read deadline bounds each call: ``numadra run`` gives the NRI path a client
-    whose deadline is inside the runtime's time box, and the adopted-claims check the usual one.
+    ``deadline``: the seconds one read may take, where it must be shorter than the getter's own
+    read deadline: ``numadra run`` gives the NRI path one inside the runtime's time box, on the
+    same client as every other read; the adopted-claims check uses the client's usual one (None).
     """
 
-    def __init__(self, claims: ClaimGetter) -> None:
+    def __init__(self, claims: ClaimGetter, *, deadline: float | None = None) -> None:
         self._claims = claims
+        self._deadline = deadline
 
     def __call__(self, namespace: str, name: str, claim_uid: str, /) -> ClaimConsumers:
         """The consumers of ``namespace/name`` if it is still claim ``claim_uid``."""
         try:
-            obj = self._claims.get_resource_claim(namespace, name)
+            obj = self._claims.get_resource_claim(namespace, name, deadline=self._deadline)
         except KubeError as exc:
             if is_not_found(exc, "resourceclaims", name):
                 return ClaimConsumers(gone=GONE_NOT_FOUND, detail=f"{namespace}/{name} not found")

@@ -12,16 +12,15 @@ from typing import TYPE_CHECKING
 from driver.lazy import names_from
 
 if TYPE_CHECKING:
-    from driver.kube.client import KubeClient, shared_client
+    from driver.kube.client import KubeClient
     from driver.kube.types import ClaimGetter, JsonObject
 
-__all__ = ["ClaimGetter", "JsonObject", "KubeClient", "shared_client"]
+__all__ = ["ClaimGetter", "JsonObject", "KubeClient"]
 
 _HOME = {
     "ClaimGetter": "driver.kube.types",
     "JsonObject": "driver.kube.types",
     "KubeClient": "driver.kube.client",
-    "shared_client": "driver.kube.client",
 }
 
 

@@ -13,7 +13,10 @@ Why this shape:
   certificates, token refresh hooks). A proxy either names is tunnelled through
   (:mod:`driver.kube.proxy`); what the transport cannot honour fails :meth:`KubeClient.configure`
   with a :class:`~driver.errors.ConfigError`.
-* Every component shares one client (:func:`shared_client`).
+* One client per process: ``numadra run``'s builder makes it (``driver.app``) and hands it to
+  every part that talks to the apiserver, the NRI path included, so there is one connection pool
+  and one place where its settings are decided. A part that needs a shorter read passes its own
+  ``deadline`` to the call; nothing here is cached at module level.
 * Every failure becomes a :class:`~driver.errors.KubeError` carrying verb, resource, name, HTTP
   status, a 429's ``Retry-After`` and the answer's Status object (:mod:`driver.kube.status`),
   mapped in exactly one place (:func:`_raise_for`, :func:`_transport_error`). The client never
@@ -50,7 +53,6 @@ __all__ = [
     "SliceWatch",
     "WatchEvent",
     "error_kind",
-    "shared_client",
     "slice_field_selector",
 ]
 
@@ -503,16 +505,3 @@ class KubeClient:
             transport, self._transport = self._transport, None
         if transport is not None:
             transport.close()
-
-
-_shared: dict[str | None, KubeClient] = {}
-_shared_lock = threading.Lock()
-
-
-def shared_client(kubeconfig: str | None = None) -> KubeClient:
-    """The process-wide client for a kubeconfig (None: in-cluster); one connection pool for all."""
-    with _shared_lock:
-        client = _shared.get(kubeconfig)
-        if client is None:
-            client = _shared[kubeconfig] = KubeClient(kubeconfig)
-        return client

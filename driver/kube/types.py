@@ -22,8 +22,9 @@ class ClaimGetter(Protocol):
     error; the message says which (404 "not found" is distinguishable via ``status``).
     """
 
-    def get_resource_claim(self, namespace: str, name: str) -> JsonObject:
-        """GET /apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}."""
+    def get_resource_claim(self, namespace: str, name: str, *, deadline: float | None = None) -> JsonObject:
+        """GET /apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}; ``deadline``:
+        the seconds this read may take, where shorter than the getter's own (None: its own)."""
         ...
 
 

@@ -57,7 +57,7 @@ class StubClaims:
         with self._lock:
             self._uids[(ref.namespace, ref.name)] = ref.uid
 
-    def get_resource_claim(self, namespace: str, name: str) -> JsonObject:
+    def get_resource_claim(self, namespace: str, name: str, *, deadline: float | None = None) -> JsonObject:
         """The claim, allocated one device of the fake driver; KubeError 404 when unknown."""
         with self._lock:
             uid = self._uids.get((namespace, name))

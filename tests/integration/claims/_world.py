@@ -211,7 +211,7 @@ class FakeClaimGetter:
         self.claims[(ref.namespace, ref.name)] = obj
         return ref
 
-    def get_resource_claim(self, namespace: str, name: str) -> JsonObject:
+    def get_resource_claim(self, namespace: str, name: str, *, deadline: float | None = None) -> JsonObject:
         with self._lock:
             self.calls += 1
             self._in_flight += 1

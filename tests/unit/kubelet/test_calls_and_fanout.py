@@ -99,7 +99,7 @@ class _Claims:
         self.objs = {(o["metadata"]["namespace"], o["metadata"]["name"]): o for o in objs}
         self.reads = 0
 
-    def get_resource_claim(self, namespace: str, name: str) -> JsonObject:
+    def get_resource_claim(self, namespace: str, name: str, *, deadline: float | None = None) -> JsonObject:
         self.reads += 1
         try:
             return self.objs[(namespace, name)]

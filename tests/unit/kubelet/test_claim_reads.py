@@ -27,7 +27,7 @@ class RecordingGetter:
         self.get_errors: dict[str, Exception] = {}
         self._lock = threading.Lock()
 
-    def get_resource_claim(self, namespace: str, name: str) -> JsonObject:
+    def get_resource_claim(self, namespace: str, name: str, *, deadline: float | None = None) -> JsonObject:
         with self._lock:
             self.calls.append(("get", namespace, name))
         if name in self.get_errors:
@@ -266,7 +266,7 @@ class StuckGetter(RecordingGetter):
         super().__init__(names)
         self.release = threading.Event()
 
-    def get_resource_claim(self, namespace: str, name: str) -> JsonObject:
+    def get_resource_claim(self, namespace: str, name: str, *, deadline: float | None = None) -> JsonObject:
         self.release.wait(30)
         return super().get_resource_claim(namespace, name)
 
