@@ -29,11 +29,18 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from cdi import DirsUnder, remove_file, spec_bytes
+from cdi import CheckedHostPath, DirsUnder, Mount, ensure_dir, remove_file, spec_bytes
 from cdi.spec import CdiSpecError
 from driver.claims.attributes import PublishedAttributes
 from driver.claims.hostedits import DeviceExtras, HostEdits, UserspaceWarnings
-from driver.claims.metadata import METADATA_DIR, metadata_dir, metadata_file_glob, metadata_files
+from driver.claims.metadata import (
+    METADATA_DIR,
+    MetadataFile,
+    checked_metadata_dir,
+    metadata_dir,
+    metadata_file_glob,
+    metadata_files,
+)
 from driver.claims.paths import dir_prefix
 from driver.claims.render import CpuHook, claim_spec, claim_spec_file_name
 from driver.claims.selection import SHAREABLE_KINDS, ClaimView, cpu_requests, memory_nodes, select_devices
@@ -170,6 +177,8 @@ class ClaimsDriver:
         self._cpu_hook = cpu_hook
         self._host_edits = host_edits
         self._warnings = warnings
+        #: the metadata dir, checked as a host path for containers at its first use
+        self._metadata_dir: CheckedHostPath | None = None
         #: files and directories are written below these without following symbolic links
         self._dirs = DirsUnder((str(cdi_dir), str(plugin_dir)))
         self._journal = Journal(
@@ -383,7 +392,8 @@ class ClaimsDriver:
         *,
         extras: DeviceExtras | None = None,
     ) -> JournalEntry:
-        """Everything to write for a claim, as a journal entry (pure apart from reading attrs);
+        """Everything to write for a claim, as a journal entry (pure apart from reading attrs, and
+        making the metadata dir once, to check it: :meth:`_metadata_mounts`);
         ``pods``: the UIDs of the pods the claim is reserved for (:func:`reserved_pods`);
         ``extras``: what the host adds to its devices (:meth:`_extras`)."""
         devices: list[PreparedDevice] = []
@@ -402,7 +412,7 @@ class ClaimsDriver:
                 driver_name=self.driver_name,
                 pinning=pinning,
                 cpu_hook=self._cpu_hook,
-                mounts={meta.request: meta.mount for meta in files},
+                mounts=self._metadata_mounts(view, files),
                 extras=extras,
             )
             spec_path = dir_prefix(self.cdi_dir) + claim_spec_file_name(self.driver_name, view.uid)
@@ -419,6 +429,25 @@ class ClaimsDriver:
             admin_devices=tuple(dict.fromkeys(d.device_name for d in view.devices if d.admin_access)),
             reserved_pods=pods,
         )
+
+    def _metadata_mounts(self, view: ClaimView, files: Sequence[MetadataFile]) -> dict[str, Mount]:
+        """The mounts of a claim's metadata files; none (logged) when the plugin dir fails the
+        check of host paths given to containers (:func:`checked_metadata_dir`)."""
+        if not files:
+            return {}
+        if self._metadata_dir is None:  # checked once: changing it takes root from now on
+            try:
+                ensure_dir(metadata_dir(self.plugin_dir))  # the files are written after this
+                self._metadata_dir = checked_metadata_dir(self.plugin_dir)
+            except OSError as exc:  # UntrustedHostPathError, SymlinkError, or the kernel's
+                _log.warning(
+                    "claim prepared without device metadata mounts",
+                    claim_uid=view.uid,
+                    path=str(self.plugin_dir),
+                    reason=str(exc),
+                )
+                return {}
+        return {meta.request: meta.mount(self._metadata_dir) for meta in files}
 
     def _extras(self, view: ClaimView) -> DeviceExtras | None:
         """What the host adds to the claim's devices (NVIDIA user space, node groups); None for none."""
