@@ -11,7 +11,8 @@ cross-process lock; it reads nothing from the apiserver itself. One prepare call
    pinning (the journal says which CPUs other claims hold), render the CDI spec and metadata;
 2. save the journal **once**, then write the files. The journal is the durable record (fsynced);
    specs and metadata are derived from it (written atomically without fsync, re-created by
-   :meth:`ClaimsDriver.reconcile` after a crash or a reboot that emptied ``/var/run/cdi``).
+   :meth:`ClaimsDriver.reconcile` after a crash or a reboot that emptied ``/var/run/cdi``, with
+   their host paths checked again: the reboot emptied ``/tmp`` as well).
 
 Every claim gets a result; a bad claim gets an error that names claim, request and device, and
 never fails the others. Exceptions escape only for infrastructure failures (journal unreadable,
@@ -29,11 +30,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from cdi import CheckedHostPath, DirsUnder, Mount, ensure_dir, remove_file, spec_bytes
+from cdi import CheckedHostPath, DirsUnder, Mount, ensure_dir, remove_file, spec_bytes, spec_from_json
 from cdi.spec import CdiSpecError
 from driver.claims.attributes import PublishedAttributes
 from driver.claims.hostedits import DeviceExtras, HostEdits, UserspaceWarnings
 from driver.claims.metadata import (
+    CONTAINER_DIR,
     METADATA_DIR,
     MetadataFile,
     checked_metadata_dir,
@@ -55,6 +57,7 @@ from driver.state.entry import JournalEntry, StoredFile
 from driver.state.evidence import Evidence
 from driver.state.journal import Journal, journal_path
 from driver.untrusted.files import read_file
+from driver.untrusted.values import loads_json
 
 __all__ = ["ClaimsDriver", "InventoryProvider", "PinPlanner", "StatusWriter"]
 
@@ -291,7 +294,8 @@ class ClaimsDriver:
     def reconcile(self) -> int:
         """Re-create every journaled file missing or different on disk; returns how many.
 
-        Run at start: after a reboot ``/var/run/cdi`` is empty but the journal is not. Raises
+        Run at start: after a reboot ``/var/run/cdi`` is empty but the journal is not. A spec's
+        host paths are checked again first (:meth:`_rechecked`). Raises
         :class:`~driver.errors.JournalError` when the journal is unusable (the caller exits 1).
         The caller holds the cross-process lock (another process may be preparing).
         """
@@ -302,7 +306,8 @@ class ClaimsDriver:
             recovery: Counter[str] = Counter()
             for entry in self._journal.entries():
                 restored = 0
-                for stored in entry.files():
+                specs = tuple(self._rechecked(entry.uid, stored) for stored in entry.cdi_specs)
+                for stored in (*specs, *entry.metadata_files):
                     if self._restore(stored):
                         restored += 1
                         _log.info("re-created file", claim_uid=entry.uid, path=stored.path)
@@ -311,6 +316,27 @@ class ClaimsDriver:
             self.recovery = recovery
             _log.info("reconciled journal", claims=len(self._journal), recreated=count)
             return count
+
+    def _rechecked(self, claim_uid: str, stored: StoredFile) -> StoredFile:
+        """A journaled CDI spec with its host paths checked again (:meth:`HostEdits.recheck`):
+        after a reboot, what the runtime will resolve is the host as it is now."""
+        if self._host_edits is None:
+            return stored
+        try:
+            spec = spec_from_json(loads_json(stored.content, what=stored.path))
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            _log.warning("journaled CDI spec not re-checked", claim_uid=claim_uid, error=str(exc))
+            return stored
+        fresh, refused = self._host_edits.recheck(spec, own_dir=CONTAINER_DIR)
+        if not refused:
+            return stored
+        _log.warning(
+            "host paths left out of a re-created CDI spec",
+            claim_uid=claim_uid,
+            path=stored.path,
+            refused=list(refused),
+        )
+        return replace(stored, content=spec_bytes(fresh).decode())
 
     def _remove_stale_temp_files(self) -> None:
         """Temp files of writes a crash interrupted (``.<name>.<pid>.<tid>.<n>.tmp``)."""

@@ -26,10 +26,10 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
 
-from cdi import CheckedHostPath, Mount, transient_spec_file_name
+from cdi import CheckedHostPath, ContainerEdits, Device, Mount, Spec, transient_spec_file_name
 from driver.claims.selection import AllocatedDevice
 from driver.errors import UntrustedHostPathError
 from driver.inventory.hostfiles import host_join
@@ -143,6 +143,41 @@ class HostEdits:
     def choose(self, gpus: Sequence[Gpu]) -> SourceChoice:
         """The user-space source for ``gpus`` (their NVIDIA ones) as the host is now."""
         return choose_source(gpus, self.toolkit(), self.driver())
+
+    def recheck(self, spec: Spec, *, own_dir: str) -> tuple[Spec, tuple[str, ...]]:
+        """``spec`` (a claim's, read back from the journal) with its host paths checked again.
+
+        A spec is re-created at start after a reboot, and the host's ``/tmp`` is new by then: a
+        path that passed at prepare (root's ``/tmp/nvidia-mps``) may be a user's link now. Each
+        mount and device node goes through the check again, except numadra's own files (mounts
+        whose container path is below ``own_dir``, the device metadata); one that fails is left
+        out, and named in the second value.
+        """
+        dirs = CheckedDirs()
+        refused: list[str] = []
+
+        def checked(path: str) -> CheckedHostPath | None:
+            try:
+                return check_host_path_for_container(self.host_root, path, dirs=dirs)
+            except UntrustedHostPathError as exc:
+                refused.append(f"{path}: {exc.reason}")
+                return None
+
+        def edits(old: ContainerEdits) -> ContainerEdits:
+            mounts = []
+            for mount in old.mounts:
+                if mount.container_path.startswith(own_dir):
+                    mounts.append(mount)
+                elif (host_path := checked(mount.host_path)) is not None:
+                    mounts.append(replace(mount, host_path=host_path))
+            nodes = []
+            for node in old.device_nodes:
+                if (host_path := checked(node.host_path or node.path)) is not None:
+                    nodes.append(replace(node, host_path=host_path))
+            return replace(old, mounts=tuple(mounts), device_nodes=tuple(nodes))
+
+        devices = tuple(Device(d.name, edits(d.edits)) for d in spec.devices)
+        return Spec(spec.kind, devices, edits(spec.edits)), tuple(refused)
 
     def for_devices(self, devices: Sequence[AllocatedDevice]) -> DeviceExtras:
         """The extras of one claim's allocated devices."""

@@ -298,3 +298,31 @@ def test_a_device_node_given_to_a_user_is_not_in_the_spec(tmp_path: Path, host: 
     (warnings,) = [w for _, _, w in recorder.calls]
     why = f"device node /dev/nvidia0 of {NV0} not given to containers: /dev/nvidia0 is owned by uid {USER}"
     assert any(w.startswith(why) for w in warnings)
+
+
+def test_a_reboot_checks_the_journaled_spec_again(tmp_path: Path, host: Path) -> None:
+    """Prepared while root's MPS directory was there; after a reboot a user plants the link first.
+
+    The start re-creates the claim's spec from the journal (``/var/run/cdi`` is a tmpfs): the
+    host paths are checked again, so the re-created spec leaves the planted link out.
+    """
+    mps = _plant_tmp(host)
+    mps.mkdir()
+    spec = _spec_after_prepare(tmp_path, host, Recorder())
+    assert MPS in [m["containerPath"] for m in _edits(spec, NV0)["mounts"]]
+    world = World(tmp_path / "node")  # the same directories: a restart
+    spec_path = world.cdi_dir / f"{DRIVER}_claim_{UID}.json"
+    spec_path.unlink()  # the reboot empties the CDI dir and /tmp
+    mps.rmdir()
+    mps.symlink_to("/etc")
+    os.lchown(mps, USER, USER)
+    edits = HostEdits(
+        host_root=str(host), driver_root="/", cdi_dir=str(world.cdi_dir), claim_kind=f"{DRIVER}/claim"
+    )
+    with capture_logs() as logs:
+        assert world.driver(planner=False, host_edits=edits).inner.reconcile() == 1  # the spec
+    mounts = _edits(json.loads(spec_path.read_text()), NV0)["mounts"]
+    assert [m for m in mounts if m["containerPath"] == MPS or m["hostPath"].startswith("/etc")] == []
+    assert any(m["containerPath"].endswith("libcuda.so.1") for m in mounts)
+    (logged,) = [e for e in logs if e["event"] == "host paths left out of a re-created CDI spec"]
+    assert logged["refused"] == [f"{MPS}: {MPS} is owned by uid {USER}, not root"]
