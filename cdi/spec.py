@@ -19,8 +19,9 @@ model does not write.) The rule lives with the model because serialising a spec 
 A mount's ``host_path`` and a device node's ``host_path`` are :data:`CheckedHostPath`: the runtime
 resolves them as root when it creates a container, so a program that writes specs makes them
 only after checking what they resolve through (numadra: ``driver.untrusted.hostpaths``).
-:func:`spec_from_json` marks the paths of a spec it reads back the same way: those were checked
-when written, or belong to a spec another program wrote and the caller only inspects.
+:func:`spec_from_json` marks the paths of a spec it reads back the same way: the caller only
+inspects them (another program's spec), or checks them again before it writes them (numadra's
+specs re-created at start).
 """
 
 from __future__ import annotations
