@@ -15,6 +15,13 @@ can express and where they appeared: everything basic in 0.3.0, ``mounts[].type`
 ``deviceNodes[].hostPath`` and device names not starting with a letter in 0.5.0,
 ``additionalGids`` in 0.7.0. (0.6.0 brought only annotations and dotted class names, which this
 model does not write.) The rule lives with the model because serialising a spec applies it.
+
+A mount's ``host_path`` and a device node's ``host_path`` are :data:`CheckedHostPath`: the runtime
+resolves them as root when it creates a container, so a program that writes specs makes them
+only after checking what they resolve through (numadra: ``driver.untrusted.hostpaths``).
+:func:`spec_from_json` marks the paths of a spec it reads back the same way: the caller only
+inspects them (another program's spec), or checks them again before it writes them (numadra's
+specs re-created at start).
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from json.encoder import encode_basestring_ascii
-from typing import Any
+from typing import Any, NewType
 
 from cdi.naming import CdiNameError, CdiSpecError, validate_device_name, validate_kind
 
@@ -36,6 +43,7 @@ __all__ = [
     "V050",
     "V070",
     "CdiSpecError",
+    "CheckedHostPath",
     "ContainerEdits",
     "Device",
     "DeviceNode",
@@ -86,6 +94,9 @@ def _compact_encoder() -> Callable[[Any], str]:
 
 _encode_compact = _compact_encoder()
 
+#: a host path checked before it is handed to a container (see the module docstring)
+CheckedHostPath = NewType("CheckedHostPath", str)
+
 V030 = "0.3.0"
 V040 = "0.4.0"
 V050 = "0.5.0"
@@ -97,10 +108,11 @@ _RANK = {version: rank for rank, version in enumerate(KNOWN_VERSIONS)}
 
 @dataclass(frozen=True, slots=True)
 class DeviceNode:
-    """A device node to create in the container; ``host_path`` only when it differs from ``path``."""
+    """A device node to create in the container; ``hostPath`` is written only when it differs from
+    ``path`` (without it the runtime reads the node at ``path`` on the host)."""
 
     path: str
-    host_path: str | None = None
+    host_path: CheckedHostPath | None = None
     type: str = ""
     major: int | None = None
     minor: int | None = None
@@ -134,7 +146,7 @@ class DeviceNode:
 class Mount:
     """A mount into the container; ``type`` is set only when needed (it raises cdiVersion to 0.4.0)."""
 
-    host_path: str
+    host_path: CheckedHostPath
     container_path: str
     options: tuple[str, ...] = ()
     type: str = ""
@@ -329,6 +341,10 @@ def validate_spec(spec: Spec) -> None:
     _validate_edits(spec.edits, f"spec {spec.kind}")
 
 
+def _read_back(host_path: str | None) -> CheckedHostPath | None:
+    return None if host_path is None else CheckedHostPath(host_path)
+
+
 def spec_from_json(obj: Mapping[str, Any]) -> Spec:
     """Rebuild a :class:`Spec` from the JSON this module writes (used to re-read written files)."""
 
@@ -338,7 +354,7 @@ def spec_from_json(obj: Mapping[str, Any]) -> Spec:
             device_nodes=tuple(
                 DeviceNode(
                     path=n["path"],
-                    host_path=n.get("hostPath"),
+                    host_path=_read_back(n.get("hostPath")),
                     type=n.get("type", ""),
                     major=n.get("major"),
                     minor=n.get("minor"),
@@ -350,7 +366,12 @@ def spec_from_json(obj: Mapping[str, Any]) -> Spec:
                 for n in raw.get("deviceNodes", ())
             ),
             mounts=tuple(
-                Mount(m["hostPath"], m["containerPath"], tuple(m.get("options", ())), m.get("type", ""))
+                Mount(
+                    CheckedHostPath(m["hostPath"]),
+                    m["containerPath"],
+                    tuple(m.get("options", ())),
+                    m.get("type", ""),
+                )
                 for m in raw.get("mounts", ())
             ),
             hooks=tuple(

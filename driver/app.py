@@ -440,8 +440,8 @@ def _slices(
 
 def _nri_steps(core: Core, metrics: Metrics) -> list[Step]:
     """The NRI plugin and what it needs besides the core: the reads of a shared claim's consumers,
-    on the core's client with a deadline that fits the runtime's time box, the records of the pods they find, and
-    the reports of claim containers refused or left unpinned (a pod Event and a metric)."""
+    on the core's client with a deadline that fits the runtime's time box, the records of the pods
+    they find, and the reports of claim containers refused or left unpinned (a pod Event and a metric)."""
     from driver.claims.consumers import ApiConsumerReader, ConsumerRecords
     from driver.observability.pinreports import PinningReports
     from driver.pinning.binding import binding_lookup

@@ -16,7 +16,9 @@ Kept in its own module so that every layer can raise and catch these without imp
     ├── ClaimError(claim_uid)        one claim cannot be prepared/unprepared; carries the UID
     │   └── ConfigDecodeError        the claim's opaque configuration is invalid
     ├── UntrustedFileError(path)     a file read is refused: a link, not a regular file, too large,
-    │                                not text (also an OSError, so every "cannot read" path takes it)
+    │   │                            not text (also an OSError, so every "cannot read" path takes it)
+    │   └── UntrustedHostPathError   a host path is refused for a container: it resolves through a
+    │                                link or directory someone other than root could change
     └── UntrustedValueError(what)    a value from outside (env var, annotation, file field) is
                                      malformed or out of bounds (also a ValueError)
 
@@ -45,6 +47,7 @@ __all__ = [
     "RecoverableError",
     "SliceError",
     "UntrustedFileError",
+    "UntrustedHostPathError",
     "UntrustedValueError",
     "is_recoverable",
     "recoverable",
@@ -174,6 +177,12 @@ class UntrustedFileError(DriverError, OSError):
 
     def __str__(self) -> str:
         return f"{self.path}: {self.reason}"
+
+
+class UntrustedHostPathError(UntrustedFileError):
+    """A host path was refused as a mount source or device node of a container
+    (:mod:`driver.untrusted.hostpaths`): ``path`` is the path asked for, ``reason`` names the
+    component and what is wrong with it."""
 
 
 class UntrustedValueError(DriverError, ValueError):

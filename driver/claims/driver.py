@@ -11,7 +11,8 @@ cross-process lock; it reads nothing from the apiserver itself. One prepare call
    pinning (the journal says which CPUs other claims hold), render the CDI spec and metadata;
 2. save the journal **once**, then write the files. The journal is the durable record (fsynced);
    specs and metadata are derived from it (written atomically without fsync, re-created by
-   :meth:`ClaimsDriver.reconcile` after a crash or a reboot that emptied ``/var/run/cdi``).
+   :meth:`ClaimsDriver.reconcile` after a crash or a reboot that emptied ``/var/run/cdi``, with
+   their host paths checked again: the reboot emptied ``/tmp`` as well).
 
 Every claim gets a result; a bad claim gets an error that names claim, request and device, and
 never fails the others. Exceptions escape only for infrastructure failures (journal unreadable,
@@ -29,11 +30,19 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from cdi import DirsUnder, remove_file, spec_bytes
+from cdi import CheckedHostPath, DirsUnder, Mount, ensure_dir, remove_file, spec_bytes, spec_from_json
 from cdi.spec import CdiSpecError
 from driver.claims.attributes import PublishedAttributes
 from driver.claims.hostedits import DeviceExtras
-from driver.claims.metadata import METADATA_DIR, metadata_dir, metadata_file_glob, metadata_files
+from driver.claims.metadata import (
+    CONTAINER_DIR,
+    METADATA_DIR,
+    MetadataFile,
+    checked_metadata_dir,
+    metadata_dir,
+    metadata_file_glob,
+    metadata_files,
+)
 from driver.claims.parts import (
     NO_HOST_EDITS,
     NO_PINNING,
@@ -57,6 +66,7 @@ from driver.plugin import Claim, ClaimRef, PreparedDevice, PrepareResult, descri
 from driver.state.entry import JournalEntry, StoredFile
 from driver.state.journal import Journal
 from driver.untrusted.files import read_file
+from driver.untrusted.values import loads_json
 
 __all__ = ["ClaimsDriver", "InventoryProvider", "PinPlanner", "StatusWriter"]
 
@@ -152,6 +162,8 @@ class ClaimsDriver:
         self._cpu_hook = cpu_hook
         self._host_edits = host_edits
         self._warnings = warnings
+        #: the metadata dir, checked as a host path for containers at its first use
+        self._metadata_dir: CheckedHostPath | None = None
         #: files and directories are written below these without following symbolic links
         self._dirs = DirsUnder((str(cdi_dir), str(plugin_dir)))
         self._journal = journal
@@ -257,7 +269,8 @@ class ClaimsDriver:
     def reconcile(self) -> int:
         """Re-create every journaled file missing or different on disk; returns how many.
 
-        Run at start: after a reboot ``/var/run/cdi`` is empty but the journal is not. Raises
+        Run at start: after a reboot ``/var/run/cdi`` is empty but the journal is not. A spec's
+        host paths are checked again first (:meth:`_rechecked`). Raises
         :class:`~driver.errors.JournalError` when the journal is unusable (the caller exits 1).
         The caller holds the cross-process lock (another process may be preparing).
         """
@@ -268,7 +281,8 @@ class ClaimsDriver:
             recovery: Counter[str] = Counter()
             for entry in self._journal.entries():
                 restored = 0
-                for stored in entry.files():
+                specs = tuple(self._rechecked(entry.uid, stored) for stored in entry.cdi_specs)
+                for stored in (*specs, *entry.metadata_files):
                     if self._restore(stored):
                         restored += 1
                         _log.info("re-created file", claim_uid=entry.uid, path=stored.path)
@@ -277,6 +291,25 @@ class ClaimsDriver:
             self.recovery = recovery
             _log.info("reconciled journal", claims=len(self._journal), recreated=count)
             return count
+
+    def _rechecked(self, claim_uid: str, stored: StoredFile) -> StoredFile:
+        """A journaled CDI spec with its host paths checked again (:meth:`HostEdits.recheck`):
+        after a reboot, what the runtime will resolve is the host as it is now."""
+        try:
+            spec = spec_from_json(loads_json(stored.content, what=stored.path))
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            _log.warning("journaled CDI spec not re-checked", claim_uid=claim_uid, error=str(exc))
+            return stored
+        fresh, refused = self._host_edits.recheck(spec, own_dir=CONTAINER_DIR)
+        if not refused:
+            return stored
+        _log.warning(
+            "host paths left out of a re-created CDI spec",
+            claim_uid=claim_uid,
+            path=stored.path,
+            refused=list(refused),
+        )
+        return replace(stored, content=spec_bytes(fresh).decode())
 
     def _remove_stale_temp_files(self) -> None:
         """Temp files of writes a crash interrupted (``.<name>.<pid>.<tid>.<n>.tmp``)."""
@@ -358,7 +391,8 @@ class ClaimsDriver:
         *,
         extras: DeviceExtras | None = None,
     ) -> JournalEntry:
-        """Everything to write for a claim, as a journal entry (pure apart from reading attrs);
+        """Everything to write for a claim, as a journal entry (pure apart from reading attrs, and
+        making the metadata dir once, to check it: :meth:`_metadata_mounts`);
         ``pods``: the UIDs of the pods the claim is reserved for (:func:`reserved_pods`);
         ``extras``: what the host adds to its devices (:meth:`_extras`)."""
         devices: list[PreparedDevice] = []
@@ -377,7 +411,7 @@ class ClaimsDriver:
                 driver_name=self.driver_name,
                 pinning=pinning,
                 cpu_hook=self._cpu_hook,
-                mounts={meta.request: meta.mount for meta in files},
+                mounts=self._metadata_mounts(view, files),
                 extras=extras,
             )
             spec_path = dir_prefix(self.cdi_dir) + claim_spec_file_name(self.driver_name, view.uid)
@@ -394,6 +428,25 @@ class ClaimsDriver:
             admin_devices=tuple(dict.fromkeys(d.device_name for d in view.devices if d.admin_access)),
             reserved_pods=pods,
         )
+
+    def _metadata_mounts(self, view: ClaimView, files: Sequence[MetadataFile]) -> dict[str, Mount]:
+        """The mounts of a claim's metadata files; none (logged) when the plugin dir fails the
+        check of host paths given to containers (:func:`checked_metadata_dir`)."""
+        if not files:
+            return {}
+        if self._metadata_dir is None:  # checked once: changing it takes root from now on
+            try:
+                ensure_dir(metadata_dir(self.plugin_dir))  # the files are written after this
+                self._metadata_dir = checked_metadata_dir(self.plugin_dir)
+            except OSError as exc:  # UntrustedHostPathError, SymlinkError, or the kernel's
+                _log.warning(
+                    "claim prepared without device metadata mounts",
+                    claim_uid=view.uid,
+                    path=str(self.plugin_dir),
+                    reason=str(exc),
+                )
+                return {}
+        return {meta.request: meta.mount(self._metadata_dir) for meta in files}
 
     def _extras(self, view: ClaimView) -> DeviceExtras | None:
         """What the host adds to the claim's devices (NVIDIA user space, node groups); None for none."""

@@ -10,7 +10,11 @@ it needs are read from the host when the claim is prepared, here:
   the runtime applies the toolkit's edits), else the driver root's files mounted by numadra's
   own spec, else nothing, with a warning;
 * **the supplementary group** that opens each device node for a non-root process
-  (:func:`driver.inventory.nodeaccess.access_gid`), carried as ``additionalGids``.
+  (:func:`driver.inventory.nodeaccess.access_gid`), carried as ``additionalGids``;
+* **the device nodes** themselves, as host paths the runtime will resolve: each one goes through
+  :func:`~driver.untrusted.hostpaths.check_host_path_for_container` at prepare, and a node reached
+  through a link or directory that someone other than root could change is left out, logged and
+  named in the claim's warnings.
 
 The driver root's files are looked up again only when the loaded module's version or one of the
 library directories changed; the toolkit's spec files are re-read only when they changed
@@ -22,11 +26,12 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
 
-from cdi import Mount, transient_spec_file_name
+from cdi import CheckedHostPath, ContainerEdits, Device, Mount, Spec, transient_spec_file_name
 from driver.claims.selection import AllocatedDevice
+from driver.errors import UntrustedHostPathError
 from driver.inventory.hostfiles import host_join
 from driver.inventory.model import Gpu, Nic
 from driver.inventory.nodeaccess import access_gid
@@ -34,6 +39,8 @@ from driver.inventory.nvidia_source import SourceChoice, UserspaceSource, choose
 from driver.inventory.nvidia_toolkit import ToolkitSpecFinder, ToolkitSpecs
 from driver.inventory.nvidia_userspace import DriverUserspace, discover_driver_userspace, driver_version
 from driver.kube.types import JsonObject
+from driver.log import get_logger
+from driver.untrusted.hostpaths import CheckedDirs, check_host_path_for_container
 
 __all__ = ["STATIC_CDI_DIR", "DeviceExtras", "HostEdits", "UserspaceWarnings"]
 
@@ -43,6 +50,7 @@ _DriverKey = tuple[str | None, tuple[int, ...]]  # (module version, library dir 
 
 #: the CDI dir for specs that survive a reboot (the toolkit's ``nvidia-ctk cdi generate`` default)
 STATIC_CDI_DIR = "/etc/cdi"
+_log = get_logger("claims.hostedits")
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +63,8 @@ class DeviceExtras:
     mounts: Mapping[str, tuple[Mount, ...]] = field(default_factory=dict)
     #: supplementary groups that open a device's nodes
     gids: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    #: a device's nodes: (path in the container, checked host path); a refused node is not here
+    nodes: Mapping[str, tuple[tuple[str, CheckedHostPath], ...]] = field(default_factory=dict)
     #: the NVIDIA user-space source, None when the claim has no NVIDIA GPU
     source: UserspaceSource | None = None
     #: what the user should be told (once per claim)
@@ -134,6 +144,41 @@ class HostEdits:
         """The user-space source for ``gpus`` (their NVIDIA ones) as the host is now."""
         return choose_source(gpus, self.toolkit(), self.driver())
 
+    def recheck(self, spec: Spec, *, own_dir: str) -> tuple[Spec, tuple[str, ...]]:
+        """``spec`` (a claim's, read back from the journal) with its host paths checked again.
+
+        A spec is re-created at start after a reboot, and the host's ``/tmp`` is new by then: a
+        path that passed at prepare (root's ``/tmp/nvidia-mps``) may be a user's link now. Each
+        mount and device node goes through the check again, except numadra's own files (mounts
+        whose container path is below ``own_dir``, the device metadata); one that fails is left
+        out, and named in the second value.
+        """
+        dirs = CheckedDirs()
+        refused: list[str] = []
+
+        def checked(path: str) -> CheckedHostPath | None:
+            try:
+                return check_host_path_for_container(self.host_root, path, dirs=dirs)
+            except UntrustedHostPathError as exc:
+                refused.append(f"{path}: {exc.reason}")
+                return None
+
+        def edits(old: ContainerEdits) -> ContainerEdits:
+            mounts = []
+            for mount in old.mounts:
+                if mount.container_path.startswith(own_dir):
+                    mounts.append(mount)
+                elif (host_path := checked(mount.host_path)) is not None:
+                    mounts.append(replace(mount, host_path=host_path))
+            nodes = []
+            for node in old.device_nodes:
+                if (host_path := checked(node.host_path or node.path)) is not None:
+                    nodes.append(replace(node, host_path=host_path))
+            return replace(old, mounts=tuple(mounts), device_nodes=tuple(nodes))
+
+        devices = tuple(Device(d.name, edits(d.edits)) for d in spec.devices)
+        return Spec(spec.kind, devices, edits(spec.edits)), tuple(refused)
+
     def for_devices(self, devices: Sequence[AllocatedDevice]) -> DeviceExtras:
         """The extras of one claim's allocated devices."""
         by_name: dict[str, Gpu | Nic] = {}
@@ -146,11 +191,32 @@ class HostEdits:
             found.discard(None)
             if found:
                 gids[name] = tuple(sorted(g for g in found if g is not None))
+        nodes, refused = self._device_nodes(by_name)
         nvidia = [d for d in by_name.values() if isinstance(d, Gpu) and d.vendor == "nvidia"]
         if not nvidia:
-            return DeviceExtras(gids=gids)
+            return DeviceExtras(gids=gids, nodes=nodes, warnings=refused)
         driver, mounts = self._driver_files()
         choice = choose_source(nvidia, self.toolkit(), driver)
         ids = {name: (cdi_id,) for name, cdi_id in choice.toolkit_ids.items()}
         files = {g.name: mounts for g in nvidia} if choice.source is UserspaceSource.DRIVER_ROOT else {}
-        return DeviceExtras(ids, files, gids, choice.source, choice.warnings)
+        return DeviceExtras(ids, files, gids, nodes, choice.source, (*choice.warnings, *refused))
+
+    def _device_nodes(
+        self, by_name: Mapping[str, Gpu | Nic]
+    ) -> tuple[dict[str, tuple[tuple[str, CheckedHostPath], ...]], tuple[str, ...]]:
+        """Each device's nodes that a container may be given, and why each other one may not."""
+        dirs = CheckedDirs()
+        nodes: dict[str, tuple[tuple[str, CheckedHostPath], ...]] = {}
+        refused: list[str] = []
+        for name, device in by_name.items():
+            checked: list[tuple[str, CheckedHostPath]] = []
+            for path in device.device_nodes:
+                try:
+                    checked.append((path, check_host_path_for_container(self.host_root, path, dirs=dirs)))
+                except UntrustedHostPathError as exc:
+                    _log.warning(
+                        "device node not given to containers", device=name, path=path, reason=exc.reason
+                    )
+                    refused.append(f"device node {path} of {name} not given to containers: {exc.reason}")
+            nodes[name] = tuple(checked)
+        return nodes, tuple(refused)

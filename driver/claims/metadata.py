@@ -48,13 +48,14 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from cdi import Mount
+from cdi import CheckedHostPath, Mount
 from driver.claims.paths import dir_prefix
 from driver.claims.selection import AllocatedDevice, ClaimView
 from driver.inventory.model import InventoryDevice, Nic
 from driver.layout import METADATA_DIR
 from driver.log import get_logger
 from driver.names import is_dns_label
+from driver.untrusted.hostpaths import check_host_path_for_container, checked_child
 from driver.untrusted.values import bounded_int, loads_json
 
 __all__ = [
@@ -62,6 +63,7 @@ __all__ = [
     "CONTAINER_DIR",
     "METADATA_DIR",
     "MetadataFile",
+    "checked_metadata_dir",
     "container_path",
     "metadata_dir",
     "metadata_file_glob",
@@ -89,10 +91,11 @@ class MetadataFile:
     content: str
     container_path: str  # where the mount shows the file
 
-    @property
-    def mount(self) -> Mount:
-        """The read-only bind mount of the file (added to the request's first CDI device)."""
-        return Mount(self.host_path, self.container_path, _MOUNT_OPTIONS)
+    def mount(self, directory: CheckedHostPath) -> Mount:
+        """The read-only bind mount of the file (added to the request's first CDI device);
+        ``directory``: :func:`checked_metadata_dir`, the directory the file is written to."""
+        name = self.host_path.rpartition("/")[2]
+        return Mount(checked_child(directory, name), self.container_path, _MOUNT_OPTIONS)
 
 
 _MOUNT_OPTIONS = ("ro", "bind")
@@ -105,6 +108,17 @@ def metadata_dir(plugin_dir: Path) -> str:
     rest of a path's use here.
     """
     return f"{dir_prefix(plugin_dir)}{METADATA_DIR}"
+
+
+def checked_metadata_dir(plugin_dir: Path) -> CheckedHostPath:
+    """:func:`metadata_dir` as a host path a container may be given (it must exist).
+
+    numadra sees the plugin dir at its host path (the kubelet finds numadra's socket there too),
+    so it is checked below ``/``; the files in it are numadra's own. Raises
+    :class:`~driver.errors.UntrustedHostPathError` when someone other than root could change what
+    the directory resolves to.
+    """
+    return check_host_path_for_container("/", metadata_dir(plugin_dir))
 
 
 def metadata_file_glob(claim_uid: str) -> str:

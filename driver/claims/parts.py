@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from cdi import Spec
 from driver.claims.hostedits import DeviceExtras
 from driver.claims.selection import AllocatedDevice
 from driver.inventory.model import Inventory
@@ -79,6 +80,11 @@ class DeviceHostEdits(Protocol):
         """The device nodes, mounts and warnings for ``devices``; None: nothing to add."""
         ...
 
+    def recheck(self, spec: Spec, *, own_dir: str) -> tuple[Spec, tuple[str, ...]]:
+        """``spec`` read back from the journal with its host paths checked again, and the paths
+        left out (a re-created spec after a reboot: the host may have changed meanwhile)."""
+        ...
+
 
 class UserspaceWarner(Protocol):
     """Tells the user about a claim's NVIDIA user space (``driver.claims.hostedits.UserspaceWarnings``)."""
@@ -119,6 +125,9 @@ class _NoHostEdits:
 
     def for_devices(self, devices: Sequence[AllocatedDevice]) -> None:
         return None
+
+    def recheck(self, spec: Spec, *, own_dir: str) -> tuple[Spec, tuple[str, ...]]:
+        return spec, ()  # nothing was added from the host, so nothing to check again
 
 
 class _NoWarnings:

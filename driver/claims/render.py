@@ -2,9 +2,11 @@
 
 Deterministic: the same claim view and pinning give byte-identical specs, so a repeated prepare or
 a reconcile after a reboot re-creates exactly what the runtime saw before. Device nodes come from
-the inventory as host paths and are mounted at the same path (no ``hostPath``, so cdiVersion stays
-low); major/minor numbers are left for the runtime to read at injection time, because numbers
-captured at prepare can be stale after a reboot.
+the inventory as host paths, checked at prepare (:class:`~driver.claims.hostedits.DeviceExtras`
+``nodes``; a claim built without the host's extras gets none), and are mounted at the same path (no
+``hostPath`` unless the check resolved a link, so cdiVersion stays low); major/minor numbers are
+left for the runtime to read at injection time, because numbers captured at prepare can be stale
+after a reboot.
 
 Environment per device (values cover the device's whole request, so the order in which a runtime
 applies several devices of one request does not matter):
@@ -37,6 +39,7 @@ import functools
 from collections.abc import Callable, Iterable, Mapping
 
 from cdi import (
+    CheckedHostPath,
     ContainerEdits,
     Device,
     DeviceNode,
@@ -200,8 +203,8 @@ def claim_spec(
         gids: tuple[int, ...] = ()
         foreign: tuple[str, ...] = ()
         if isinstance(dev.device, (Gpu, Nic)):
-            nodes = _device_nodes(dev.device.device_nodes)
             if extras is not None:
+                nodes = _device_nodes(extras.nodes.get(dev.device_name, ()))
                 files = extras.mounts.get(dev.device_name, ())
                 gids = extras.gids.get(dev.device_name, ())
                 foreign = extras.cdi_ids.get(dev.device_name, ())
@@ -235,6 +238,6 @@ def claim_spec(
 
 
 @functools.lru_cache(maxsize=1024)
-def _device_nodes(paths: tuple[str, ...]) -> tuple[DeviceNode, ...]:
-    """The CDI device nodes of an inventory device (mounted at their host path), made once."""
-    return tuple(DeviceNode(path=p) for p in paths)
+def _device_nodes(nodes: tuple[tuple[str, CheckedHostPath], ...]) -> tuple[DeviceNode, ...]:
+    """The CDI device nodes of a device: (path in the container, checked host path), made once."""
+    return tuple(DeviceNode(path=path, host_path=host_path) for path, host_path in nodes)

@@ -8,7 +8,8 @@ One rule, used per claim (``driver.claims.userspace``) and for the whole node (`
    whose GPUs came half from the toolkit and half from the driver root would get two copies of
    the driver's files. A toolkit spec that cannot serve the GPUs is a warning with the reason.
 2. **driver root**, when it has the driver's libraries; files it lacks (``libnvidia-ml``) are a
-   warning naming them.
+   warning naming them, and so are the files a container must not be given (a planted
+   ``/tmp/nvidia-mps``: :attr:`DriverUserspace.refused`).
 3. **none**: a CUDA container would start without a driver, which is a warning with both reasons.
 
 Pure: the facts are read by the callers (:class:`~driver.inventory.nvidia_toolkit.ToolkitSpecFinder`,
@@ -79,6 +80,7 @@ def choose_source(gpus: Sequence[Gpu], toolkit: ToolkitSpecs, driver: DriverUser
         if driver.missing:
             lacks = ", ".join(driver.missing)
             warnings.append(f"driver root {driver.driver_root} lacks {lacks} (driver {driver.version})")
+        warnings += [f"driver root file not mounted: {why}" for why in driver.refused]
         return SourceChoice(UserspaceSource.DRIVER_ROOT, driver=driver, warnings=tuple(warnings))
     if not toolkit.files and not toolkit.problems:
         warnings.append(f"no NVIDIA toolkit spec (kind nvidia.com/gpu) in {', '.join(toolkit.dirs)}")

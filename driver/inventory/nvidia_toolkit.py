@@ -13,7 +13,10 @@ safe-read rules (:func:`driver.inventory.hostfiles.read_host_file`: a symbolic l
 only regular files up to :data:`MAX_SPEC_BYTES`) and checked before a claim names one of their
 devices: a runtime that cannot apply an edit fails the container, so a device whose mount source
 is missing, whose device node is not a character device, or whose hook is not an executable file
-on the host is refused with the reason (:meth:`ToolkitSpecs.check`). Which definition counts
+on the host is refused with the reason (:meth:`ToolkitSpecs.check`), and so is one whose paths
+resolve through a link or directory that someone other than root could change
+(:func:`~driver.untrusted.hostpaths.check_host_path_for_container`): the claim then falls back to
+the driver root, whose files pass the same check. Which definition counts
 follows CDI's rules: of the dirs, later ones override earlier ones; a name defined twice in one dir
 is a conflict, which makes the device unusable.
 
@@ -32,7 +35,9 @@ from typing import Any
 
 from cdi import ContainerEdits, Spec, spec_from_json, validate_spec
 from cdi.spec import CdiSpecError
+from driver.errors import UntrustedHostPathError
 from driver.inventory.hostfiles import host_join, read_host_file, resolve_in_root
+from driver.untrusted.hostpaths import CheckedDirs, check_host_path_for_container
 
 __all__ = [
     "MAX_SPEC_BYTES",
@@ -90,36 +95,44 @@ class ToolkitSpecs:
         if device.conflict:
             return device.conflict
         dirs: dict[str, str] = {}  # resolved parent dirs, for this check only
+        checked = CheckedDirs()  # parent dirs checked for containers, for this check only
         for edits in (device.common, device.edits):
-            problem = _check_edits(self.host_root, edits, dirs)
+            problem = _check_edits(self.host_root, edits, dirs, checked)
             if problem:
                 return f"{device.path}: device {name!r}: {problem}"
         return ""
 
 
-def _stat_in_root(host_root: str, host_path: str, dirs: dict[str, str]) -> tuple[str, os.stat_result] | str:
-    """The resolved path and its stat, or why there is none."""
+def _stat_in_root(
+    host_root: str, host_path: str, dirs: dict[str, str], checked: CheckedDirs
+) -> tuple[str, os.stat_result] | str:
+    """The resolved path and its stat, or why there is none (or why a container may not get it)."""
     try:
         resolved = resolve_in_root(host_root, host_path, dirs)
-        return resolved, os.stat(host_join(host_root, resolved), follow_symlinks=False)
+        found = resolved, os.stat(host_join(host_root, resolved), follow_symlinks=False)
     except OSError as exc:
         return f"{host_path} does not exist on the host ({exc.strerror or exc})"
+    try:
+        check_host_path_for_container(host_root, host_path, dirs=checked)
+    except UntrustedHostPathError as exc:
+        return f"{host_path} is not given to containers: {exc.reason}"
+    return found
 
 
-def _check_edits(host_root: str, edits: ContainerEdits, dirs: dict[str, str]) -> str:
+def _check_edits(host_root: str, edits: ContainerEdits, dirs: dict[str, str], checked: CheckedDirs) -> str:
     for node in edits.device_nodes:
         host_path = node.host_path or node.path
-        found = _stat_in_root(host_root, host_path, dirs)
+        found = _stat_in_root(host_root, host_path, dirs, checked)
         if isinstance(found, str):
             return f"device node {found}"
         if not stat.S_ISCHR(found[1].st_mode):
             return f"device node {host_path} is not a character device"
     for mount in edits.mounts:
-        found = _stat_in_root(host_root, mount.host_path, dirs)
+        found = _stat_in_root(host_root, mount.host_path, dirs, checked)
         if isinstance(found, str):
             return f"mount source {found}"
     for hook in edits.hooks:
-        found = _stat_in_root(host_root, hook.path, dirs)
+        found = _stat_in_root(host_root, hook.path, dirs, checked)
         if isinstance(found, str):
             return f"hook {found}"
         if not stat.S_ISREG(found[1].st_mode) or not found[1].st_mode & 0o111:

@@ -20,10 +20,15 @@ whichever source supplies it:
   directory, when they exist.
 
 Every file is mounted read-only at the path it has under the driver root (the same layout the
-toolkit's spec gives). Paths are resolved inside the driver root (its absolute symlinks point into
-it, as in a driver container); a mount's host path is the resolved file, so the runtime never
-follows a link. Required are ``libcuda.so.<version>`` (without it the root is not usable) and
-``libnvidia-ml.so.<version>`` (named in :attr:`DriverUserspace.missing` when absent).
+toolkit's spec gives), the MPS pipe directory and the sockets read-write. Paths are resolved inside
+the driver root (its absolute symlinks point into it, as in a driver container); a mount's host
+path is the resolved file, so the runtime never follows a link, and it is made by
+:func:`~driver.untrusted.hostpaths.check_host_path_for_container`: a file reached through a link
+or directory that someone other than root could change (a ``/tmp/nvidia-mps`` planted as a link
+to ``/etc``, or owned by a user) is left out, named in :attr:`DriverUserspace.refused` and logged,
+and the container goes without it (without MPS, for the pipe directory). Required are
+``libcuda.so.<version>`` (without it the root is not usable) and ``libnvidia-ml.so.<version>``
+(named in :attr:`DriverUserspace.missing` when absent).
 """
 
 from __future__ import annotations
@@ -33,7 +38,11 @@ import re
 import stat
 from dataclasses import dataclass
 
+from cdi import CheckedHostPath
+from driver.errors import UntrustedHostPathError
 from driver.inventory.hostfiles import host_join, read_host_file, resolve_in_root
+from driver.log import get_logger
+from driver.untrusted.hostpaths import CheckedDirs, check_host_path_for_container
 
 __all__ = [
     "BINARIES",
@@ -87,13 +96,24 @@ _REQUIRED = ("libcuda.so", "libnvidia-ml.so")
 _VERSION = re.compile(r"[0-9]+(?:\.[0-9]+){1,3}")
 _PROC_VERSION = re.compile(r"Kernel Module(?:\s+for\s+\S+)?\s+([0-9]+(?:\.[0-9]+){1,3})\s")
 _MAX_VERSION_FILE = 4096
+_log = get_logger("inventory.nvidia_userspace")
+
+
+@dataclass(frozen=True, slots=True)
+class _Found:
+    """One file of the driver found below the driver root, before its host path is checked."""
+
+    resolved: str  # the file, resolved inside the driver root
+    container_path: str
+    kind: str
+    options: tuple[str, ...] = FILE_OPTIONS
 
 
 @dataclass(frozen=True, slots=True)
 class UserspaceMount:
     """One file of the driver, mounted into a container."""
 
-    host_path: str  # where the file is on the host (the driver root included)
+    host_path: CheckedHostPath  # where the file is on the host (the driver root included)
     container_path: str  # where the container sees it (its path under the driver root)
     kind: str  # "library", "library link", "binary", "firmware", "ipc": what the table counts
     options: tuple[str, ...] = FILE_OPTIONS
@@ -109,6 +129,8 @@ class DriverUserspace:
     mounts: tuple[UserspaceMount, ...] = ()
     missing: tuple[str, ...] = ()  # required files not found ("libnvidia-ml.so.550.54.15")
     problem: str = ""
+    #: files left out because a container must not be given them, each with why
+    refused: tuple[str, ...] = ()
 
     @property
     def usable(self) -> bool:
@@ -184,10 +206,10 @@ def _library_dirs(root: str, version: str) -> list[str]:
     return found
 
 
-def _libraries(root: str, directories: list[str], version: str) -> list[UserspaceMount]:
+def _libraries(root: str, directories: list[str], version: str) -> list[_Found]:
     """Every ``lib*.so.<version>`` of the driver's directories (and ``vdpau/``), then their links."""
     suffix = f".so.{version}"
-    mounts: list[UserspaceMount] = []
+    mounts: list[_Found] = []
     real: set[str] = set()
     for directory in [*directories, *(f"{d}/vdpau" for d in directories)]:
         for name, _, _ in _entries(root, directory):
@@ -195,7 +217,7 @@ def _libraries(root: str, directories: list[str], version: str) -> list[Userspac
                 continue
             target = _resolve(root, f"{directory}/{name}")
             if target is not None and _kind_of(root, target) == stat.S_IFREG:
-                mounts.append(UserspaceMount(target, f"{directory}/{name}", "library"))
+                mounts.append(_Found(target, f"{directory}/{name}", "library"))
                 real.add(target)
     for directory in directories:
         for name, _, is_link in _entries(root, directory):
@@ -203,12 +225,12 @@ def _libraries(root: str, directories: list[str], version: str) -> list[Userspac
                 continue
             target = _resolve(root, f"{directory}/{name}")
             if target in real:  # a SONAME or development link to one of the driver's libraries
-                mounts.append(UserspaceMount(target, f"{directory}/{name}", "library link"))
+                mounts.append(_Found(target, f"{directory}/{name}", "library link"))
     return mounts
 
 
-def _binaries(root: str) -> list[UserspaceMount]:
-    mounts: list[UserspaceMount] = []
+def _binaries(root: str) -> list[_Found]:
+    mounts: list[_Found] = []
     for name in BINARIES:
         for directory in _BINARY_DIRS:
             target = _resolve(root, f"{directory}/{name}")
@@ -219,13 +241,13 @@ def _binaries(root: str) -> list[UserspaceMount]:
             except OSError:
                 continue
             if stat.S_ISREG(st.st_mode) and st.st_mode & 0o111:
-                mounts.append(UserspaceMount(target, f"{directory}/{name}", "binary"))
+                mounts.append(_Found(target, f"{directory}/{name}", "binary"))
                 break
     return mounts
 
 
-def _firmware(root: str, version: str) -> list[UserspaceMount]:
-    mounts: list[UserspaceMount] = []
+def _firmware(root: str, version: str) -> list[_Found]:
+    mounts: list[_Found] = []
     for base in _FIRMWARE_DIRS:
         directory = _resolve(root, f"{base}/{version}")
         if directory is None:
@@ -237,17 +259,17 @@ def _firmware(root: str, version: str) -> list[UserspaceMount]:
             continue
         for name in names:
             if name.startswith("gsp") and name.endswith(".bin"):
-                mounts.append(UserspaceMount(f"{directory}/{name}", f"{base}/{version}/{name}", "firmware"))
+                mounts.append(_Found(f"{directory}/{name}", f"{base}/{version}/{name}", "firmware"))
     return mounts
 
 
-def _ipc(root: str) -> list[UserspaceMount]:
-    mounts: list[UserspaceMount] = []
+def _ipc(root: str) -> list[_Found]:
+    mounts: list[_Found] = []
     for candidates, wanted in _IPC:
         for path in candidates:
             target = _resolve(root, path)
             if target is not None and _kind_of(root, target) == wanted:
-                mounts.append(UserspaceMount(target, path, "ipc", IPC_OPTIONS))
+                mounts.append(_Found(target, path, "ipc", IPC_OPTIONS))
                 break
     return mounts
 
@@ -270,11 +292,35 @@ def discover_driver_userspace(host_root: str, driver_root: str = "/") -> DriverU
             missing=missing,
             problem=f"driver root {driver_root}: no {' or '.join(missing)} (driver {version}) in {searched}",
         )
-    on_host = [*libraries, *_binaries(root), *_firmware(root, version), *_ipc(root)]
-    mounts = tuple(
-        UserspaceMount(host_join(driver_root, m.host_path), m.container_path, m.kind, m.options)
-        for m in on_host
-    )
+    found = [*libraries, *_binaries(root), *_firmware(root, version), *_ipc(root)]
+    mounts, refused = _checked(host_root, driver_root, found)
     return DriverUserspace(
-        driver_root, version=version, library_dirs=tuple(directories), mounts=mounts, missing=missing
+        driver_root,
+        version=version,
+        library_dirs=tuple(directories),
+        mounts=mounts,
+        missing=missing,
+        refused=refused,
     )
+
+
+def _checked(
+    host_root: str, driver_root: str, found: list[_Found]
+) -> tuple[tuple[UserspaceMount, ...], tuple[str, ...]]:
+    """The mounts whose host path a container may be given, and why each other one may not."""
+    mounts: list[UserspaceMount] = []
+    refused: list[str] = []
+    dirs = CheckedDirs()  # the libraries share a few directories
+    for m in found:
+        try:
+            host_path = check_host_path_for_container(
+                host_root, m.container_path, inside=driver_root, dirs=dirs
+            )
+        except UntrustedHostPathError as exc:
+            _log.warning(
+                "driver file not given to containers", path=m.container_path, kind=m.kind, reason=exc.reason
+            )
+            refused.append(f"{m.container_path} ({m.kind}): {exc.reason}")
+            continue
+        mounts.append(UserspaceMount(host_path, m.container_path, m.kind, m.options))
+    return tuple(mounts), tuple(refused)

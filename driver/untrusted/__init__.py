@@ -8,6 +8,10 @@
   value, so a bad entry is an :class:`~driver.errors.UntrustedValueError` naming it, never an
   ``OverflowError`` or a ``RecursionError`` escaping into a crash loop.
 
+* :mod:`driver.untrusted.hostpaths`: the other direction, every host path numadra hands to a
+  container in a CDI spec (mounts, device nodes) is checked here: it must resolve only through
+  links and directories that root alone can change, so a link planted in ``/tmp`` is refused.
+
 The kernel's CPU list format has its own bounded parser, :mod:`driver.inventory.cpulist`.
 ``tests/unit/test_untrusted_reads.py`` holds every read in ``driver/`` and ``cdi/`` to this package.
 """

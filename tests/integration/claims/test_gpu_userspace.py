@@ -230,3 +230,99 @@ def test_a_repeat_prepare_keeps_its_answer_when_the_toolkit_spec_appears(tmp_pat
     served.unprepare_claims([world.getter.add(world.getter.claims[("default", f"claim-{uid}")])])
     next_ids, _ = _prepare(world, served, "00000000-0000-4000-8000-000000000008", NV0)
     assert next_ids[0][0] == f"nvidia.com/gpu={UUIDS[0]}"
+
+
+# -- host paths planted by a user of the node ---------------------------------------------------
+# The attacker, a user without root, plants before the prepare: /tmp/nvidia-mps as a link to /etc
+# (without the check, the spec mounted the host's /etc read-write into the container), or a GPU's
+# device node given to them. Each is left out, the claim is still prepared, and the warning (the
+# claim's Event) names the path and why (driver/untrusted/hostpaths.py).
+
+MPS = "/tmp/nvidia-mps"
+USER = 1000  # a user of the node, not root
+UID = "00000000-0000-4000-8000-0000000000a1"
+
+
+def _spec_after_prepare(tmp_path: Path, host: Path, recorder: Recorder) -> dict[str, Any]:
+    world, served = _world(tmp_path, host, recorder)
+    ref = world.getter.add(_claim())
+    out = served.prepare_claims([ref])[UID]
+    assert out.ok, out.error
+    return json.loads((world.cdi_dir / f"{DRIVER}_claim_{UID}.json").read_text())
+
+
+def _claim() -> dict[str, Any]:
+    return claim(UID, results=[result("gpus", NV0)])
+
+
+def _plant_tmp(host: Path) -> Path:
+    """The host's sticky, world-writable /tmp (and an /etc to point at); returns /tmp/nvidia-mps."""
+    (host / "etc").mkdir(exist_ok=True)
+    tmp = host / "tmp"
+    tmp.mkdir(exist_ok=True)
+    tmp.chmod(0o1777)
+    return tmp / "nvidia-mps"
+
+
+def test_mps_dir_planted_as_a_link_to_etc_is_not_in_the_spec(tmp_path: Path, host: Path) -> None:
+    """The link's owner is the attacker; the spec neither mounts /tmp/nvidia-mps nor /etc."""
+    link = _plant_tmp(host)
+    link.symlink_to("/etc")
+    os.lchown(link, USER, USER)
+    recorder = Recorder()
+    spec = _spec_after_prepare(tmp_path, host, recorder)
+    mounts = _edits(spec, NV0)["mounts"]
+    assert [m for m in mounts if m["containerPath"] == MPS or m["hostPath"].startswith("/etc")] == []
+    assert any(m["containerPath"].endswith("libcuda.so.1") for m in mounts)  # the rest is there
+    (warnings,) = [w for _, _, w in recorder.calls]
+    assert f"driver root file not mounted: {MPS} (ipc): {MPS} is owned by uid {USER}, not root" in warnings
+
+
+def test_mps_dir_of_the_root_daemon_is_in_the_spec_read_write(tmp_path: Path, host: Path) -> None:
+    """What a real MPS daemon makes (root's directory in the sticky /tmp) is mounted, no warning."""
+    _plant_tmp(host).mkdir()
+    recorder = Recorder()
+    spec = _spec_after_prepare(tmp_path, host, recorder)
+    (mps,) = [m for m in _edits(spec, NV0)["mounts"] if m["containerPath"] == MPS]
+    assert mps["hostPath"] == MPS
+    assert "ro" not in mps["options"]
+    assert recorder.calls == []
+
+
+def test_a_device_node_given_to_a_user_is_not_in_the_spec(tmp_path: Path, host: Path) -> None:
+    """/dev/nvidia0 owned by a user (who could replace it): the node is left out, with a warning."""
+    os.chown(host / "dev/nvidia0", USER, USER)
+    recorder = Recorder()
+    spec = _spec_after_prepare(tmp_path, host, recorder)
+    assert "/dev/nvidia0" not in [n["path"] for n in _edits(spec, NV0).get("deviceNodes", [])]
+    (warnings,) = [w for _, _, w in recorder.calls]
+    why = f"device node /dev/nvidia0 of {NV0} not given to containers: /dev/nvidia0 is owned by uid {USER}"
+    assert any(w.startswith(why) for w in warnings)
+
+
+def test_a_reboot_checks_the_journaled_spec_again(tmp_path: Path, host: Path) -> None:
+    """Prepared while root's MPS directory was there; after a reboot a user plants the link first.
+
+    The start re-creates the claim's spec from the journal (``/var/run/cdi`` is a tmpfs): the
+    host paths are checked again, so the re-created spec leaves the planted link out.
+    """
+    mps = _plant_tmp(host)
+    mps.mkdir()
+    spec = _spec_after_prepare(tmp_path, host, Recorder())
+    assert MPS in [m["containerPath"] for m in _edits(spec, NV0)["mounts"]]
+    world = World(tmp_path / "node")  # the same directories: a restart
+    spec_path = world.cdi_dir / f"{DRIVER}_claim_{UID}.json"
+    spec_path.unlink()  # the reboot empties the CDI dir and /tmp
+    mps.rmdir()
+    mps.symlink_to("/etc")
+    os.lchown(mps, USER, USER)
+    edits = HostEdits(
+        host_root=str(host), driver_root="/", cdi_dir=str(world.cdi_dir), claim_kind=f"{DRIVER}/claim"
+    )
+    with capture_logs() as logs:
+        assert world.driver(planner=False, host_edits=edits).inner.reconcile() == 1  # the spec
+    mounts = _edits(json.loads(spec_path.read_text()), NV0)["mounts"]
+    assert [m for m in mounts if m["containerPath"] == MPS or m["hostPath"].startswith("/etc")] == []
+    assert any(m["containerPath"].endswith("libcuda.so.1") for m in mounts)
+    (logged,) = [e for e in logs if e["event"] == "host paths left out of a re-created CDI spec"]
+    assert logged["refused"] == [f"{MPS}: {MPS} is owned by uid {USER}, not root"]

@@ -9,6 +9,7 @@ from typing import Any
 
 from structlog.testing import capture_logs
 
+from driver.claims.hostedits import HostEdits
 from driver.pinning.types import parse_cpulist
 from driver.plugin import ClaimRef, DriverPlugin
 from driver.state.journal import Journal, journal_path
@@ -52,10 +53,21 @@ def test_claims_driver_satisfies_driver_plugin(world: World) -> None:
     assert isinstance(world.driver().inner, DriverPlugin)
 
 
-def test_prepare_writes_one_cdi_spec_with_nodes_env_and_pinning(world: World) -> None:
+def _host_edits(world: World, tmp_path: Path) -> HostEdits:
+    """The host's extras read from a tree that holds the world's device nodes (plain files)."""
+    root = tmp_path / "host"
+    for node in ("dev/nvidia0", "dev/nvidiactl", "dev/infiniband/uverbs0", "dev/infiniband/rdma_cm"):
+        (root / node).parent.mkdir(parents=True, exist_ok=True)
+        (root / node).write_text("")
+    return HostEdits(
+        host_root=str(root), driver_root="/", cdi_dir=str(world.cdi_dir), claim_kind=f"{DRIVER}/claim"
+    )
+
+
+def test_prepare_writes_one_cdi_spec_with_nodes_env_and_pinning(world: World, tmp_path: Path) -> None:
     """A GPU+NIC+CPU claim gets one transient CDI spec with device nodes, env and CPU markers."""
     ref = world.getter.add(_full_claim())
-    out = world.driver().prepare_claims([ref])
+    out = world.driver(host_edits=_host_edits(world, tmp_path)).prepare_claims([ref])
     res = out[UID]
     assert res.ok, res.error
     assert [d.device_name for d in res.devices] == [GPU0, NIC0, CPU0]

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from cdi import spec_bytes
+from cdi import CheckedHostPath, spec_bytes
 from driver.claims.config import EffectiveConfig
-from driver.claims.metadata import container_path, metadata_files, parse_generation
+from driver.claims.metadata import container_path, metadata_dir, metadata_files, parse_generation
 from driver.claims.render import claim_spec, claim_spec_file_name
 from driver.claims.selection import AllocatedDevice, ClaimView
 from driver.inventory.model import DeviceKind, Nic
@@ -119,12 +119,13 @@ def test_metadata_mounts_ride_on_the_first_device_of_each_request(
         ),
     )
     files = metadata_files(view, driver_name=DRIVER, plugin_dir=Path(plugin_dir), attributes={})
+    directory = CheckedHostPath(metadata_dir(Path(plugin_dir)))  # as if checked: no such dir here
     assert [f.request for f in files] == ["nic", "gpu"]
     assert [f.host_path for f in files] == [
         f"{plugin_dir}/dra-device-metadata/{uid}_{r}.json" for r in ("nic", "gpu")
     ]
     spec, devices = claim_spec(
-        view, driver_name=DRIVER, pinning=None, mounts={f.request: f.mount for f in files}
+        view, driver_name=DRIVER, pinning=None, mounts={f.request: f.mount(directory) for f in files}
     )
     spec_bytes(spec)  # raises when the spec is not valid CDI
     mounts = [[(m.host_path, m.container_path, m.options) for m in d.edits.mounts] for d in spec.devices]

@@ -13,11 +13,12 @@ from types import SimpleNamespace
 import pytest
 
 from driver.claims.config import EffectiveConfig
+from driver.claims.hostedits import HostEdits
 from driver.claims.render import claim_spec
 from driver.claims.selection import AllocatedDevice, ClaimView
 from driver.inventory.model import DeviceKind
 from driver.inventory.nvml import enrich_with_nvml
-from tests.unit.inventory.trees import inventory
+from tests.unit.inventory.trees import host_tree, inventory
 
 
 @dataclass
@@ -63,9 +64,15 @@ def test_uuid_from_nvml_is_what_the_runtime_is_told(monkeypatch: pytest.MonkeyPa
         "GPU-00000001-1111-2222-3333-444444444444",
     ]
     assert inv.gpus[7].uuid is None and inv.gpus[0].memory_bytes == 80 * 1024**3
+    root = host_tree("dgx")
+    edits = HostEdits(
+        host_root=str(root), driver_root="/", cdi_dir=str(root / "run/cdi"), claim_kind="x/claim"
+    )
     for gpu, expected in ((inv.gpus[3], "GPU-00000003-1111-2222-3333-444444444444"), (inv.gpus[7], "7")):
         dev = AllocatedDevice("g", gpu.name, "n", None, {}, DeviceKind.GPU, gpu, EffectiveConfig())
-        spec, _ = claim_spec(ClaimView("ns", "c", "u", "", (dev,)), driver_name="numadra.dev", pinning=None)
+        extras = edits.for_devices([dev])  # the device nodes, checked on the host tree
+        view = ClaimView("ns", "c", "u", "", (dev,))
+        spec, _ = claim_spec(view, driver_name="numadra.dev", pinning=None, extras=extras)
         env = dict(e.split("=", 1) for e in spec.devices[0].edits.env)
         assert env["NVIDIA_VISIBLE_DEVICES"] == expected
         assert f"/dev/nvidia{gpu.minor}" in [n.path for n in spec.devices[0].edits.device_nodes]
