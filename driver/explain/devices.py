@@ -15,12 +15,11 @@ from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
-from driver.errors import ConfigError
+from driver.errors import ConfigError, UntrustedValueError
 from driver.explain.cel import CelDevice
 from driver.kube.quantity import parse_quantity
 from driver.untrusted.files import MAX_USER_FILE_BYTES, read_file_text
+from driver.untrusted.yamldoc import load_yaml
 
 if TYPE_CHECKING:
     from driver.inventory.model import Inventory
@@ -168,9 +167,9 @@ def load_slices_file(
         doc = json.loads(text)
     except json.JSONDecodeError:
         try:
-            doc = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"slices file {path}: neither JSON nor YAML ({exc})") from exc
+            doc = load_yaml(text, what=f"slices file {path}", max_nodes=MAX_USER_FILE_BYTES)
+        except UntrustedValueError as exc:
+            raise ConfigError(f"{exc} (and not JSON either)") from exc
     return devices_from_slices(doc, driver_name, node_name)
 
 
