@@ -230,3 +230,83 @@ def test_a_repeat_prepare_keeps_its_answer_when_the_toolkit_spec_appears(tmp_pat
     served.unprepare_claims([world.getter.add(world.getter.claims[("default", f"claim-{uid}")])])
     next_ids, _ = _prepare(world, served, "00000000-0000-4000-8000-000000000008", NV0)
     assert next_ids[0][0] == f"nvidia.com/gpu={UUIDS[0]}"
+
+
+#: specs of about 100 bytes another CDI producer could write: a number in env, as a device's name,
+#: as a common mount's hostPath (each used to fail every NVIDIA claim with an internal error)
+BAD_SPECS = {
+    "env-number": (
+        {"kind": "nvidia.com/gpu", "devices": [{"name": UUIDS[0], "containerEdits": {"env": [5]}}]},
+        "devices[0].containerEdits.env[0]: must be a string, got a number",
+    ),
+    "name-number": (
+        {"kind": "nvidia.com/gpu", "devices": [{"name": 5, "containerEdits": {}}]},
+        "devices[0].name: must be a string, got a number",
+    ),
+    "hostpath-number": (
+        {
+            "kind": "nvidia.com/gpu",
+            "devices": [{"name": UUIDS[0], "containerEdits": {}}],
+            "containerEdits": {"mounts": [{"hostPath": 5, "containerPath": "/x"}]},
+        },
+        "containerEdits.mounts[0].hostPath: must be a string, got a number",
+    ),
+}
+
+
+def _alias_bomb() -> bytes:
+    """129 KiB of YAML: one device of 1,000 mounts, aliased 3,000 times (hundreds of MiB expanded)."""
+    lib = "/usr/lib/x86_64-linux-gnu/libnvidia"
+    lines = ["kind: nvidia.com/gpu", "x-device: &gpu", "  name: all", "  containerEdits:", "    mounts:"]
+    lines += [
+        f"    - {{hostPath: {lib}-{k:05d}.so.{V}, containerPath: /usr/lib/nvidia/{k:05d}}}"
+        for k in range(1000)
+    ]
+    lines.append("devices: [" + ", ".join(["*gpu"] * 3000) + "]")
+    return ("\n".join(lines) + "\n").encode()
+
+
+@pytest.mark.parametrize("case", sorted(BAD_SPECS))
+def test_a_spec_of_wrong_types_is_skipped_and_the_claim_prepared(
+    tmp_path: Path, host: Path, case: str
+) -> None:
+    """The only toolkit-kind spec has a field of the wrong type: the claim gets the driver root's
+    files, and the warning names the file and the field (no internal error)."""
+    recorder = Recorder()
+    world, served = _world(tmp_path, host, recorder)
+    document, field = BAD_SPECS[case]
+    bad = world.cdi_dir / "other-vendor.json"
+    bad.write_text(json.dumps(document, separators=(",", ":")))
+    uid = "00000000-0000-4000-8000-000000000010"
+    ids, spec = _prepare(world, served, uid, NV0)
+    assert ids == [(f"{DRIVER}/claim={uid}-{NV0}",)]
+    assert _mounts(spec, NV0)[f"{LIB}/libcuda.so.1"] == f"{LIB}/libcuda.so.{V}"
+    ((_, source, warnings),) = recorder.calls
+    assert source is UserspaceSource.DRIVER_ROOT
+    assert f"toolkit spec not used: {bad}: {field}" in warnings
+
+
+@pytest.mark.parametrize("case", [*sorted(BAD_SPECS), "alias-bomb"])
+def test_a_bad_spec_beside_the_toolkits_leaves_the_toolkit_serving(
+    tmp_path: Path, host: Path, case: str
+) -> None:
+    """A bad spec next to the toolkit's good one: skipped with a logged warning naming it; the claim
+    gets the toolkit's device. The alias bomb is refused as YAML, before anything is built."""
+    recorder = Recorder()
+    world, served = _world(tmp_path, host, recorder)
+    gpus = [ToolkitGpu(0, UUIDS[0], 0), ToolkitGpu(1, UUIDS[1], 1)]
+    write_toolkit_spec(world.cdi_dir / "nvidia.yaml", toolkit_spec(gpus, NvidiaDriver(version=V)))
+    if case == "alias-bomb":
+        bad, field = world.cdi_dir / "other-vendor.yaml", "defines the anchor &gpu"
+        bad.write_bytes(_alias_bomb())
+    else:
+        bad, field = world.cdi_dir / "other-vendor.json", BAD_SPECS[case][1]
+        bad.write_text(json.dumps(BAD_SPECS[case][0]))
+    uid = "00000000-0000-4000-8000-000000000011"
+    with capture_logs() as logs:
+        ids, _ = _prepare(world, served, uid, NV0)
+    assert ids == [(f"nvidia.com/gpu={UUIDS[0]}", f"{DRIVER}/claim={uid}-{NV0}")]
+    assert recorder.calls == []
+    skipped = [e for e in logs if e["event"] == "CDI spec skipped"]
+    assert [(e["path"], e["log_level"]) for e in skipped] == [(str(bad), "warning")]
+    assert field in skipped[0]["reason"]
