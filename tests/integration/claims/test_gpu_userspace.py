@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,7 @@ from driver.claims.hostedits import HostEdits
 from driver.inventory.discovery import discover
 from driver.inventory.nvidia_source import UserspaceSource
 from driver.kube.types import JsonObject
+from driver.kubelet.serialize import SerializeLock
 from harness.hostspec import GpuSpec, Topology
 from harness.hosttree import write_host_tree
 from harness.nvidia import (
@@ -31,7 +34,7 @@ from harness.nvidia import (
     write_nvidia_driver,
     write_toolkit_spec,
 )
-from tests.integration.claims._world import DRIVER, World, claim, result
+from tests.integration.claims._world import DRIVER, ServedDriver, World, claim, result
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="device nodes and groups need root")
 
@@ -310,3 +313,37 @@ def test_a_bad_spec_beside_the_toolkits_leaves_the_toolkit_serving(
     skipped = [e for e in logs if e["event"] == "CDI spec skipped"]
     assert [(e["path"], e["log_level"]) for e in skipped] == [(str(bad), "warning")]
     assert field in skipped[0]["reason"]
+
+
+def test_a_changed_spec_is_parsed_before_the_claims_lock_and_once(tmp_path: Path, host: Path) -> None:
+    """Another call holds the cross-process lock: the waiting prepare has already parsed the new
+    spec (its warning is logged) before it gets the lock, and the lock's holder never parses it
+    again (one warning for the file's version, however many prepares look)."""
+    recorder = Recorder()
+    world, served = _world(tmp_path, host, recorder)
+    lock = SerializeLock(world.plugin_dir / "serialize.lock")
+    world.plugin_dir.mkdir(parents=True, exist_ok=True)
+    lock.open()
+    locked = ServedDriver(served.inner, served.fetcher, lock.hold)
+    bad = world.cdi_dir / "other-vendor.json"
+    bad.write_text(json.dumps(BAD_SPECS["name-number"][0]))
+    uid = "00000000-0000-4000-8000-000000000012"
+    ref = world.getter.add(claim(uid, results=[result("gpus", NV0)]))
+    got: dict[str, Any] = {}
+    with capture_logs() as logs:
+        with lock.hold():  # another prepare holds the lock
+            call = threading.Thread(target=lambda: got.update(locked.prepare_claims([ref])))
+            call.start()
+            deadline = time.monotonic() + 30
+            while not any(e["event"] == "CDI spec skipped" for e in logs) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert any(e["event"] == "CDI spec skipped" for e in logs), "not parsed before the lock"
+            assert call.is_alive()  # still waiting for the lock: the parse came first
+        call.join(30)
+        assert got[uid].ok, got[uid].error
+        again = world.getter.add(claim("00000000-0000-4000-8000-000000000013", results=[result("gpus", NV1)]))
+        assert locked.prepare_claims([again])[again.uid].ok
+    skipped = [e for e in logs if e["event"] == "CDI spec skipped"]
+    assert [e["path"] for e in skipped] == [str(bad)]
+    assert [source for _, source, _ in recorder.calls] == [UserspaceSource.DRIVER_ROOT] * 2
+    lock.close()
