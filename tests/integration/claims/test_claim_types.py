@@ -85,15 +85,17 @@ def _replaced(keys: tuple[str | int, ...], value: object) -> dict[str, Any]:
     return doc
 
 
-def _read(obj: dict[str, Any]) -> None:
-    """Everything the claims driver reads of a claim before it renders it."""
+def _read(obj: dict[str, Any]) -> int:
+    """Everything the claims driver reads of a claim before it renders it; how many devices."""
     view = select_devices(obj, ref_of(FULL), driver_name=DRIVER, node_name=NODE, inventory=INVENTORY)
     cpu_requests(view)
     reserved_pods(obj)
+    return len(view.devices)
 
 
 def test_the_full_claim_is_read() -> None:
-    _read(copy.deepcopy(FULL))
+    """The reference claim is valid, so each refusal below comes from the one field replaced."""
+    assert _read(copy.deepcopy(FULL)) == 2
 
 
 @pytest.mark.parametrize("value", [None, True, 7, 1.5, "text", [1], {"a": 1}], ids=repr)
