@@ -19,9 +19,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from driver.claims.consumers import other_consumers
 from driver.claims.driver import reserved_pods
 from driver.claims.selection import cpu_requests, select_devices
 from driver.errors import ClaimError
+from driver.kubelet.claims import check_claim
 from tests.integration.claims._world import (
     DRIVER,
     GPU0,
@@ -86,7 +88,10 @@ def _replaced(keys: tuple[str | int, ...], value: object) -> dict[str, Any]:
 
 
 def _read(obj: dict[str, Any]) -> int:
-    """Everything the claims driver reads of a claim before it renders it; how many devices."""
+    """Everything the kubelet layer and the claims driver read of a claim before it is rendered
+    (and the consumer count pinning reads); how many devices it has."""
+    check_claim(ref_of(FULL), obj)
+    other_consumers(obj)
     view = select_devices(obj, ref_of(FULL), driver_name=DRIVER, node_name=NODE, inventory=INVENTORY)
     cpu_requests(view)
     reserved_pods(obj)
