@@ -37,6 +37,7 @@ __all__ = [
     "HealthState",
     "PrepareResult",
     "PreparedDevice",
+    "ReadsAhead",
     "describe_claim",
 ]
 
@@ -105,6 +106,17 @@ class DriverPlugin(Protocol):
 
     def handle_error(self, err: BaseException, msg: str) -> None:
         """Background failure (publishing, health): log and go on if recoverable, else stop."""
+        ...
+
+
+@runtime_checkable
+class ReadsAhead(Protocol):
+    """A plugin with work for a prepare that needs no lock: the kubelet layer calls
+    :meth:`read_ahead` with the call's claims before it takes the cross-process lock, so the
+    lock's holder finds that work done (files others wrote, parsed once per version)."""
+
+    def read_ahead(self, claims: Sequence[Claim]) -> None:
+        """Do what the prepare of ``claims`` will need and no lock guards (best effort: never raises)."""
         ...
 
 

@@ -17,6 +17,7 @@ built from the same :class:`NvidiaDriver` so that its paths exist in the tree.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 from collections.abc import Sequence
@@ -200,11 +201,15 @@ def toolkit_spec(
 
 
 def write_toolkit_spec(path: Path, spec: dict[str, Any]) -> Path:
-    """Write ``spec`` as YAML (the toolkit's default format) to ``path``; returns ``path``."""
+    """Write ``spec`` as YAML (the toolkit's default format) to ``path``; returns ``path``.
+
+    The toolkit's Go encoder never writes anchors or aliases (numadra refuses them), but PyYAML
+    writes one for every object ``spec`` holds twice: the copy through JSON holds none twice.
+    """
     import yaml
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
+    path.write_text(yaml.safe_dump(json.loads(json.dumps(spec)), sort_keys=False), encoding="utf-8")
     return path
 
 

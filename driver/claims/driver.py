@@ -176,6 +176,17 @@ class ClaimsDriver:
 
     # -- DriverPlugin ---------------------------------------------------------------------------
 
+    def read_ahead(self, claims: Sequence[Claim]) -> None:
+        """Before the locks (:class:`~driver.plugin.ReadsAhead`): parse what others changed in the
+        CDI dirs, so the lock's holder never pays for a toolkit spec's parse. Best effort: a
+        failure here is met again, and reported per claim, by the prepare itself."""
+        if not claims:
+            return
+        try:
+            self._host_edits.read_ahead(self._inventory().gpus)
+        except Exception:  # the prepare looks again under the lock and reports it per claim
+            _log.exception("reading the CDI dirs ahead of a prepare failed")
+
     def prepare_claims(self, claims: Sequence[Claim]) -> Mapping[str, PrepareResult]:
         """Prepare every fetched claim; one result per claim UID (see the module docstring)."""
         results: dict[str, PrepareResult] = {}

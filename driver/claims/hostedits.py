@@ -113,6 +113,13 @@ class HostEdits:
         """The toolkit's specs as they are now."""
         return self._toolkit.find()
 
+    def read_ahead(self, gpus: Sequence[Gpu]) -> None:
+        """Parse the toolkit's spec files that changed since the last look, when ``gpus`` (the
+        node's) has an NVIDIA one: called before the locks of a prepare, whose own lookup then
+        costs an ``lstat`` per file (the finder keeps each file's parse by its version)."""
+        if any(g.vendor == "nvidia" for g in gpus):
+            self._toolkit.find()
+
     def _mtimes(self, directories: Sequence[str]) -> tuple[int, ...]:
         root = host_join(self.host_root, self.driver_root)
         out = []

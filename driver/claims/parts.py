@@ -16,7 +16,7 @@ from typing import Protocol, runtime_checkable
 from cdi import Spec
 from driver.claims.hostedits import DeviceExtras
 from driver.claims.selection import AllocatedDevice
-from driver.inventory.model import Inventory
+from driver.inventory.model import Gpu, Inventory
 from driver.inventory.nvidia_source import UserspaceSource
 from driver.kube.types import JsonObject
 from driver.pinning.types import ClaimPinning, CpuRequest
@@ -80,6 +80,10 @@ class DeviceHostEdits(Protocol):
         """The device nodes, mounts and warnings for ``devices``; None: nothing to add."""
         ...
 
+    def read_ahead(self, gpus: Sequence[Gpu]) -> None:
+        """Parse what changed in the host's files before a prepare takes its locks (best effort)."""
+        ...
+
     def recheck(self, spec: Spec, *, own_dir: str) -> tuple[Spec, tuple[str, ...]]:
         """``spec`` read back from the journal with its host paths checked again, and the paths
         left out (a re-created spec after a reboot: the host may have changed meanwhile)."""
@@ -124,6 +128,9 @@ class _NoHostEdits:
     """A node whose GPUs and NICs get nothing from the host beyond their own device nodes."""
 
     def for_devices(self, devices: Sequence[AllocatedDevice]) -> None:
+        return None
+
+    def read_ahead(self, gpus: Sequence[Gpu]) -> None:
         return None
 
     def recheck(self, spec: Spec, *, own_dir: str) -> tuple[Spec, tuple[str, ...]]:

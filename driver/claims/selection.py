@@ -18,13 +18,14 @@ from driver.claims.config import (
     decode_parameters,
     effective_config,
 )
-from driver.errors import ClaimError, ConfigDecodeError
+from driver.errors import ClaimError, ConfigDecodeError, UntrustedValueError
 from driver.inventory.model import DeviceKind, Gpu, Inventory, InventoryDevice, Nic, NumaNode
 from driver.kube.types import JsonObject
 from driver.names import base_request_name, check_request_name, is_claim_uid
 from driver.pinning.types import CpuMode, CpuRequest
 from driver.plugin import ClaimRef
 from driver.slices.features import CONSUMABLE_CAPACITY
+from driver.untrusted.shape import AS_DICT, Field, ListOf, Record, Text
 
 __all__ = [
     "MAX_CONFIGS",
@@ -44,6 +45,19 @@ __all__ = [
 MAX_RESULTS = 32
 #: DeviceConfigMaxSize * 2 (class and claim configs) of resource.k8s.io/v1
 MAX_CONFIGS = 64
+#: the requests of a claim's spec, as far as the driver reads them (the API allows 32 requests of
+#: up to 8 alternatives each, named by DNS labels): a wrong type is a claim error naming the field
+_NAMED = Record(AS_DICT, {"name": Field("name", Text(max_len=253, min_len=1), required=True)})
+_REQUESTS = ListOf(
+    Record(
+        AS_DICT,
+        {
+            "name": Field("name", Text(max_len=253, min_len=1), required=True),
+            "firstAvailable": Field("first_available", ListOf(_NAMED, 8), nullable=True),
+        },
+    ),
+    MAX_RESULTS,
+)
 POD_CLAIM_NAME_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
 _CPU_QUANTITY = re.compile(r"([0-9]+)(m?)")
 #: the kinds whose devices our slices publish with ``allowMultipleAllocations`` (a NUMA node's
@@ -102,14 +116,16 @@ def _mapping(value: Any) -> Mapping[str, Any]:
     return value if _is_map(value) else {}
 
 
-def _known_requests(claim: JsonObject, results: Sequence[Any]) -> set[str]:
+def _known_requests(uid: str, claim: JsonObject, results: Sequence[Any]) -> set[str]:
     names: set[str] = set()
-    for req in _mapping(_mapping(claim.get("spec")).get("devices")).get("requests") or ():
-        if _is_map(req) and isinstance(req.get("name"), str):
-            names.add(req["name"])
-            for sub in req.get("firstAvailable") or ():
-                if _is_map(sub) and isinstance(sub.get("name"), str):
-                    names.add(f"{req['name']}/{sub['name']}")
+    raw = _mapping(_mapping(claim.get("spec")).get("devices")).get("requests")
+    try:
+        requests = _REQUESTS.check([] if raw is None else raw, "spec.devices.requests")
+    except UntrustedValueError as exc:
+        raise ClaimError(uid, str(exc)) from None
+    for req in requests:
+        names.add(req["name"])
+        names.update(f"{req['name']}/{sub['name']}" for sub in req.get("first_available", ()))
     for res in results:
         if _is_map(res) and isinstance(res.get("request"), str):
             names.add(res["request"])
@@ -234,7 +250,7 @@ def select_devices(
         raise ClaimError(uid, f"too many allocation results: {len(results)} (the API allows {MAX_RESULTS})")
     if len(configs) > MAX_CONFIGS:
         raise ClaimError(uid, f"too many allocation configs: {len(configs)} (the API allows {MAX_CONFIGS})")
-    entries = _decode_configs(uid, configs, driver_name, _known_requests(claim, results))
+    entries = _decode_configs(uid, configs, driver_name, _known_requests(uid, claim, results))
 
     devices: list[AllocatedDevice] = []
     seen: set[tuple[str, str | None]] = set()

@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from driver.cli.options import parent
-from driver.errors import ConfigError, JournalError
+from driver.errors import ConfigError, JournalError, UntrustedValueError
 from driver.untrusted.files import MAX_USER_FILE_BYTES, read_file_text
+from driver.untrusted.yamldoc import load_yaml_documents
 
 __all__ = ["load_claim_file", "load_device_classes", "register"]
 
@@ -57,20 +58,22 @@ def register(sub: Any) -> None:
 
 
 def _documents(path: Path) -> list[Any]:
-    import yaml  # here, not at the top: every numadra command (the OCI hook too) imports this module
-
     try:
         text = read_file_text(path, max_bytes=MAX_USER_FILE_BYTES, follow_symlinks=True)  # the user's path
     except OSError as exc:
         raise ConfigError(f"{path}: {exc.strerror}") from exc
-    try:
-        docs = list(yaml.safe_load_all(text))  # JSON is YAML too
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not YAML or JSON ({exc})") from exc
+    try:  # JSON is YAML too; the bound on nodes is the bytes' (no aliases expand them)
+        docs = load_yaml_documents(text, what=str(path), max_nodes=MAX_USER_FILE_BYTES)
+    except UntrustedValueError as exc:
+        raise ConfigError(f"{exc} (YAML or JSON expected)") from exc
     out: list[Any] = []
     for doc in docs:
-        if isinstance(doc, Mapping) and doc.get("kind", "").endswith("List"):
-            out.extend(doc.get("items") or ())
+        kind = doc.get("kind") if isinstance(doc, Mapping) else None
+        if isinstance(kind, str) and kind.endswith("List"):
+            items = doc.get("items") or []
+            if not isinstance(items, list):
+                raise ConfigError(f"{path}: the {kind}'s items must be a list")
+            out.extend(items)
         elif doc is not None:
             out.append(doc)
     return out

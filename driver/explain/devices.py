@@ -15,12 +15,12 @@ from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
-from driver.errors import ConfigError
+from driver.errors import ConfigError, UntrustedValueError
 from driver.explain.cel import CelDevice
 from driver.kube.quantity import parse_quantity
 from driver.untrusted.files import MAX_USER_FILE_BYTES, read_file_text
+from driver.untrusted.shape import AS_DICT, Boolean, Field, Integer, ListOf, MapOf, Record, Text, Unchecked
+from driver.untrusted.yamldoc import load_yaml
 
 if TYPE_CHECKING:
     from driver.inventory.model import Inventory
@@ -121,6 +121,64 @@ def _device(driver: str, pool: str, raw: Mapping[str, Any]) -> DeviceView:
     )
 
 
+_NAME = Text(max_len=253)
+_ATTRIBUTE = Record(
+    AS_DICT,
+    {
+        "int": Field("int", Integer(-(2**63), 2**63 - 1)),
+        "bool": Field("bool", Boolean()),
+        "string": Field("string", Text()),
+        "version": Field("version", Text()),
+    },
+)
+_DEVICE = Record(
+    AS_DICT,
+    {
+        "name": Field("name", _NAME, required=True),
+        "attributes": Field("attributes", MapOf(_ATTRIBUTE, 256), nullable=True),
+        "capacity": Field(
+            "capacity", MapOf(Record(AS_DICT, {"value": Field("value", Unchecked())}), 256), nullable=True
+        ),
+        "taints": Field(
+            "taints",
+            ListOf(
+                Record(
+                    AS_DICT,
+                    {
+                        "key": Field("key", Text()),
+                        "value": Field("value", Text(), nullable=True),
+                        "effect": Field("effect", Text()),
+                    },
+                ),
+                256,
+            ),
+            nullable=True,
+        ),
+        "allowMultipleAllocations": Field("allow_multiple", Boolean(), nullable=True),
+    },
+)
+#: what is read of a ResourceSlice, by type: a file of the wrong shape is a ConfigError naming
+#: the field, not a traceback
+_SLICE = Record(
+    AS_DICT,
+    {
+        "spec": Field(
+            "spec",
+            Record(
+                AS_DICT,
+                {
+                    "driver": Field("driver", _NAME),
+                    "nodeName": Field("node_name", _NAME, nullable=True),
+                    "pool": Field("pool", Record(AS_DICT, {"name": Field("name", Text())})),
+                    "devices": Field("devices", ListOf(_DEVICE, 1 << 16), nullable=True),
+                },
+            ),
+            nullable=True,
+        ),
+    },
+)
+
+
 def devices_from_slices(
     doc: Any, driver_name: str | None = None, node_name: str | None = None
 ) -> list[DeviceView]:
@@ -140,9 +198,15 @@ def devices_from_slices(
         raise ConfigError("slices: expected a ResourceSlice, a List of them or a JSON array")
     out: list[DeviceView] = []
     nodes: set[str] = set()
-    for obj in slices:
+    if not isinstance(slices, list):
+        raise ConfigError("slices: the List's items must be a list")
+    for index, obj in enumerate(slices):
         if not isinstance(obj, Mapping) or obj.get("kind") != "ResourceSlice":
             raise ConfigError("slices: every item must be a ResourceSlice")
+        try:
+            _SLICE.check(obj, f"items[{index}]")
+        except UntrustedValueError as exc:
+            raise ConfigError(f"slices: {exc}") from None
         spec = obj.get("spec") or {}
         driver = str(spec.get("driver", ""))
         node = str(spec.get("nodeName", ""))
@@ -168,9 +232,9 @@ def load_slices_file(
         doc = json.loads(text)
     except json.JSONDecodeError:
         try:
-            doc = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"slices file {path}: neither JSON nor YAML ({exc})") from exc
+            doc = load_yaml(text, what=f"slices file {path}", max_nodes=MAX_USER_FILE_BYTES)
+        except UntrustedValueError as exc:
+            raise ConfigError(f"{exc} (and not JSON either)") from exc
     return devices_from_slices(doc, driver_name, node_name)
 
 

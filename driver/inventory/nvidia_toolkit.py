@@ -9,34 +9,40 @@ links and update the container's loader cache). A claim that returns ``nvidia.co
 to numadra's own CDI device gets all of that from the runtime.
 
 The files are another program's, in a directory others write to, so they are read under the
-safe-read rules (:func:`driver.inventory.hostfiles.read_host_file`: a symbolic link is not followed,
-only regular files up to :data:`MAX_SPEC_BYTES`) and checked before a claim names one of their
-devices: a runtime that cannot apply an edit fails the container, so a device whose mount source
-is missing, whose device node is not a character device, or whose hook is not an executable file
-on the host is refused with the reason (:meth:`ToolkitSpecs.check`), and so is one whose paths
-resolve through a link or directory that someone other than root could change
-(:func:`~driver.untrusted.hostpaths.check_host_path_for_container`): the claim then falls back to
-the driver root, whose files pass the same check. Which definition counts
-follows CDI's rules: of the dirs, later ones override earlier ones; a name defined twice in one dir
-is a conflict, which makes the device unusable.
+safe-read rules (:func:`driver.untrusted.files.open_regular`: a symbolic link is not followed,
+only regular files up to :data:`MAX_SPEC_BYTES`), decoded and checked field by field
+(:mod:`driver.inventory.cdi_document`: a wrong type or a YAML alias refuses the file, naming the
+field, and the file is skipped with a warning while the other specs serve), and checked before a
+claim names one of their devices: a runtime that cannot apply an edit fails the container, so a
+device whose mount source is missing, whose device node is not a character device, or whose hook
+is not an executable file on the host is refused with the reason (:meth:`ToolkitSpecs.check`), and
+so is one whose paths resolve through a link or directory that someone other than root could
+change (:func:`~driver.untrusted.hostpaths.check_host_path_for_container`): the claim then falls
+back to the driver root, whose files pass the same check. Which definition counts follows CDI's
+rules: of the dirs, later ones override earlier ones; a name defined twice in one dir is a
+conflict, which makes the device unusable.
 
-Parsed files are kept per (inode, size, mtime), so a lookup per prepare reads only what changed.
+Each file is parsed and checked once per version, (device, inode, size, mtime) of the descriptor
+that was read: a lookup per prepare costs an ``lstat`` per unchanged file, never a parse, and
+:meth:`ToolkitSpecFinder.find` may be called before a prepare takes its locks to pay for a
+changed file there.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-from cdi import ContainerEdits, Spec, spec_from_json, validate_spec
+from cdi import ContainerEdits, Spec, validate_spec
 from cdi.spec import CdiSpecError
-from driver.errors import UntrustedHostPathError
-from driver.inventory.hostfiles import host_join, read_host_file, resolve_in_root
+from driver.errors import UntrustedHostPathError, UntrustedValueError
+from driver.inventory.cdi_document import decode_spec_document, spec_from_document
+from driver.inventory.hostfiles import host_join, resolve_in_root
+from driver.log import get_logger
+from driver.untrusted.files import open_regular, read_from
 from driver.untrusted.hostpaths import CheckedDirs, check_host_path_for_container
 
 __all__ = [
@@ -54,6 +60,8 @@ TOOLKIT_KIND = "nvidia.com/gpu"
 #: a spec file larger than this is not read (the toolkit's is a few KB per GPU)
 MAX_SPEC_BYTES = 4 << 20
 _KIND_BYTES = TOOLKIT_KIND.encode()
+
+_log = get_logger("inventory")
 
 
 class _NotToolkitError(Exception):
@@ -140,26 +148,21 @@ def _check_edits(host_root: str, edits: ContainerEdits, dirs: dict[str, str], ch
     return ""
 
 
-def _parse(path: str, data: bytes) -> Spec:
-    """A toolkit spec from its bytes; ValueError (or CdiSpecError) with the reason when it is not one."""
-    try:
-        if path.endswith(".json"):
-            obj: Any = json.loads(data)
-        else:
-            import yaml
+def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
+    """What tells one version of a file from another without reading it."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
-            loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-            obj = yaml.load(data, Loader=loader)  # noqa: S506 - a safe loader
-    except Exception as exc:  # json and yaml raise their own errors for bad input
-        raise ValueError(f"does not parse: {exc}") from exc
-    if not isinstance(obj, dict) or obj.get("kind") != TOOLKIT_KIND:
+
+def _parse(path: str, data: bytes) -> Spec:
+    """A toolkit spec from its bytes; UntrustedValueError (or CdiSpecError) naming the file and the
+    field when it is not one, _NotToolkitError when it is a spec of another kind."""
+    document = decode_spec_document(path, data)
+    if not isinstance(document, dict) or document.get("kind") != TOOLKIT_KIND:
         raise _NotToolkitError
-    if not isinstance(obj.get("devices"), list) or not all(isinstance(d, dict) for d in obj["devices"]):
-        raise ValueError("does not parse: devices is not a list of objects")
     try:
-        spec = spec_from_json(obj)
-    except (KeyError, TypeError, AttributeError) as exc:
-        raise ValueError(f"does not parse: {type(exc).__name__} {exc}") from exc
+        spec = spec_from_document(document)
+    except UntrustedValueError as exc:
+        raise UntrustedValueError(f"{path}: {exc.what}", exc.reason) from None
     validate_spec(spec)
     return spec
 
@@ -188,21 +191,30 @@ class ToolkitSpecFinder:
             return None
         if stat.S_ISLNK(st.st_mode):
             return f"{path}: a symbolic link (not followed in a shared CDI dir)"
-        key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
         with self._lock:
             cached = self._cache.get(path)
-        if cached is not None and cached[0] == key:
-            return cached[1]
+        if cached is not None and cached[0] == _identity(st):
+            return cached[1]  # unchanged since it was parsed: never parsed twice
         parsed: _Parsed
+        key = _identity(st)
         try:
-            data = read_host_file(path, limit=MAX_SPEC_BYTES)
+            fd, opened = open_regular(path)
+            try:
+                key = _identity(opened)  # what was read, not what lstat saw before
+                data = read_from(fd, opened, path, MAX_SPEC_BYTES)
+            finally:
+                os.close(fd)
             parsed = _parse(path, data) if _KIND_BYTES in data else None
         except _NotToolkitError:
             parsed = None
         except OSError as exc:
             parsed = f"{path}: cannot be read ({exc})"
-        except (ValueError, CdiSpecError) as exc:
+        except UntrustedValueError as exc:
+            parsed = str(exc)  # names the file and the field
+        except CdiSpecError as exc:
             parsed = f"{path}: {exc}"
+        if isinstance(parsed, str):  # once per version of the file: the result is kept
+            _log.warning("CDI spec skipped", path=path, kind=TOOLKIT_KIND, reason=parsed)
         with self._lock:
             self._cache[path] = (key, parsed)
         return parsed

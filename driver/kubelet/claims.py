@@ -55,7 +55,7 @@ from driver.errors import KubeError
 from driver.kube.types import ClaimGetter, JsonObject
 from driver.log import get_logger
 from driver.names import check_claim_name, check_claim_uid, check_namespace
-from driver.plugin import Claim, ClaimRef, DriverPlugin, PrepareResult, describe_claim
+from driver.plugin import Claim, ClaimRef, DriverPlugin, PrepareResult, ReadsAhead, describe_claim
 
 __all__ = [
     "ClaimFetcher",
@@ -384,6 +384,8 @@ def prepare_checked(
     if results and on_refused is not None:
         on_refused(len(results), time.perf_counter() - started)
     if claims:
+        if isinstance(plugin, ReadsAhead):
+            plugin.read_ahead(claims)  # before the lock: its holder never waits for this work
         with _held(hold):
             results.update(plugin.prepare_claims(claims))
     return results

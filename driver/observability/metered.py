@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Literal, TypeVar
 
-from driver.plugin import Claim, ClaimRef, DriverPlugin, PrepareResult
+from driver.plugin import Claim, ClaimRef, DriverPlugin, PrepareResult, ReadsAhead
 
 if TYPE_CHECKING:
     from driver.observability.metrics import Metrics
@@ -60,6 +60,11 @@ class MeteredPlugin:
             pending, self._pending = list(self._pending), deque(maxlen=MAX_PENDING_OBSERVATIONS)
         for op, ok, seconds in pending:
             _observe(metrics, op, ok, seconds)
+
+    def read_ahead(self, claims: Sequence[Claim]) -> None:
+        """The claims driver's work before the lock, when it has some (not timed: no claim's result)."""
+        if isinstance(self._inner, ReadsAhead):
+            self._inner.read_ahead(claims)
 
     def prepare_claims(self, claims: Sequence[Claim]) -> Mapping[str, PrepareResult]:
         """Prepare through the claims driver; count every claim's result."""

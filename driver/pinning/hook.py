@@ -45,7 +45,7 @@ from typing import Any
 
 from cdi.spec import Hook
 from driver import defaults
-from driver.errors import PinningError, PinRefusedError
+from driver.errors import PinningError, PinRefusedError, UntrustedValueError
 from driver.log import get_logger
 from driver.pinning.backend import PinningKind, PinTarget
 from driver.pinning.binding import bind
@@ -64,6 +64,7 @@ from driver.pinning.types import (
     parse_cpulist,
 )
 from driver.untrusted.files import read_file
+from driver.untrusted.shape import Field, Integer, Record, Text
 from driver.untrusted.values import loads_json
 
 __all__ = [
@@ -83,6 +84,8 @@ __all__ = [
 DEFAULT_HOOK_PATH = defaults.HOOK_PATH
 #: the largest bundle ``config.json`` the hook reads (an OCI spec with many mounts and env vars)
 _MAX_BUNDLE_CONFIG = 16 << 20
+#: the largest PID Linux hands out (``kernel.pid_max`` can be at most 2**22)
+_MAX_PID = 2**22
 #: seconds the runtime waits for the hook before failing the container
 HOOK_TIMEOUT_S = 5
 #: OCI annotations naming the container's pod: containerd's CRI ones, then the kubelet's labels
@@ -114,6 +117,21 @@ class HookOutcome:
     mems: frozenset[int]
 
 
+def _oci_state(*, pid: int, bundle: str, container_id: str = "") -> OciState:
+    return OciState(container_id=container_id, pid=pid, bundle=Path(bundle))
+
+
+#: the fields of the runtime's state the hook reads, by type (a ``true`` pid is not process 1)
+_OCI_STATE = Record(
+    _oci_state,
+    {
+        "id": Field("container_id", Text(max_len=1024)),
+        "pid": Field("pid", Integer(1, _MAX_PID), required=True),
+        "bundle": Field("bundle", Text(min_len=1), required=True),
+    },
+)
+
+
 def parse_oci_state(text: str) -> OciState:
     """Parse the OCI state JSON a runtime writes to a hook's stdin."""
     try:
@@ -122,13 +140,10 @@ def parse_oci_state(text: str) -> OciState:
         raise PinningError(str(exc)) from exc
     if not isinstance(doc, dict):
         raise PinningError("OCI state on stdin is not a JSON object")
-    pid = doc.get("pid")
-    bundle = doc.get("bundle")
-    if not isinstance(pid, int) or pid <= 0:
-        raise PinningError(f"OCI state has no valid pid (got {pid!r})")
-    if not isinstance(bundle, str) or not bundle:
-        raise PinningError(f"OCI state has no bundle path (got {bundle!r})")
-    return OciState(container_id=str(doc.get("id", "")), pid=pid, bundle=Path(bundle))
+    try:
+        return _OCI_STATE.check(doc)
+    except UntrustedValueError as exc:
+        raise PinningError(f"OCI state on stdin: {exc}") from None
 
 
 @dataclass(frozen=True, slots=True)

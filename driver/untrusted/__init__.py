@@ -1,4 +1,4 @@
-"""The two ways numadra takes in what others wrote: reading a file, and parsing a value.
+"""How numadra takes in what others wrote: reading a file, parsing it, and checking its shape.
 
 * :mod:`driver.untrusted.files`: every file numadra reads, and every lock file it opens, is
   opened here (no link followed, never blocking, regular files only, a size cap), so a FIFO, a
@@ -7,6 +7,11 @@
   above, container env markers) are parsed here, bounded before any work that grows with the
   value, so a bad entry is an :class:`~driver.errors.UntrustedValueError` naming it, never an
   ``OverflowError`` or a ``RecursionError`` escaping into a crash loop.
+* :mod:`driver.untrusted.yamldoc`: YAML documents, parsed without aliases or anchors and with
+  bounded nesting and node count, so the bytes a read allows bound the work they cause.
+* :mod:`driver.untrusted.shape`: declared shapes of documents (every field's type and bounds);
+  a wrong field is an UntrustedValueError naming its path, never an ``AttributeError`` or
+  ``TypeError`` later in the code that reads it.
 
 * :mod:`driver.untrusted.hostpaths`: the other direction, every host path numadra hands to a
   container in a CDI spec (mounts, device nodes) is checked here: it must resolve only through

@@ -21,7 +21,7 @@ from typing import Any
 
 from driver.errors import UntrustedValueError
 
-__all__ = ["MAX_WALL_CLOCK_S", "bounded_int", "bounded_number", "loads_json"]
+__all__ = ["MAX_WALL_CLOCK_S", "bounded_int", "bounded_number", "json_type", "loads_json"]
 
 #: a wall-clock time recorded in a file (a fault's trip, an operator's clear request) is seconds
 #: since the epoch below this (the year 5138): anything larger is damage, not a date
@@ -45,7 +45,7 @@ def loads_json(data: bytes | str, *, what: str) -> Any:
 def bounded_int(value: object, *, what: str, lo: int, hi: int) -> int:
     """``value`` when it is an integer (not a bool) with ``lo <= value <= hi``; else our error."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise UntrustedValueError(what, f"must be an integer, got {_json_type(value)}")
+        raise UntrustedValueError(what, f"must be an integer, got {json_type(value)}")
     if not lo <= value <= hi:
         raise UntrustedValueError(what, f"must be between {lo} and {hi}, got {_short(value)}")
     return value
@@ -58,7 +58,7 @@ def bounded_number(value: object, *, what: str, lo: float, hi: float) -> float:
     not an ``OverflowError``.
     """
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise UntrustedValueError(what, f"must be a number, got {_json_type(value)}")
+        raise UntrustedValueError(what, f"must be a number, got {json_type(value)}")
     if isinstance(value, float) and not math.isfinite(value):
         raise UntrustedValueError(what, f"must be a finite number, got {value}")
     if not lo <= value <= hi:
@@ -82,7 +82,8 @@ _JSON_TYPES = (
 )
 
 
-def _json_type(value: object) -> str:
+def json_type(value: object) -> str:
+    """What a decoded value is, in the JSON words an error text uses ("a number", "null")."""
     if value is None:
         return "null"
     return next((name for kind, name in _JSON_TYPES if isinstance(value, kind)), type(value).__name__)

@@ -82,6 +82,20 @@ def _raw_results(value: Any) -> Callable[[World], ClaimRef]:
     return setup
 
 
+def _raw_requests(value: Any, *, alternatives: bool = False) -> Callable[[World], ClaimRef]:
+    """A claim whose ``spec.devices.requests`` (or its first request's ``firstAvailable``) is ``value``."""
+
+    def setup(world: World) -> ClaimRef:
+        obj = claim(BAD, "bad", results=[result("gpu", GPU1)])
+        if alternatives:
+            obj["spec"]["devices"]["requests"][0]["firstAvailable"] = value
+        else:
+            obj["spec"]["devices"]["requests"] = value
+        return world.getter.add(obj)
+
+    return setup
+
+
 CASES = {
     "unknown-claim-404": Case(_unknown, "ResourceClaim not found in the apiserver"),
     "uid-mismatch": Case(_uid_mismatch, "got replaced: the apiserver's claim has UID 'someone-else'"),
@@ -128,6 +142,15 @@ CASES = {
     ),
     "huge-number-of-results": Case(_huge, "too many allocation results: 1000 (the API allows 32)"),
     "results-not-a-list": Case(_raw_results("gpu"), "results/config must be lists"),
+    # a wrong type in the spec's requests raised TypeError (an internal error) before they were checked
+    "requests-a-number": Case(_raw_requests(5), "spec.devices.requests: must be a list, got a number"),
+    "first-available-a-boolean": Case(
+        _raw_requests(True, alternatives=True),
+        "spec.devices.requests[0].firstAvailable: must be a list, got a boolean",
+    ),
+    "request-name-a-number": Case(
+        _raw_requests([{"name": 7}]), "spec.devices.requests[0].name: must be a string, got a number"
+    ),
     "result-not-an-object": Case(_raw_results([42]), "allocation result #0 is not an object"),
     "result-missing-device": Case(
         _raw_results([{"request": "gpu", "driver": DRIVER, "pool": "node-a"}]),

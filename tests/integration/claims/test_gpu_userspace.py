@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,7 @@ from driver.claims.hostedits import HostEdits
 from driver.inventory.discovery import discover
 from driver.inventory.nvidia_source import UserspaceSource
 from driver.kube.types import JsonObject
+from driver.kubelet.serialize import SerializeLock
 from harness.hostspec import GpuSpec, Topology
 from harness.hosttree import write_host_tree
 from harness.nvidia import (
@@ -31,7 +34,7 @@ from harness.nvidia import (
     write_nvidia_driver,
     write_toolkit_spec,
 )
-from tests.integration.claims._world import DRIVER, World, claim, result
+from tests.integration.claims._world import DRIVER, ServedDriver, World, claim, result
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="device nodes and groups need root")
 
@@ -326,3 +329,117 @@ def test_a_reboot_checks_the_journaled_spec_again(tmp_path: Path, host: Path) ->
     assert any(m["containerPath"].endswith("libcuda.so.1") for m in mounts)
     (logged,) = [e for e in logs if e["event"] == "host paths left out of a re-created CDI spec"]
     assert logged["refused"] == [f"{MPS}: {MPS} is owned by uid {USER}, not root"]
+
+
+#: specs of about 100 bytes another CDI producer could write: a number in env, as a device's name,
+#: as a common mount's hostPath (each used to fail every NVIDIA claim with an internal error)
+BAD_SPECS = {
+    "env-number": (
+        {"kind": "nvidia.com/gpu", "devices": [{"name": UUIDS[0], "containerEdits": {"env": [5]}}]},
+        "devices[0].containerEdits.env[0]: must be a string, got a number",
+    ),
+    "name-number": (
+        {"kind": "nvidia.com/gpu", "devices": [{"name": 5, "containerEdits": {}}]},
+        "devices[0].name: must be a string, got a number",
+    ),
+    "hostpath-number": (
+        {
+            "kind": "nvidia.com/gpu",
+            "devices": [{"name": UUIDS[0], "containerEdits": {}}],
+            "containerEdits": {"mounts": [{"hostPath": 5, "containerPath": "/x"}]},
+        },
+        "containerEdits.mounts[0].hostPath: must be a string, got a number",
+    ),
+}
+
+
+def _alias_bomb() -> bytes:
+    """129 KiB of YAML: one device of 1,000 mounts, aliased 3,000 times (hundreds of MiB expanded)."""
+    lib = "/usr/lib/x86_64-linux-gnu/libnvidia"
+    lines = ["kind: nvidia.com/gpu", "x-device: &gpu", "  name: all", "  containerEdits:", "    mounts:"]
+    lines += [
+        f"    - {{hostPath: {lib}-{k:05d}.so.{V}, containerPath: /usr/lib/nvidia/{k:05d}}}"
+        for k in range(1000)
+    ]
+    lines.append("devices: [" + ", ".join(["*gpu"] * 3000) + "]")
+    return ("\n".join(lines) + "\n").encode()
+
+
+@pytest.mark.parametrize("case", sorted(BAD_SPECS))
+def test_a_spec_of_wrong_types_is_skipped_and_the_claim_prepared(
+    tmp_path: Path, host: Path, case: str
+) -> None:
+    """The only toolkit-kind spec has a field of the wrong type: the claim gets the driver root's
+    files, and the warning names the file and the field (no internal error)."""
+    recorder = Recorder()
+    world, served = _world(tmp_path, host, recorder)
+    document, field = BAD_SPECS[case]
+    bad = world.cdi_dir / "other-vendor.json"
+    bad.write_text(json.dumps(document, separators=(",", ":")))
+    uid = "00000000-0000-4000-8000-000000000010"
+    ids, spec = _prepare(world, served, uid, NV0)
+    assert ids == [(f"{DRIVER}/claim={uid}-{NV0}",)]
+    assert _mounts(spec, NV0)[f"{LIB}/libcuda.so.1"] == f"{LIB}/libcuda.so.{V}"
+    ((_, source, warnings),) = recorder.calls
+    assert source is UserspaceSource.DRIVER_ROOT
+    assert f"toolkit spec not used: {bad}: {field}" in warnings
+
+
+@pytest.mark.parametrize("case", [*sorted(BAD_SPECS), "alias-bomb"])
+def test_a_bad_spec_beside_the_toolkits_leaves_the_toolkit_serving(
+    tmp_path: Path, host: Path, case: str
+) -> None:
+    """A bad spec next to the toolkit's good one: skipped with a logged warning naming it; the claim
+    gets the toolkit's device. The alias bomb is refused as YAML, before anything is built."""
+    recorder = Recorder()
+    world, served = _world(tmp_path, host, recorder)
+    gpus = [ToolkitGpu(0, UUIDS[0], 0), ToolkitGpu(1, UUIDS[1], 1)]
+    write_toolkit_spec(world.cdi_dir / "nvidia.yaml", toolkit_spec(gpus, NvidiaDriver(version=V)))
+    if case == "alias-bomb":
+        bad, field = world.cdi_dir / "other-vendor.yaml", "defines the anchor &gpu"
+        bad.write_bytes(_alias_bomb())
+    else:
+        bad, field = world.cdi_dir / "other-vendor.json", BAD_SPECS[case][1]
+        bad.write_text(json.dumps(BAD_SPECS[case][0]))
+    uid = "00000000-0000-4000-8000-000000000011"
+    with capture_logs() as logs:
+        ids, _ = _prepare(world, served, uid, NV0)
+    assert ids == [(f"nvidia.com/gpu={UUIDS[0]}", f"{DRIVER}/claim={uid}-{NV0}")]
+    assert recorder.calls == []
+    skipped = [e for e in logs if e["event"] == "CDI spec skipped"]
+    assert [(e["path"], e["log_level"]) for e in skipped] == [(str(bad), "warning")]
+    assert field in skipped[0]["reason"]
+
+
+def test_a_changed_spec_is_parsed_before_the_claims_lock_and_once(tmp_path: Path, host: Path) -> None:
+    """Another call holds the cross-process lock: the waiting prepare has already parsed the new
+    spec (its warning is logged) before it gets the lock, and the lock's holder never parses it
+    again (one warning for the file's version, however many prepares look)."""
+    recorder = Recorder()
+    world, served = _world(tmp_path, host, recorder)
+    lock = SerializeLock(world.plugin_dir / "serialize.lock")
+    world.plugin_dir.mkdir(parents=True, exist_ok=True)
+    lock.open()
+    locked = ServedDriver(served.inner, served.fetcher, lock.hold)
+    bad = world.cdi_dir / "other-vendor.json"
+    bad.write_text(json.dumps(BAD_SPECS["name-number"][0]))
+    uid = "00000000-0000-4000-8000-000000000012"
+    ref = world.getter.add(claim(uid, results=[result("gpus", NV0)]))
+    got: dict[str, Any] = {}
+    with capture_logs() as logs:
+        with lock.hold():  # another prepare holds the lock
+            call = threading.Thread(target=lambda: got.update(locked.prepare_claims([ref])))
+            call.start()
+            deadline = time.monotonic() + 30
+            while not any(e["event"] == "CDI spec skipped" for e in logs) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert any(e["event"] == "CDI spec skipped" for e in logs), "not parsed before the lock"
+            assert call.is_alive()  # still waiting for the lock: the parse came first
+        call.join(30)
+        assert got[uid].ok, got[uid].error
+        again = world.getter.add(claim("00000000-0000-4000-8000-000000000013", results=[result("gpus", NV1)]))
+        assert locked.prepare_claims([again])[again.uid].ok
+    skipped = [e for e in logs if e["event"] == "CDI spec skipped"]
+    assert [e["path"] for e in skipped] == [str(bad)]
+    assert [source for _, source, _ in recorder.calls] == [UserspaceSource.DRIVER_ROOT] * 2
+    lock.close()

@@ -8,7 +8,6 @@ import os
 from pathlib import Path
 
 import pytest
-import yaml
 
 from driver.inventory.discovery import discover
 from driver.inventory.model import Gpu
@@ -164,11 +163,15 @@ def test_a_gpu_without_uuid_cannot_be_matched(host: Path, tmp_path: Path) -> Non
 @pytest.mark.parametrize(
     ("content", "reason"),
     [
-        pytest.param(b"kind: nvidia.com/gpu\ndevices: [\n", "does not parse", id="bad-yaml"),
-        pytest.param(b"kind: nvidia.com/gpu\ndevices: 3\n", "devices is not a list", id="devices-not-list"),
+        pytest.param(b"kind: nvidia.com/gpu\ndevices: [\n", "is not YAML", id="bad-yaml"),
+        pytest.param(
+            b"kind: nvidia.com/gpu\ndevices: 3\n",
+            "devices: must be a list, got a number",
+            id="devices-not-list",
+        ),
         pytest.param(
             b"kind: nvidia.com/gpu\ndevices:\n- containerEdits: {}\n",
-            "does not parse",
+            "devices[0].name: is required",
             id="device-without-name",
         ),
         pytest.param(
@@ -243,8 +246,7 @@ def test_a_changed_file_is_read_again(host: Path, tmp_path: Path) -> None:
     path = write_toolkit_spec(cdi / "nvidia.yaml", toolkit_spec(GPUS[:1], DRIVER))
     finder = _finder(host, cdi)
     assert UUIDS[1] not in finder.find().devices
-    text = yaml.safe_dump(toolkit_spec(GPUS, DRIVER))
-    path.write_text(text)
+    write_toolkit_spec(path, toolkit_spec(GPUS, DRIVER))
     os.utime(path, ns=(1, 2))  # a different mtime whatever the clock's resolution
     assert finder.find().check(UUIDS[1]) == ""
     path.unlink()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 
 from driver.observability import Metrics
@@ -65,3 +67,25 @@ def test_metered_plugin_hands_over_calls_made_before_the_metrics_existed() -> No
     assert metrics.sample("numadra_prepare_total", {"result": "error"}) == 1
     assert metrics.sample("numadra_unprepare_total", {"result": "success"}) == 1
     assert metrics.sample("numadra_prepare_duration_seconds_count", {"result": "success"}) == 2
+
+
+class _ReadsAhead(FakePlugin):
+    """The fake plugin, noting the claims it was told to read ahead for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ahead: list[tuple[str, ...]] = []
+
+    def read_ahead(self, claims: Sequence[Claim]) -> None:
+        self.ahead.append(tuple(c.ref.uid for c in claims))
+
+
+def test_metered_plugin_passes_the_read_ahead_on_only_to_a_plugin_with_one() -> None:
+    """The kubelet layer sees the wrapper: it must forward read_ahead, and do nothing without one."""
+    claims = [Claim(ClaimRef("ns", "c", "ok-1"), {})]
+    inner = _ReadsAhead()
+    MeteredPlugin(inner, lambda: None).read_ahead(claims)
+    assert inner.ahead == [("ok-1",)]
+    plain = FakePlugin()
+    MeteredPlugin(plain, lambda: None).read_ahead(claims)  # no read_ahead to call: nothing happens
+    assert plain.calls == []

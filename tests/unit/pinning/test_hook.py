@@ -26,9 +26,14 @@ from driver.pinning.types import ClaimBinding, ClaimPinning, CpuAssignment, CpuM
     [
         pytest.param("nope", "not JSON", id="not-json"),
         pytest.param("[]", "not a JSON object", id="not-object"),
-        pytest.param('{"bundle": "/b"}', "no valid pid", id="no-pid"),
-        pytest.param('{"pid": 0, "bundle": "/b"}', "no valid pid", id="zero-pid"),
-        pytest.param('{"pid": 7}', "no bundle", id="no-bundle"),
+        pytest.param('{"bundle": "/b"}', "pid: is required", id="no-pid"),
+        pytest.param('{"pid": 0, "bundle": "/b"}', "pid: must be between 1 and", id="zero-pid"),
+        pytest.param('{"pid": 7}', "bundle: is required", id="no-bundle"),
+        # a boolean is no PID: true was taken for process 1 before the state was checked by type
+        pytest.param(
+            '{"pid": true, "bundle": "/b"}', "pid: must be an integer, got a boolean", id="pid-true"
+        ),
+        pytest.param('{"pid": 7, "bundle": 5}', "bundle: must be a string, got a number", id="bundle-number"),
     ],
 )
 def test_bad_oci_state(text: str, message: str) -> None:
