@@ -52,12 +52,16 @@ def test_fires_only_after_quiet_window() -> None:
     counter = _Counter()
     debouncer = Debouncer(counter, window_s=0.2)
     try:
+        first = time.monotonic()
         debouncer.trigger()
         time.sleep(0.1)
         last = time.monotonic()
         debouncer.trigger()
         assert counter.wait_for(1)
-        assert counter.times[0] - last >= 0.2 - 0.01
+        # on a loaded machine the sleep can outlast the window, and the first trigger fire alone:
+        # the rule holds for whichever trigger came last before the callback
+        fired = counter.times[0]
+        assert fired - (last if fired >= last else first) >= 0.2 - 0.01
     finally:
         debouncer.close()
 
