@@ -5,6 +5,9 @@ from __future__ import annotations
 import threading
 from dataclasses import replace
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from driver.pinning.types import ClaimPinning, CpuAssignment, CpuMode
 from driver.plugin import PreparedDevice
 from driver.state.entry import JournalEntry
@@ -143,3 +146,61 @@ def test_claimed_cpus_refresh_a_stale_index() -> None:
     reads = journal.reads
     assert index.claimed_cpus() == frozenset({4, 5})
     assert journal.reads == reads  # fresh: served from the copy
+
+
+_ops = st.lists(
+    st.tuples(
+        st.sampled_from(["put", "remove"]),
+        st.sampled_from(["a", "b", "c", "d"]),
+        st.sampled_from(["gpu-1", "gpu-2", "cpu-numa0"]),
+        st.frozensets(st.integers(min_value=0, max_value=7), max_size=3),
+    ),
+    max_size=30,
+)
+
+
+def _snapshot(index: PreparedIndex) -> tuple[object, ...]:
+    devices = {name: index.cdi_ids(name) for name in ("gpu-1", "gpu-2", "cpu-numa0")}
+    uids = [v.claim_uid for v in index.views()]
+    return (
+        sorted((k, sorted(v)) for k, v in devices.items()),
+        index.views(),
+        index.claimed_cpus(),
+        index.count(),
+        {u: index.pinning(u) for u in uids},
+    )
+
+
+@settings(max_examples=120, deadline=None)
+@given(ops=_ops)
+def test_an_index_kept_up_to_date_equals_one_built_afresh(
+    ops: list[tuple[str, str, str, frozenset[int]]],
+) -> None:
+    """Refreshing after each change indexes only what changed; the result is what a new index
+    built from the same entries says, whatever the changes were (puts over puts, removes)."""
+    journal = _Journal()
+    kept = PreparedIndex(journal)
+    for op, uid, device, cpus in ops:
+        journal.entries = [e for e in journal.entries if e.uid != uid]
+        if op == "put":
+            journal.entries.append(_entry(uid, device, cpus))
+        kept.invalidate()
+        kept.refresh()
+        fresh = PreparedIndex(_Journal(*journal.entries))
+        fresh.refresh()
+        assert _snapshot(kept) == _snapshot(fresh)
+
+
+def test_a_refresh_reindexes_only_the_entries_that_changed() -> None:
+    """An unchanged entry keeps its view object: a refresh after one prepare does not rebuild the
+    other claims' views (what made each call cost more as the node filled)."""
+    journal = _Journal(*(_entry(f"u{k}", f"gpu-{k}") for k in range(50)))
+    index = PreparedIndex(journal)
+    index.refresh()
+    before = {v.claim_uid: v for v in index.views()}
+    journal.entries.append(_entry("new", "gpu-new", frozenset({1})))
+    index.invalidate()
+    index.refresh()
+    after = {v.claim_uid: v for v in index.views()}
+    assert all(after[uid] is view for uid, view in before.items())
+    assert after["new"].claim_uid == "new" and index.claimed_cpus() == frozenset({1})
