@@ -45,7 +45,7 @@ from typing import Any
 
 from cdi.spec import Hook
 from driver import defaults
-from driver.errors import PinningError, PinRefusedError
+from driver.errors import PinningError, PinRefusedError, UntrustedValueError
 from driver.log import get_logger
 from driver.pinning.backend import PinningKind, PinTarget
 from driver.pinning.binding import bind
@@ -64,7 +64,7 @@ from driver.pinning.types import (
     parse_cpulist,
 )
 from driver.untrusted.files import read_file
-from driver.untrusted.values import loads_json
+from driver.untrusted.values import ascii_int, loads_json
 
 __all__ = [
     "DEFAULT_HOOK_PATH",
@@ -272,7 +272,11 @@ class HookBackend:
     def _set_affinity(self, pid: int, cpus: frozenset[int]) -> None:
         """Set the CPU mask of every thread of ``pid`` (the exec'ing thread may be any of them)."""
         try:
-            tids = [int(t.name) for t in (self._proc / str(pid) / "task").iterdir()]
+            tids = [
+                tid
+                for t in (self._proc / str(pid) / "task").iterdir()
+                if (tid := _task_id(t.name)) is not None
+            ]
         except OSError:
             tids = [pid]
         for tid in sorted(tids):
@@ -324,3 +328,11 @@ def cdi_hook(assignment: CpuAssignment, path: str = DEFAULT_HOOK_PATH) -> Hook:
 def cdi_hook_entry(assignment: CpuAssignment, path: str = DEFAULT_HOOK_PATH) -> dict[str, Any]:
     """The same hook as a CDI ``containerEdits.hooks`` JSON entry."""
     return cdi_hook(assignment, path).to_json()
+
+
+def _task_id(name: str) -> int | None:
+    """A thread id from a ``/proc/PID/task`` entry's name; None for anything else."""
+    try:
+        return ascii_int(name, what="task id", lo=1, hi=(1 << 32) - 1)
+    except UntrustedValueError:
+        return None

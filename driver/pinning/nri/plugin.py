@@ -119,7 +119,7 @@ class NriPlugin:
         consumers: ConsumerCheck | None = None,
         on_failure: PinFailureSink | None = None,
     ) -> None:
-        if len(index) != 2 or not index.isdigit():
+        if len(index) != 2 or index.strip("0123456789"):  # two ASCII digits, nothing else
             raise PinningError(f"NRI plugin index must be two digits, got {index!r}")
         self.handlers = handlers or PinningHandlers(
             claim_lookup, node_shared_pool, consumers=consumers, on_failure=on_failure
