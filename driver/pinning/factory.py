@@ -20,6 +20,7 @@ from driver.pinning.consumers import ConsumerCheck
 from driver.pinning.failures import PinFailureSink
 from driver.pinning.nri import ClaimLookup, NriPlugin, SharedPool
 from driver.pinning.nri.plugin import ENV_PLUGIN_SOCKET
+from driver.supervise import supervised
 from driver.untrusted.values import ascii_int
 
 __all__ = ["NriService", "nri_service"]
@@ -34,9 +35,7 @@ class NriService:
     def __init__(self, plugin: NriPlugin) -> None:
         self.plugin = plugin
         self._stopping = threading.Event()
-        self._thread = threading.Thread(
-            target=plugin.serve_forever, args=(self._stopping,), name="nri-plugin", daemon=True
-        )
+        self._thread = supervised("nri-plugin", plugin.serve_forever, self._stopping)
 
     def start(self) -> None:
         """Start connecting to the runtime; returns at once."""

@@ -66,6 +66,7 @@ from driver.pinning.nri.wire import (
     encode_frame,
 )
 from driver.pinning.types import CpuAssignment
+from driver.supervise import supervised
 from driver.untrusted.files import open_lock_file
 
 __all__ = [
@@ -206,7 +207,7 @@ class NriPlugin:
             self._sock = sock
             self._next_stream = 1
             self._disconnected.clear()
-        reader = threading.Thread(target=self._reader, args=(sock,), name="nri-reader", daemon=True)
+        reader = supervised("nri-reader", self._reader, sock, restart=False)  # its finally disconnects
         self._reader_thread = reader
         reader.start()
         try:
