@@ -1,4 +1,4 @@
-"""Every number numadra reads as text goes through one ASCII-strict parser, and no entry point
+r"""Every number numadra reads as text goes through one ASCII-strict parser, and no entry point
 that reads one raises anything but its own documented error.
 
 ``"²"`` is a digit to ``str.isdigit`` and no number to ``int``/``float``: a guard ``isdigit()``
@@ -8,8 +8,10 @@ answer, which ended the slice publisher's thread. The class has three parts here
 * a property of :func:`~driver.untrusted.values.ascii_int`: it returns ``int(text)`` exactly when
   ``text`` is ASCII digits of bounded length in bounds, and else our error, never another;
 * a scan (AST) of ``driver/`` and ``cdi/``: no ``.isdigit()`` / ``.isdecimal()`` /
-  ``.isnumeric()`` guard, and no ``int()`` / ``float()`` straight over a ``.get(...)`` lookup (a
-  header, an environment variable, a JSON field), each proven able to fail on planted source;
+  ``.isnumeric()`` guard, no ``int()`` / ``float()`` straight over a ``.get(...)`` lookup (a
+  header, an environment variable, a JSON field), and no regular expression with ``\d`` compiled
+  without ``re.ASCII`` (Python's ``\d`` matches every script's digits), each proven able to fail
+  on planted source;
 * the entry points that read a number from the outside, fed hostile digits (non-ASCII ones,
   signs, blanks, underscores, thousands of digits): the Retry-After of a real HTTP answer, a watch
   ERROR event's code, the in-cluster port, ``--metrics-address``, ``NRI_PLUGIN_SOCKET``, sysfs
@@ -33,6 +35,7 @@ from driver.kube.client import KubeClient
 from driver.kube.incluster import InCluster
 from driver.observability.address import parse_address
 from driver.pinning.factory import nri_service
+from driver.slices.features import refused_fields
 from driver.untrusted.values import MAX_TEXT_DIGITS, ascii_int
 from harness.fakeapiserver import FakeApiServer, Fault
 
@@ -87,6 +90,19 @@ def test_what_int_forgives_is_refused(text: str) -> None:
 # -- the scan ---------------------------------------------------------------------------------------
 
 _GUARDS = frozenset({"isdigit", "isdecimal", "isnumeric"})
+_RE_CALLS = frozenset({"compile", "match", "fullmatch", "search", "finditer", "findall", "sub", "split"})
+
+
+def _unicode_digit_regex(node: ast.Call) -> bool:
+    """``re.<call>("...\\d...")`` without ``re.ASCII`` (or ``re.A``) among its arguments."""
+    func = node.func
+    if not (isinstance(func, ast.Attribute) and func.attr in _RE_CALLS and ast.unparse(func.value) == "re"):
+        return False
+    pattern = node.args[0] if node.args else None
+    if not (isinstance(pattern, ast.Constant) and isinstance(pattern.value, str) and "\\d" in pattern.value):
+        return False
+    rest = " ".join(ast.unparse(a) for a in [*node.args[1:], *(k.value for k in node.keywords)])
+    return "re.ASCII" not in rest and "re.A" not in rest.split(" | ")
 
 
 def _violations(source: str, rel: str) -> list[str]:
@@ -98,6 +114,8 @@ def _violations(source: str, rel: str) -> list[str]:
         func = node.func
         if isinstance(func, ast.Attribute) and func.attr in _GUARDS:
             found.append(f"{rel}:{node.lineno}: .{func.attr}() accepts non-ASCII digits: use ascii_int")
+        elif _unicode_digit_regex(node):
+            found.append(f"{rel}:{node.lineno}: \\d without re.ASCII matches every script's digits")
         elif isinstance(func, ast.Name) and func.id in ("int", "float") and node.args:
             arg = node.args[0]
             while isinstance(arg, ast.BoolOp | ast.Call) and not _is_get(arg):
@@ -139,6 +157,8 @@ def test_no_number_is_parsed_from_text_outside_ascii_int() -> None:
         'def f(env):\n    return int(env.get("PORT"))\n',
         'def f(obj):\n    return int(obj.get("code") or 500)\n',
         'def f(obj):\n    return float(str(obj.get("delay")))\n',
+        'import re\nINDEX = re.compile(r"devices\\[(\\d+)\\]")\n',
+        'import re\ndef f(s):\n    return re.fullmatch(r"\\d+", s, re.IGNORECASE)\n',
     ],
 )
 def test_the_scan_finds_a_planted_parse(planted: str) -> None:
@@ -260,3 +280,12 @@ def test_a_sysfs_integer_file_is_a_number_or_none(
     if got is not None:
         assert _is_ascii_digits(digits, "0123456789abcdefABCDEF" if base == 16 else "0123456789")
         assert got == int(stripped, base)
+
+
+@pytest.mark.parametrize("index", ["٣", "9" * 5000, "0", "1"])
+def test_a_422_message_with_any_device_index_names_no_field_or_a_real_one(index: str) -> None:
+    """The apiserver's 422 text is the wire too: an index of any digits is a device of ours or nothing."""
+    sent = {"spec": {"devices": [{"name": "gpu-0", "attributes": {"models": {"strings": ["a", "b"]}}}]}}
+    message = f'spec.devices[{index}].attributes[models]: Required value: must specify one of: "bool", "int"'
+    found = refused_fields(sent, message)
+    assert len(found) == (1 if index == "0" else 0)
