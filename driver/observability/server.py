@@ -152,9 +152,10 @@ class MetricsServer:
         self._loop = self._thread = self._sock = None
         if loop is None:
             return
-        with contextlib.suppress(RuntimeError):  # the loop already ended
-            asyncio.run_coroutine_threadsafe(self._shutdown(), loop).result(5)
-            loop.call_soon_threadsafe(loop.stop)
+        if not loop.is_closed():  # a failed start closed it already
+            with contextlib.suppress(RuntimeError):  # the loop ended meanwhile
+                asyncio.run_coroutine_threadsafe(self._shutdown(), loop).result(5)
+                loop.call_soon_threadsafe(loop.stop)
         if thread is not None:
             thread.join(timeout=5)
         if sock is not None:
@@ -181,8 +182,8 @@ class MetricsServer:
                 task.cancel()
             loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
         finally:
+            loop.close()  # before ready: a failed start's stop() must find the loop closed, not idle
             ready.set()
-            loop.close()
 
     async def _shutdown(self) -> None:
         if self._server is not None:
