@@ -51,6 +51,7 @@ from driver.kubelet.server import KubeletPluginServer
 from driver.lifecycle import Step
 from driver.log import get_logger
 from driver.pinning.backend import PinningKind  # the config's, imported with it
+from driver.supervise import LOOPS
 
 if TYPE_CHECKING:
     from driver.claims import ClaimsDriver, NoClaimStatus
@@ -288,6 +289,7 @@ def build_background(core: Core) -> Background:
         adopted_releases=lambda: adopted.releases,
         userspace_warnings=lambda: core.claims.userspace_warnings,
         events=lambda: {"posted": core.events.posted, "dropped": core.events.dropped},
+        loop_restarts=LOOPS.restarts,
     )
     core.housekeeping.after_each_round(updater.update)
     updater.update()  # the first scrape sees every family
@@ -308,7 +310,8 @@ def build_background(core: Core) -> Background:
     _log_pinning(cfg)
     if cfg.metrics_address:
         ready = {"registered": core.kubelet.registered, "slices-published": publisher.published}
-        steps.append(Step.of("metrics server", MetricsServer(cfg.metrics_address, ready, metrics)))
+        server = MetricsServer(cfg.metrics_address, ready, metrics, failing_loops=LOOPS.failing)
+        steps.append(Step.of("metrics server", server))
     else:
         _log.info("metrics endpoint off (no --metrics-address)")
     return Background(

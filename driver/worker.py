@@ -13,8 +13,9 @@ them once:
 * **lazy**: the thread starts with the first item, so a node that never needs a worker never runs
   its thread;
 * **in order**: one item at a time, in the order put;
-* **surviving**: an exception from the handler is logged with the worker's name (its thread name
-  too) and the next item is handled, so one bad item does not silently end every later one;
+* **surviving**: an exception from the handler is logged with its traceback and counted under the
+  worker's name (:func:`driver.supervise.survived`), and the next item is handled, so one bad
+  item does not silently end every later one;
 * **flush and close**: :meth:`~QueueWorker.flush` waits until what was queued before it is
   handled (tests, shutdown); :meth:`~QueueWorker.close` takes nothing more, handles what is
   queued until its timeout and gives up the rest, so a stop never waits longer than asked.
@@ -31,6 +32,7 @@ from collections.abc import Callable
 from typing import Generic, TypeVar
 
 from driver.log import get_logger
+from driver.supervise import supervised, survived
 
 __all__ = ["QueueWorker"]
 
@@ -85,7 +87,7 @@ class QueueWorker(Generic[T]):
             if self._closed or len(self._items) >= self.max_queued:
                 return False
             if self._thread is None:
-                thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+                thread = supervised(self.name, self._run)
                 thread.start()
                 self._thread = thread
             self._items.append(item)
@@ -137,8 +139,8 @@ class QueueWorker(Generic[T]):
                 item = self._items.popleft()
             try:
                 self._handler(item)
-            except Exception:  # one bad item must not end the worker: say which worker, go on
-                _log.exception("queue worker handler failed", worker=self.name)
+            except Exception as exc:  # one bad item must not end the worker: say which worker, go on
+                survived(self.name, exc, event="queue worker handler failed", worker=self.name)
             finally:
                 del item  # not held while the queue is empty
                 with self._cond:

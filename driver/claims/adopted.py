@@ -38,6 +38,7 @@ from driver.errors import ConsumersUnknownError, DriverError
 from driver.log import get_logger
 from driver.pinning.consumers import GONE_REASONS, ConsumerReader
 from driver.plugin import ClaimRef
+from driver.supervise import supervised, survived
 
 __all__ = ["ADOPTED_RELEASE_REASONS", "AdoptedClaims"]
 
@@ -85,7 +86,7 @@ class AdoptedClaims:
 
     def start(self) -> None:
         """Run rounds on a thread of its own (``adopted-claims``), the first one at once."""
-        thread = threading.Thread(target=self._loop, name="adopted-claims", daemon=True)
+        thread = supervised("adopted-claims", self._loop)
         self._thread = thread
         thread.start()
 
@@ -101,8 +102,8 @@ class AdoptedClaims:
                 self.check()
             except DriverError as exc:
                 _log.error("adopted claims check failed", error=str(exc))
-            except Exception:
-                _log.exception("adopted claims check failed")
+            except Exception as exc:  # a bug in one round: logged and counted, the next round runs
+                survived("adopted-claims", exc, event="adopted claims check failed")
             self._stop.wait(self._interval)
 
     # -- one round ------------------------------------------------------------------------------

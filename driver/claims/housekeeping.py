@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from driver.errors import DriverError
 from driver.log import get_logger
+from driver.supervise import supervised, survived
 
 if TYPE_CHECKING:
     from structlog.typing import FilteringBoundLogger
@@ -66,7 +67,7 @@ class Housekeeping:
         self._stopping = threading.Event()
         self._wake = threading.Event()
         self._rescan_requested = False
-        self._thread = threading.Thread(target=self._loop, name="app-housekeeping", daemon=True)
+        self._thread = supervised("app-housekeeping", self._loop)
         self._log = log if log is not None else _log
 
     def after_each_round(self, task: Callable[[], None]) -> None:
@@ -113,8 +114,8 @@ class Housekeeping:
                     task()
             except DriverError as exc:
                 self._log.error("housekeeping failed", error=str(exc))
-            except Exception:
-                self._log.exception("housekeeping failed")
+            except Exception as exc:  # a bug in one round: logged and counted, the next round runs
+                survived("app-housekeeping", exc, event="housekeeping failed")
 
     def _next_rescan(self) -> float:
         interval = self._rescan_interval

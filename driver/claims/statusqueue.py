@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from driver.errors import KubeError
 from driver.log import get_logger
+from driver.supervise import supervised, survived
 
 if TYPE_CHECKING:
     from driver.claims.status import ClaimStatusWriter
@@ -100,7 +101,7 @@ class AsyncStatusWriter:
         self._reports: dict[_ClaimKey, _Write] = {}
         self._lock = threading.Lock()
         self._closing = False
-        self._thread = threading.Thread(target=self._run, name="claim-status", daemon=True)
+        self._thread = supervised("claim-status", self._run)
         self._thread.start()
 
     def report_prepared(self, claim: JsonObject, devices: Sequence[PreparedDevice]) -> None:
@@ -189,6 +190,8 @@ class AsyncStatusWriter:
                     _log.warning("claim status write failed", error=str(exc), attempts=attempt, **write.keys)
                     return
                 _log.info("claim status write failed, trying again", error=str(exc), **write.keys)
-            except Exception as exc:  # status is informational: log and go on
-                _log.warning("claim status write failed", error=str(exc), attempts=attempt, **write.keys)
+            except Exception as exc:  # status is informational: log (a bug: with its traceback), go on
+                survived(
+                    "claim-status", exc, event="claim status write failed", attempts=attempt, **write.keys
+                )
                 return

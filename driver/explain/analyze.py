@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
 
-from driver.errors import ConfigError
+from driver.errors import ConfigError, UntrustedValueError
 from driver.explain.cel import evaluate
 from driver.explain.devices import DeviceView, Taint
 from driver.explain.model import (
@@ -42,6 +42,7 @@ from driver.kube.quantity import format_quantity, parse_quantity
 from driver.kube.types import allocation_results
 from driver.pinning.types import format_cpulist
 from driver.state.entry import JournalEntry
+from driver.untrusted.values import bounded_int
 
 __all__ = ["DeviceClass", "Usage", "default_device_classes", "explain_claim", "usage_from_journal"]
 
@@ -49,6 +50,9 @@ _NUMA_ATTRIBUTE = "resource.kubernetes.io/numaNode"
 #: device name -> {qualified attribute -> value} for the attributes constraints look at
 _AttributeValues = Mapping[str, Mapping[str, Any]]
 _BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
+
+#: more devices than any request can ask for (the API allows far fewer per claim)
+_MAX_COUNT = 1 << 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,12 +159,16 @@ def _parse_request(name: str, body: Mapping[str, Any]) -> _Request:
         except ValueError as exc:
             raise ConfigError(f"request {name}: capacity {key}: {exc}") from exc
     mode = str(body.get("allocationMode") or "ExactCount")
+    try:
+        count = bounded_int(body.get("count") or 1, what=f"request {name}: count", lo=1, hi=_MAX_COUNT)
+    except UntrustedValueError as exc:
+        raise ConfigError(str(exc)) from exc
     return _Request(
         name=name,
         device_class=str(body.get("deviceClassName", "")),
         selectors=selectors,
         mode=mode,
-        count=int(body.get("count") or 1) if mode == "ExactCount" else 0,
+        count=count if mode == "ExactCount" else 0,
         tolerations=tuple(body.get("tolerations") or ()),
         capacity=capacity,
         admin_access=bool(body.get("adminAccess", False)),

@@ -29,6 +29,7 @@ from driver.health.signals import Reading, SignalReader
 from driver.inventory.model import Inventory, InventoryDevice, NumaNode
 from driver.log import get_logger
 from driver.plugin import DeviceHealth, HealthState
+from driver.supervise import supervised, survived
 
 __all__ = ["HealthMonitor", "Listener"]
 
@@ -145,7 +146,7 @@ class HealthMonitor:
     def start(self) -> None:
         """Poll once now unless done already (the first snapshot is real), then every ``interval``."""
         self._first_poll()
-        self._thread = threading.Thread(target=self._run, name="health-monitor", daemon=True)
+        self._thread = supervised("health-monitor", self._run)
         self._thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
@@ -174,7 +175,7 @@ class HealthMonitor:
             try:
                 self.poll_once()
             except Exception as exc:  # a reader bug must not end health reporting for good
-                _log.error("health poll failed", error=str(exc))
+                survived("health-monitor", exc, event="health poll failed")
 
     def _first_poll(self) -> None:
         """Poll unless a poll already finished; a caller racing with one waits for it instead."""

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 from driver.inventory.sysfs import is_live_host, list_dir
 from driver.untrusted.files import read_file_text
+from driver.untrusted.values import ascii_int
 
 __all__ = ["IpSource", "host_ip_source", "ips_from_ip_json", "netdev_dir", "netlink_ips"]
 
@@ -185,7 +186,7 @@ def _proc_and_ioctl(interface: str) -> list[str]:
         if len(fields) == 6 and fields[5] == interface and fields[3] == "00":  # global scope
             try:
                 address = ipaddress.IPv6Address(bytes.fromhex(fields[0]))
-                out.append(f"{address}/{int(fields[2], 16)}")
+                out.append(f"{address}/{ascii_int(fields[2], what='if_inet6 prefix', lo=0, hi=128, base=16)}")
             except ValueError:
                 continue
     return out

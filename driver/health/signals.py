@@ -38,6 +38,7 @@ operator clears it. A damaged file is logged as an error and its valid entries a
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -56,7 +57,7 @@ from driver.inventory.sysfs import is_live_host, list_dir, read_text
 from driver.log import get_logger
 from driver.plugin import HealthState
 from driver.untrusted.files import read_file
-from driver.untrusted.values import MAX_WALL_CLOCK_S, bounded_int, bounded_number, loads_json
+from driver.untrusted.values import MAX_WALL_CLOCK_S, ascii_int, bounded_int, bounded_number, loads_json
 
 __all__ = ["HEALTH_FAULTS_FILE", "FatalFault", "Reading", "SignalReader"]
 
@@ -270,7 +271,7 @@ class SignalReader:
         if netdev is None:
             return Reading(HealthState.UNKNOWN, "NetdevNotVisible")
         flags = read_text(os.path.join(netdev, "flags"))
-        if flags is not None and flags.startswith("0x") and not int(flags, 16) & _IFF_UP:
+        if flags is not None and not _flag_set(flags, _IFF_UP):
             return Reading(HealthState.UNKNOWN, "AdminDown")
         if read_text(os.path.join(netdev, "carrier")) == "0":
             return Reading(HealthState.UNHEALTHY, "NoCarrier")
@@ -293,6 +294,17 @@ class SignalReader:
         return HEALTHY
 
 
+def _flag_set(flags: str, bit: int) -> bool:
+    """Whether a netdev ``flags`` file ("0x1003") has ``bit``; True when it is not such a number
+    (a file we cannot read says nothing against the interface)."""
+    if not flags.startswith("0x"):
+        return True
+    try:
+        return bool(ascii_int(flags[2:], what="netdev flags", lo=0, hi=(1 << 64) - 1, base=16) & bit)
+    except UntrustedValueError:
+        return True
+
+
 def _aer_total(pci_dir: str) -> int | None:
     """``TOTAL_ERR_FATAL`` of ``aer_dev_fatal``; None when the file is absent or malformed."""
     text = read_text(os.path.join(pci_dir, "aer_dev_fatal"))
@@ -301,8 +313,9 @@ def _aer_total(pci_dir: str) -> int | None:
     total = None
     for line in text.splitlines():
         name, _, value = line.strip().rpartition(" ")
-        if name.strip() == "TOTAL_ERR_FATAL" and value.isascii() and value.isdigit() and len(value) <= 20:
-            total = int(value)
+        if name.strip() == "TOTAL_ERR_FATAL":
+            with contextlib.suppress(UntrustedValueError):
+                total = ascii_int(value, what="TOTAL_ERR_FATAL", lo=0, hi=(1 << 64) - 1)
     return total
 
 

@@ -15,6 +15,7 @@ is not the kernel's format (ASCII digits, ``-`` and ``,`` only), is an
 from __future__ import annotations
 
 from driver.errors import UntrustedValueError
+from driver.untrusted.values import MAX_TEXT_DIGITS, ascii_int
 
 __all__ = ["MAX_CPUS", "MAX_NODES", "format_cpulist", "parse_cpulist"]
 
@@ -30,6 +31,17 @@ def _max_text(limit: int) -> int:
     return limit * (len(str(max(limit - 1, 0))) + 1) + 64
 
 
+def _id(text: str, part: str, what: str) -> int:
+    """One id of a list entry ``part``: ASCII digits only ("1-2-3", "٣", "0x3" are refused).
+
+    The range check against the caller's limit comes after; this bounds the digits converted.
+    """
+    try:
+        return ascii_int(text, what=what, lo=0, hi=10**MAX_TEXT_DIGITS)
+    except UntrustedValueError:
+        raise UntrustedValueError(what, f"{part[:32]!r} is not an id or a range of ids") from None
+
+
 def parse_cpulist(text: str, *, limit: int = MAX_CPUS, what: str = "cpu list") -> frozenset[int]:
     """Parse the kernel's list format ("0-3,8,10-11"); empty text is the empty set.
 
@@ -40,7 +52,6 @@ def parse_cpulist(text: str, *, limit: int = MAX_CPUS, what: str = "cpu list") -
         raise UntrustedValueError(
             what, f"is {len(text)} characters long, longer than any list of ids below {limit}"
         )
-    digits = len(str(limit))
     spans: list[tuple[int, int]] = []
     width = 0
     for raw in text.split(","):
@@ -50,11 +61,7 @@ def parse_cpulist(text: str, *, limit: int = MAX_CPUS, what: str = "cpu list") -
         lo_text, sep, hi_text = part.partition("-")
         if not sep:
             hi_text = lo_text
-        if not (lo_text.isdigit() and hi_text.isdigit() and part.isascii()):  # "1-2-3", "٣", "0x3"
-            raise UntrustedValueError(what, f"{part[:32]!r} is not an id or a range of ids")
-        if len(lo_text) > digits or len(hi_text) > digits:
-            raise UntrustedValueError(what, f"{part[:32]!r} names an id above {limit - 1}")
-        lo, hi = int(lo_text), int(hi_text)
+        lo, hi = _id(lo_text, part, what), _id(hi_text, part, what)
         if hi < lo:
             raise UntrustedValueError(what, f"range {part!r} ends before it starts")
         if hi >= limit:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from driver.inventory.facts import NvidiaFacts, PciFacts
 from driver.inventory.model import DeviceKind, Gpu, PciTopology, SkippedDevice, pci_device_name
+from driver.inventory.sysfs import parse_count
 
 __all__ = [
     "CANDIDATE_CLASSES",
@@ -89,7 +90,8 @@ def _skip(p: PciFacts, reason: str, *, odd: bool = False) -> Classified:
 
 
 def _render_index(drm: tuple[str, ...]) -> int | None:
-    numbers = sorted(int(n[7:]) for n in drm if n.startswith("renderD") and n[7:].isdigit())
+    found = (parse_count(n.removeprefix("renderD")) for n in drm if n.startswith("renderD"))
+    numbers = sorted(n for n in found if n is not None)
     return numbers[0] - _RENDER_BASE if numbers and numbers[0] >= _RENDER_BASE else None
 
 

@@ -42,7 +42,7 @@ _BDF = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 _PCIE_ROOT = re.compile(r"^pci[0-9a-f]{4}:[0-9a-f]{2}$")
 _NUMBERED = re.compile(r"^(?:node|cpu)([0-9]{1,9})$")
 _HUGEPAGES_DIR = re.compile(r"^hugepages-([0-9]{1,12})kB$")
-_VIRTIO = re.compile(r"^virtio\d+$")
+_VIRTIO = re.compile(r"^virtio\d+$", re.ASCII)
 _NVIDIA_UUID = re.compile(
     r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.IGNORECASE
 )

@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import os
 
+from driver.errors import UntrustedValueError
 from driver.inventory.cpulist import parse_cpulist
 from driver.untrusted.files import read_file
+from driver.untrusted.values import ascii_int
 
 __all__ = [
     "is_live_host",
@@ -37,21 +39,21 @@ __all__ = [
 
 #: sysfs attributes are at most a page; the largest page size Linux has (arm64, powerpc)
 _MAX_ATTRIBUTE = 1 << 16
-#: an integer attribute longer than this is no count or id (int64 is 19 digits, "0x" + 16 in hex)
-_MAX_INT_TEXT = 24
+#: no count or id of a kernel file is larger (u64)
+_MAX_INT = (1 << 64) - 1
 
 
 def parse_count(text: str) -> int | None:
     """A decimal count or id taken from a kernel file's text (a distance, a MemTotal, a minor), or None.
 
-    ``str.isdigit`` and ``int`` accept far more than the kernel writes: non-ASCII digits (``"²"``
-    is a digit to ``isdigit`` but no number to ``int``) and thousands of digits (``int`` refuses
-    those with ValueError, after a quadratic conversion). Every such token of a host file goes
-    through here, so none of them can raise out of discovery.
+    ``str.isdigit`` and ``int`` accept far more than the kernel writes (non-ASCII digits, blanks,
+    thousands of digits): :func:`~driver.untrusted.values.ascii_int` reads it, and anything it
+    refuses is None, so no token of a host file can raise out of discovery.
     """
-    if not text or len(text) > _MAX_INT_TEXT or not text.isascii() or not text.isdigit():
+    try:
+        return ascii_int(text, what="kernel count", lo=0, hi=_MAX_INT)
+    except UntrustedValueError:
         return None
-    return int(text)
 
 
 def read_text(path: str) -> str | None:
@@ -66,11 +68,13 @@ def read_text(path: str) -> str | None:
 def read_int(path: str, base: int = 10) -> int | None:
     """An integer file (``numa_node``, ``core_id``; ``base=16`` for ``0x10de``), or None."""
     text = read_text(path)
-    if text is None or len(text) > _MAX_INT_TEXT or not text.isascii():
+    if text is None:
         return None
-    try:
-        return int(text, base)
-    except ValueError:
+    try:  # "-1" is the kernel's "none" (numa_node, speed); hex values carry "0x"
+        return ascii_int(
+            text.removeprefix("0x") if base == 16 else text, what=path, lo=-_MAX_INT, hi=_MAX_INT, base=base
+        )
+    except UntrustedValueError:
         return None
 
 

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from driver.log import get_logger
+from driver.supervise import supervised, survived
 
 __all__ = [
     "DEFAULT_DEBOUNCE_S",
@@ -70,7 +71,7 @@ class Debouncer:
         self._last: float = 0.0
         self._closed = False
         self._fired = 0
-        self._thread = threading.Thread(target=self._run, name="numadra-debounce", daemon=True)
+        self._thread = supervised("numadra-debounce", self._run)
         self._thread.start()
 
     @property
@@ -115,8 +116,8 @@ class Debouncer:
                 self._first = None
             try:
                 self._callback()
-            except Exception:  # a failed rediscovery must not kill hot-plug handling
-                _log.exception("inventory change callback failed")
+            except Exception as exc:  # a failed rediscovery must not kill hot-plug handling
+                survived("numadra-debounce", exc, event="inventory change callback failed")
             self._fired += 1
 
 

@@ -39,12 +39,13 @@ from typing import Any, Protocol
 from urllib.parse import quote, urlencode
 
 from driver import __version__
-from driver.errors import ConfigError, KubeError
+from driver.errors import ConfigError, KubeError, UntrustedValueError
 from driver.kube.incluster import InCluster
 from driver.kube.kubeconfig import Kubeconfig
 from driver.kube.status import parse_status
 from driver.kube.transport import Stream, Transport, TransportSettings
 from driver.kube.types import JsonObject
+from driver.untrusted.values import ascii_int, bounded_int
 
 __all__ = [
     "DEFAULT_READ_DEADLINE",
@@ -96,10 +97,20 @@ def _target(resource: str, name: str) -> str:
     return f"{resource}/{name}" if name else resource
 
 
+#: the longest Retry-After read as a number (seconds); the retry policy caps what it honours far below
+_DAY = 86_400
+
+
 def _retry_after(headers: Mapping[str, str]) -> float | None:
-    """The ``Retry-After`` of an answer in seconds (delta-seconds only, as client-go reads it)."""
-    value = headers.get("retry-after", "").strip()
-    return float(value) if value.isdigit() else None
+    """The ``Retry-After`` of an answer in seconds (delta-seconds only, as client-go reads it).
+
+    Anything but ASCII digits (an HTTP date, ``"²"``, ``"1.5"``) or a delay past a day is ignored:
+    the loop then waits its own backoff step, which :class:`~driver.backoff.RetryPolicy` caps anyway.
+    """
+    try:
+        return float(ascii_int(headers.get("retry-after", "").strip(), what="Retry-After", lo=0, hi=_DAY))
+    except UntrustedValueError:
+        return None
 
 
 def _raise_for(
@@ -210,8 +221,16 @@ class SliceWatch:
         kind, obj = str(event.get("type", "")), event.get("object") or {}
         if kind == "ERROR":  # a Status object, e.g. 410 Gone: resourceVersion too old
             status = json.dumps(obj).encode()  # _raise_for quotes the Status' message
-            _raise_for(self._verb, "resourceslices", "", int(obj.get("code", 500)), status)
+            _raise_for(self._verb, "resourceslices", "", _event_code(obj), status)
         return kind, obj
+
+
+def _event_code(status: Mapping[str, Any]) -> int:
+    """The HTTP code an ERROR event's Status carries; 500 when it has none that is a status code."""
+    try:
+        return bounded_int(status.get("code", 500), what="watch ERROR event code", lo=100, hi=599)
+    except UntrustedValueError:
+        return 500
 
 
 class KubeClient:

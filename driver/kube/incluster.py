@@ -34,10 +34,11 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
-from driver.errors import ConfigError
+from driver.errors import ConfigError, UntrustedValueError
 from driver.kube.proxy import environment_proxy
 from driver.kube.transport import TransportSettings
 from driver.untrusted.files import read_file
+from driver.untrusted.values import ascii_int
 
 __all__ = ["CA_FILE", "REFRESH_S", "TOKEN_FILE", "InCluster"]
 
@@ -75,8 +76,10 @@ class InCluster:
                 "not running in a pod: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT must be set "
                 "(pass --kubeconfig outside a cluster)"
             )
-        if not port.isdigit() or not 0 < int(port) < 65536:
-            raise ConfigError(f"KUBERNETES_SERVICE_PORT {port!r} is not a port number")
+        try:
+            port_number = ascii_int(port, what="KUBERNETES_SERVICE_PORT", lo=1, hi=65535)
+        except UntrustedValueError as exc:
+            raise ConfigError(f"KUBERNETES_SERVICE_PORT {port!r} is not a port number") from exc
         if _BAD_TOKEN.search(host) or "/" in host:
             raise ConfigError(f"KUBERNETES_SERVICE_HOST {host!r} is not a host name or address")
         try:
@@ -89,9 +92,9 @@ class InCluster:
         self.settings = TransportSettings(
             scheme="https",
             host=bare,
-            port=int(port),
+            port=port_number,
             ca_file=ca_file,
-            proxy=environment_proxy("https", bare, int(port), env),
+            proxy=environment_proxy("https", bare, port_number, env),
         )
         self.token_file = token_file
         self._now = clock

@@ -18,7 +18,9 @@ _DECIMAL = {"n": Fraction(1, 10**9), "u": Fraction(1, 10**6), "m": Fraction(1, 1
             "k": Fraction(10**3), "M": Fraction(10**6), "G": Fraction(10**9), "T": Fraction(10**12),
             "P": Fraction(10**15), "E": Fraction(10**18)}  # fmt: skip
 #: the quantity grammar of the apiserver's parser: number, then an exponent or one suffix
-QUANTITY = re.compile(r"([+-]?(?:\d+\.?\d*|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?)")
+QUANTITY = re.compile(
+    r"([+-]?(?:\d+\.?\d*|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?)", re.ASCII
+)
 #: binary suffixes from the largest down, for the canonical form
 _LARGEST_FIRST = sorted(_BINARY.items(), key=lambda kv: -kv[1])
 _DECIMAL_LARGEST_FIRST = [

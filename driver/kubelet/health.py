@@ -26,6 +26,7 @@ from driver._proto import health_v1_pb2, health_v1_pb2_grpc, health_v1alpha1_pb2
 from driver.kubelet import translate
 from driver.log import get_logger
 from driver.plugin import DeviceHealth, HealthSource, HealthState
+from driver.supervise import supervised
 
 __all__ = ["DEFAULT_RESEND_INTERVAL", "HealthFanout", "HealthV1Servicer", "HealthV1alpha1Servicer"]
 
@@ -59,7 +60,7 @@ class HealthFanout:
     def start(self) -> None:
         """Start the watcher thread (a daemon: a blocked source never holds up process exit)."""
         if self._thread is None:
-            self._thread = threading.Thread(target=self._watch, name="health-fanout", daemon=True)
+            self._thread = supervised("health-fanout", self._watch)
             self._thread.start()
 
     def stop(self) -> None:

@@ -37,6 +37,10 @@ Series (all prefixed ``numadra_``):
   ``unknown``); anything but 0 means a gate is off on the apiserver and some devices mean less
   than published (docs/troubleshooting.md). A gate once seen missing stays so until a restart;
 * ``cpus_free`` {numa_node}: online CPUs of each NUMA node neither reserved nor pinned to a claim;
+* ``loop_restarts_total`` {loop}: exceptions that escaped a background loop (``driver.supervise``),
+  each logged with its traceback; the loop ran again after a backoff step. Anything but 0 is a
+  bug or an input the loop did not expect: read the log line ``background loop failed``. A core
+  loop (``slice-publisher``, ``slice-watch``) that keeps failing also makes ``/readyz`` answer 503;
 * ``registered``: 1 while the kubelet has registered the plugin, 0 before or after a failure;
 * ``build_info`` {version, driver, node}: constant 1, to join other series on.
 """
@@ -202,6 +206,12 @@ class Metrics:
             ["numa_node"],
             registry=r,
         )
+        self._loop_restarts = Counter(
+            "numadra_loop_restarts",
+            "Exceptions that escaped a background loop, which then ran again, by loop",
+            ["loop"],
+            registry=r,
+        )
         self._registered = Gauge(
             "numadra_registered", "1 while the kubelet has registered this plugin, else 0", registry=r
         )
@@ -214,6 +224,8 @@ class Metrics:
         self._counted_releases: dict[str, int] = dict.fromkeys(ADOPTED_RELEASE_REASONS, 0)
         self._counted_userspace: dict[str, int] = dict.fromkeys(USERSPACE_WARNING_SOURCES, 0)
         self._counted_events: dict[str, int] = dict.fromkeys(EVENT_RESULTS, 0)
+        #: the loop names are the code's own thread names (``driver.supervise``): a fixed set
+        self._counted_restarts: dict[str, int] = {}
         info = Gauge(
             "numadra_build_info",
             "Constant 1, labelled with version, driver and node",
@@ -343,6 +355,17 @@ class Metrics:
     def set_events(self, totals: Mapping[str, int]) -> None:
         """Catch up with the Event poster's running totals ``{"posted": n, "dropped": m}``."""
         _catch_up(self._events, "result", self._counted_events, totals, "event result")
+
+    def set_loop_restarts(self, totals: Mapping[str, int]) -> None:
+        """Catch up with the supervisor's running totals of restarts by loop (``LOOPS.restarts()``).
+
+        A loop seen for the first time gets its series (at 0 when it never failed).
+        """
+        for loop in totals:
+            if loop not in self._counted_restarts:
+                self._counted_restarts[loop] = 0
+                self._loop_restarts.labels(loop=loop)
+        _catch_up(self._loop_restarts, "loop", self._counted_restarts, totals, "loop")
 
     def set_publish_writes(self, totals: Mapping[str, int]) -> None:
         """Catch up with the publisher's cumulative successful writes ``{"create": n, ...}``.

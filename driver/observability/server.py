@@ -31,7 +31,7 @@ import contextlib
 import socket
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from http import HTTPStatus
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -40,6 +40,7 @@ from driver.errors import ConfigError, DriverError
 from driver.log import get_logger
 from driver.observability.address import parse_address
 from driver.observability.metrics import Metrics
+from driver.supervise import supervised
 
 __all__ = ["MetricsServer", "parse_address"]
 
@@ -64,7 +65,9 @@ class MetricsServer:
     """Serves a :class:`Metrics` registry plus health endpoints on one address.
 
     ``ready_checks`` maps a name to a :class:`threading.Event` that the owner sets when that
-    condition holds (and may clear again: readiness is evaluated per request).
+    condition holds (and may clear again: readiness is evaluated per request). ``failing_loops``
+    names the core background loops that keep failing (``driver.supervise.LOOPS.failing``); while
+    it names any, the process is not ready either.
     """
 
     def __init__(
@@ -77,10 +80,12 @@ class MetricsServer:
         idle_timeout: float = 15.0,
         header_timeout: float = 5.0,
         write_timeout: float = 10.0,
+        failing_loops: Callable[[], Sequence[str]] = tuple,
     ) -> None:
         self._host, self._port = parse_address(address)
         self.metrics = metrics if metrics is not None else Metrics()
         self.ready_checks: Mapping[str, threading.Event] = dict(ready_checks or {})
+        self._failing_loops = failing_loops
         self.max_connections = max_connections
         self.idle_timeout = idle_timeout
         self.header_timeout = header_timeout
@@ -132,9 +137,8 @@ class MetricsServer:
         loop = asyncio.new_event_loop()
         ready = threading.Event()
         self._loop = loop
-        self._thread = threading.Thread(
-            target=self._run, args=(loop, sock, ready), name="metrics-http", daemon=True
-        )
+        # not restartable: the event loop is closed on the way out (an escape is logged and counted)
+        self._thread = supervised("metrics-http", self._run, loop, sock, ready, restart=False)
         self._thread.start()
         ready.wait(10)
         if self._server is None:
@@ -148,9 +152,10 @@ class MetricsServer:
         self._loop = self._thread = self._sock = None
         if loop is None:
             return
-        with contextlib.suppress(RuntimeError):  # the loop already ended
-            asyncio.run_coroutine_threadsafe(self._shutdown(), loop).result(5)
-            loop.call_soon_threadsafe(loop.stop)
+        if not loop.is_closed():  # a failed start closed it already
+            with contextlib.suppress(RuntimeError):  # the loop ended meanwhile
+                asyncio.run_coroutine_threadsafe(self._shutdown(), loop).result(5)
+                loop.call_soon_threadsafe(loop.stop)
         if thread is not None:
             thread.join(timeout=5)
         if sock is not None:
@@ -177,8 +182,8 @@ class MetricsServer:
                 task.cancel()
             loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
         finally:
+            loop.close()  # before ready: a failed start's stop() must find the loop closed, not idle
             ready.set()
-            loop.close()
 
     async def _shutdown(self) -> None:
         if self._server is not None:
@@ -260,6 +265,7 @@ class MetricsServer:
             return HTTPStatus.OK, b"ok\n", _TEXT
         if path == "/readyz":
             missing = [name for name, event in sorted(self.ready_checks.items()) if not event.is_set()]
+            missing += [f"loop {name} keeps failing" for name in self._failing_loops()]
             if missing:
                 body = "".join(f"not ready: {name}\n" for name in missing).encode()
                 return HTTPStatus.SERVICE_UNAVAILABLE, body, _TEXT

@@ -55,6 +55,7 @@ class MetricsUpdater:
         adopted_releases: Callable[[], Mapping[str, int]] = dict,
         userspace_warnings: Callable[[], Mapping[str, int]] | None = None,
         events: Callable[[], Mapping[str, int]] = dict,
+        loop_restarts: Callable[[], Mapping[str, int]] = dict,
     ) -> None:
         self.metrics = metrics
         self._inventory = inventory
@@ -68,6 +69,7 @@ class MetricsUpdater:
         self._adopted_releases = adopted_releases
         self._userspace_warnings = userspace_warnings
         self._events = events
+        self._loop_restarts = loop_restarts
 
     def update(self) -> None:
         """Set every metric that mirrors a component's state (cheap: no I/O, no apiserver)."""
@@ -83,6 +85,7 @@ class MetricsUpdater:
         if self._userspace_warnings is not None:
             metrics.set_userspace_warnings(self._userspace_warnings())
         metrics.set_events(self._events())
+        metrics.set_loop_restarts(self._loop_restarts())
         kinds = {dev.name: kind.value for kind, dev in inventory.devices()}
         counts: Counter[tuple[str, str]] = Counter()
         for health in self._monitor.health_snapshot():

@@ -15,11 +15,13 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 
-from driver.errors import ConfigError
+from driver.errors import ConfigError, UntrustedValueError
 from driver.pinning.consumers import ConsumerCheck
 from driver.pinning.failures import PinFailureSink
 from driver.pinning.nri import ClaimLookup, NriPlugin, SharedPool
 from driver.pinning.nri.plugin import ENV_PLUGIN_SOCKET
+from driver.supervise import supervised
+from driver.untrusted.values import ascii_int
 
 __all__ = ["NriService", "nri_service"]
 
@@ -33,9 +35,7 @@ class NriService:
     def __init__(self, plugin: NriPlugin) -> None:
         self.plugin = plugin
         self._stopping = threading.Event()
-        self._thread = threading.Thread(
-            target=plugin.serve_forever, args=(self._stopping,), name="nri-plugin", daemon=True
-        )
+        self._thread = supervised("nri-plugin", plugin.serve_forever, self._stopping)
 
     def start(self) -> None:
         """Start connecting to the runtime; returns at once."""
@@ -70,11 +70,9 @@ def nri_service(
     (:class:`~driver.pinning.nri.handlers.PinningHandlers`).
     """
     raw_fd = environ.get(ENV_PLUGIN_SOCKET)
-    try:
-        fd = int(raw_fd) if raw_fd else None
-        if fd is not None and not 0 <= fd < 1 << 31:  # socket(fileno=) would raise OverflowError
-            raise ValueError(raw_fd)
-    except ValueError as exc:
+    try:  # below 2**31: socket(fileno=) would raise OverflowError
+        fd = ascii_int(raw_fd, what=ENV_PLUGIN_SOCKET, lo=0, hi=(1 << 31) - 1) if raw_fd else None
+    except UntrustedValueError as exc:
         raise ConfigError(f"{ENV_PLUGIN_SOCKET} must be a file descriptor number, got {raw_fd!r}") from exc
     plugin = NriPlugin(
         claim_lookup=claim_lookup,

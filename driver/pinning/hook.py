@@ -65,7 +65,7 @@ from driver.pinning.types import (
 )
 from driver.untrusted.files import read_file
 from driver.untrusted.shape import Field, Integer, Record, Text
-from driver.untrusted.values import loads_json
+from driver.untrusted.values import ascii_int, loads_json
 
 __all__ = [
     "DEFAULT_HOOK_PATH",
@@ -287,7 +287,11 @@ class HookBackend:
     def _set_affinity(self, pid: int, cpus: frozenset[int]) -> None:
         """Set the CPU mask of every thread of ``pid`` (the exec'ing thread may be any of them)."""
         try:
-            tids = [int(t.name) for t in (self._proc / str(pid) / "task").iterdir()]
+            tids = [
+                tid
+                for t in (self._proc / str(pid) / "task").iterdir()
+                if (tid := _task_id(t.name)) is not None
+            ]
         except OSError:
             tids = [pid]
         for tid in sorted(tids):
@@ -339,3 +343,11 @@ def cdi_hook(assignment: CpuAssignment, path: str = DEFAULT_HOOK_PATH) -> Hook:
 def cdi_hook_entry(assignment: CpuAssignment, path: str = DEFAULT_HOOK_PATH) -> dict[str, Any]:
     """The same hook as a CDI ``containerEdits.hooks`` JSON entry."""
     return cdi_hook(assignment, path).to_json()
+
+
+def _task_id(name: str) -> int | None:
+    """A thread id from a ``/proc/PID/task`` entry's name; None for anything else."""
+    try:
+        return ascii_int(name, what="task id", lo=1, hi=(1 << 32) - 1)
+    except UntrustedValueError:
+        return None

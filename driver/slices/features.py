@@ -33,6 +33,8 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from driver.untrusted.values import ascii_int
+
 __all__ = [
     "CONSUMABLE_CAPACITY",
     "DEVICE_TAINTS",
@@ -273,8 +275,9 @@ def dropped_fields(sent: Mapping[str, Any], stored: Mapping[str, Any]) -> tuple[
 
 #: kube-apiserver's answer to an attribute left with no value (a list dropped by its gate)
 _EMPTY_ATTRIBUTE = re.compile(
-    r"spec\.devices\[(?P<index>\d+)\]\.attributes\[(?P<name>[^\]]+)\]: "
-    r"(?:Invalid value: \"\"|Required value): must specify one of"
+    r"spec\.devices\[(?P<index>\d{1,9})\]\.attributes\[(?P<name>[^\]]+)\]: "
+    r"(?:Invalid value: \"\"|Required value): must specify one of",
+    re.ASCII,
 )
 _LIST_KINDS = ("ints", "bools", "strings", "versions")
 
@@ -288,7 +291,7 @@ def refused_fields(sent: Mapping[str, Any], message: str) -> tuple[DroppedField,
     devices = (sent.get("spec") or {}).get("devices") or []
     out: list[DroppedField] = []
     for match in _EMPTY_ATTRIBUTE.finditer(message):
-        index, name = int(match["index"]), match["name"]
+        index, name = ascii_int(match["index"], what="422 device index", lo=0, hi=10**9), match["name"]
         if index >= len(devices) or not isinstance(devices[index], Mapping):
             continue
         device = devices[index]

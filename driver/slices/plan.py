@@ -24,6 +24,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from driver.errors import UntrustedValueError
+from driver.untrusted.values import bounded_int
+
 __all__ = ["SlicePlan", "plan_sync", "slice_content"]
 
 Obj = dict[str, Any]
@@ -70,8 +73,14 @@ def _without_time_added(device: Mapping[str, Any]) -> Mapping[str, Any]:
     return {**device, "taints": [{k: v for k, v in t.items() if k != "timeAdded"} for t in taints]}
 
 
-def _generation(obj: Mapping[str, Any]) -> int:
-    return int(((obj.get("spec") or {}).get("pool") or {}).get("generation", 0))
+def _generation(obj: Mapping[str, Any], default: int = 0) -> int:
+    """``spec.pool.generation``; ``default`` when it is absent, and 0 when it is no integer (a
+    stored slice is the apiserver's answer: whatever it holds must not stop the sync)."""
+    found = ((obj.get("spec") or {}).get("pool") or {}).get("generation", default)
+    try:
+        return bounded_int(found, what="spec.pool.generation", lo=0, hi=(1 << 63) - 1)
+    except UntrustedValueError:
+        return 0
 
 
 def _taints(obj: Mapping[str, Any]) -> Iterator[tuple[tuple[str, str, str, str], dict[str, Any]]]:
@@ -136,7 +145,7 @@ def plan_sync(
     names = {str(w["metadata"]["name"]) for w in wanted}
     obsolete = [s for name, s in sorted(by_name.items()) if name not in names]
     stored_gens = [_generation(s) for s in stored]
-    wanted_gens = [int(w["spec"]["pool"].get("generation", 1)) for w in wanted]
+    wanted_gens = [_generation(w, default=1) for w in wanted]
     base = max([1, *stored_gens, *wanted_gens])
 
     def same_content(name: str, want: Obj, have: Mapping[str, Any]) -> bool:

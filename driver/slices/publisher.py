@@ -49,6 +49,7 @@ from driver.log import get_logger
 from driver.slices.features import UNKNOWN, DroppedField, adapt, dropped_fields, refused_fields
 from driver.slices.missingfeatures import MissingFeatures
 from driver.slices.plan import SlicePlan, plan_sync, slice_content
+from driver.supervise import supervised
 
 __all__ = [
     "PublisherStats",
@@ -148,6 +149,7 @@ class SlicePublisher:
         self._on_error = on_error
         self._rng = rng or random.Random()  # noqa: S311 - spreads load, guards no secret
         policy = retry or RetryPolicy()
+        self._policy = policy
         self._sync_backoff = policy.backoff(self._rng)
         self._watch_backoff = policy.backoff(self._rng)
         self._resync_interval = resync_interval
@@ -215,10 +217,13 @@ class SlicePublisher:
         if self._start_jitter > 0:
             with self._cond:
                 self._not_before = time.monotonic() + self._rng.uniform(0.0, self._start_jitter)
-        for target, name in ((self._run, "slice-publisher"), (self._watch_loop, "slice-watch")):
-            thread = threading.Thread(target=target, name=name, daemon=True)
+        # core loops: while one keeps failing, /readyz names it
+        self._threads = [
+            supervised("slice-publisher", self._run, core=True, policy=self._policy),
+            supervised("slice-watch", self._watch_loop, core=True, policy=self._policy),
+        ]
+        for thread in self._threads:
             thread.start()
-            self._threads.append(thread)
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop both threads (pending work is dropped; slices stay, owned by the Node)."""

@@ -1,4 +1,4 @@
-"""The one way numadra parses a value it did not make: JSON documents and the numbers in them.
+"""The one way numadra parses a value it did not make: JSON documents, and numbers in JSON or text.
 
 Files others can write (recorded faults, health-clear requests, the journal, CDI specs and
 metadata streams read back, an OCI bundle's ``config.json``) are JSON, and Python's decoder
@@ -11,6 +11,14 @@ Here every failure is :class:`~driver.errors.UntrustedValueError` (a ``ValueErro
 was parsed, and a number is checked against its bounds *as it came*: an integer is compared as an
 integer (exactly, whatever its size), never converted to a float first, and a float must be
 finite. A caller checks each entry on its own, skips a bad one and names it; the others stand.
+
+A number written as text (an HTTP header such as ``Retry-After``, an environment variable, a
+token of a kernel file, a file name) goes through :func:`ascii_int`. ``str.isdigit`` and ``int``
+accept far more than any of those writers put there: ``"²"`` is a digit to ``isdigit`` and no
+number to ``int`` or ``float`` (``ValueError`` out of a guard that looked safe), ``"٣"`` and a
+fullwidth one are numbers to ``int``, and so are ``" 7 "``, ``"+7"`` and ``"1_000"``. ``ascii_int``
+takes the ASCII digits ``0-9`` (``a-f`` too in base 16) and nothing else, with a bounded length,
+so a number that arrives as text can only be what its writer meant or our error.
 """
 
 from __future__ import annotations
@@ -21,11 +29,24 @@ from typing import Any
 
 from driver.errors import UntrustedValueError
 
-__all__ = ["MAX_WALL_CLOCK_S", "bounded_int", "bounded_number", "json_type", "loads_json"]
+__all__ = [
+    "MAX_TEXT_DIGITS",
+    "MAX_WALL_CLOCK_S",
+    "ascii_int",
+    "bounded_int",
+    "bounded_number",
+    "json_type",
+    "loads_json",
+]
 
 #: a wall-clock time recorded in a file (a fault's trip, an operator's clear request) is seconds
 #: since the epoch below this (the year 5138): anything larger is damage, not a date
 MAX_WALL_CLOCK_S = 1e11
+#: digits :func:`ascii_int` reads at most: more than any count, id, port or delay numadra reads
+#: (2**64 is 20 digits) and few enough that ``int()`` stays cheap
+MAX_TEXT_DIGITS = 24
+
+_DIGITS = {10: frozenset("0123456789"), 16: frozenset("0123456789abcdefABCDEF")}
 
 
 def loads_json(data: bytes | str, *, what: str) -> Any:
@@ -64,6 +85,26 @@ def bounded_number(value: object, *, what: str, lo: float, hi: float) -> float:
     if not lo <= value <= hi:
         raise UntrustedValueError(what, f"must be between {lo:g} and {hi:g}, got {_short(value)}")
     return float(value)
+
+
+def ascii_int(text: str, *, what: str, lo: int, hi: int, base: int = 10) -> int:
+    """The integer ``text`` spells in ASCII digits, when ``lo <= value <= hi``; else our error.
+
+    Only ``0-9`` (and ``a-f``/``A-F`` with ``base=16``), at most :data:`MAX_TEXT_DIGITS` of them:
+    no sign (a ``-`` only when ``lo`` is negative), no blanks, no ``_``, no ``0x`` prefix, no
+    other script's digits. The caller strips what its format allows around the number.
+    """
+    digits = text[1:] if text.startswith("-") and lo < 0 else text
+    if not digits or not set(digits) <= _DIGITS[base]:
+        shown = repr(text[:MAX_TEXT_DIGITS]) + ("..." if len(text) > MAX_TEXT_DIGITS else "")
+        kind = "decimal" if base == 10 else "hexadecimal"
+        raise UntrustedValueError(what, f"must be {kind} ASCII digits, got {shown}")
+    if len(digits) > MAX_TEXT_DIGITS:
+        raise UntrustedValueError(what, f"has {len(digits)} digits, more than {MAX_TEXT_DIGITS}")
+    value = int(text, base)
+    if not lo <= value <= hi:
+        raise UntrustedValueError(what, f"must be between {lo} and {hi}, got {value}")
+    return value
 
 
 def _short(value: int | float) -> str:

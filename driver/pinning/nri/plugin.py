@@ -89,6 +89,7 @@ from driver.pinning.nri.wire import (
     encode_frame,
 )
 from driver.pinning.types import CpuAssignment
+from driver.supervise import supervised
 from driver.untrusted.files import open_lock_file
 
 __all__ = [
@@ -168,7 +169,7 @@ class NriPlugin:
         on_failure: PinFailureSink | None = None,
         read_slots: ReadSlots | None = None,
     ) -> None:
-        if len(index) != 2 or not index.isdigit():
+        if len(index) != 2 or index.strip("0123456789"):  # two ASCII digits, nothing else
             raise PinningError(f"NRI plugin index must be two digits, got {index!r}")
         self.handlers = handlers or PinningHandlers(
             claim_lookup, node_shared_pool, consumers=consumers, on_failure=on_failure
@@ -267,7 +268,7 @@ class NriPlugin:
             self._sock = sock
             self._next_stream = 1
             self._disconnected.clear()
-        reader = threading.Thread(target=self._reader, args=(sock,), name="nri-reader", daemon=True)
+        reader = supervised("nri-reader", self._reader, sock, restart=False)  # its finally disconnects
         self._reader_thread = reader
         reader.start()
         try:

@@ -130,6 +130,9 @@ def test_readyz_waits_for_registration_and_metrics_count_devices(node: RunNode) 
     assert 'numadra_devices{health="Healthy",type="cpu"} 1.0' in metrics
     assert 'numadra_cpus_free{numa_node="0"}' in metrics
     wait_for(lambda: "numadra_registered 1.0" in http_get(f"{url}/metrics")[1], 10, "numadra_registered 1")
+    # every loop's series is there from the first housekeeping round on, at 0 on a healthy node
+    restarts = 'numadra_loop_restarts_total{loop="slice-publisher"} 0.0'
+    wait_for(lambda: restarts in http_get(f"{url}/metrics")[1], 15, restarts)
 
 
 def test_prepare_unprepare_over_v1_and_v1beta1(node: RunNode) -> None:
