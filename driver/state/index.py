@@ -81,8 +81,7 @@ class PreparedIndex:
 
         Only the entries that changed since the last refresh are indexed again: a refresh follows
         every prepare and unprepare, and rebuilding every claim's view each time made a call's
-        cost grow with the claims the node holds (40 ms a call at 1,000 prepared claims, measured
-        by bench/fill.py). The journal hands out the same entry object while an entry is
+        cost grow with the claims the node holds (bench/fill.py draws it). The journal hands out the same entry object while an entry is
         unchanged, so finding the changed ones is one identity test per claim.
         """
         with self._refresh_lock:
