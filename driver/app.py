@@ -446,6 +446,7 @@ def _nri_steps(core: Core, metrics: Metrics) -> list[Step]:
     from driver.claims.consumers import ApiConsumerReader, ConsumerRecords
     from driver.kube.client import KubeClient
     from driver.observability.pinreports import PinningReports
+    from driver.pinning.align import DeviceAligner
     from driver.pinning.binding import binding_lookup
     from driver.pinning.consumers import READ_DEADLINE_S, ConsumerCheck
     from driver.pinning.factory import nri_service
@@ -458,7 +459,12 @@ def _nri_steps(core: Core, metrics: Metrics) -> list[Step]:
     records = ConsumerRecords(core.claims, hold=core.lock.hold, on_change=changed)
     reports = PinningReports(core.events, node_name=cfg.node_name, component=cfg.driver_name)
     reports.attach_metrics(metrics)
-    shared = (lambda: planner.node_shared_pool(index.claimed_cpus())) if cfg.nri_shared_pool else None
+
+    def node_shared() -> frozenset[int]:
+        return planner.node_shared_pool(index.claimed_cpus())
+
+    shared = node_shared if cfg.nri_shared_pool else None
+    aligner = DeviceAligner(core.inventory.current, node_shared) if cfg.align_device_pods else None
     service = nri_service(
         socket=cfg.nri_socket,
         claim_lookup=binding_lookup(index.view, core.inventory.current),
@@ -466,6 +472,7 @@ def _nri_steps(core: Core, metrics: Metrics) -> list[Step]:
         pinner_lock=cfg.effective_plugin_dir / PINNER_LOCK_NAME,  # one pinner in a rolling update
         consumers=ConsumerCheck(ApiConsumerReader(fast), records.record),
         on_failure=reports,
+        aligner=aligner,
     )
     planner.watch_pool(service.plugin.handlers.pool_users)
     return [

@@ -1,0 +1,212 @@
+"""Where a container that holds devices but no CPUs of a claim runs: its devices' NUMA node(s).
+
+A pod that asks for ``nvidia.com/gpu: 1`` (an extended resource the scheduler turns into a claim)
+or for a GPU or NIC claim without CPUs cannot say "and my CPUs near it". Its container gets its
+devices' memory nodes from the claim; :func:`align_devices` adds the CPUs:
+
+* **the shared CPUs of those nodes**: the node's online CPUs that are in the node shared set
+  (online minus every CPU a claim holds; ``--reserved-cpus`` stay in, as the node shared pool
+  keeps them), minus the kernel's isolated CPUs (``isolcpus=``: the scheduler does not balance
+  threads over them, so a container given several would run on one). Never a CPU a claim holds.
+  Devices on several nodes: their union.
+* **widening**: when those nodes cannot hold the container (fewer shared CPUs than its CPU request,
+  or less memory than its memory limit), the nearest nodes with CPUs are added one by one, by SLIT
+  distance from the device nodes (ties: the lower id), until they can. When no set of nodes can,
+  the container stays **unconfined**: memory nodes left alone, and the CPUs all shared CPUs of the
+  node (still never a claim's), or left alone when there are none.
+* **the memory rule**: a memory limit must be at most the chosen nodes' ``MemTotal``. The total,
+  not the free memory: free memory is a moment's figure (page cache counts as used) and would make
+  the same container land differently from one start to the next. A limit above the device nodes'
+  total is the case that would certainly OOM-kill a container that fits the machine, and it is
+  never confined there. A container without a memory limit keeps its devices' memory nodes, as a
+  claim's container always did.
+
+Pure: the inventory, the shared set and the container's needs in, an :class:`Alignment` out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+
+from driver.inventory.cpulist import format_cpulist
+from driver.inventory.model import Inventory, NumaNode
+
+__all__ = [
+    "ALIGN_ANNOTATION",
+    "AlignOutcome",
+    "Alignment",
+    "ContainerNeed",
+    "DeviceAligner",
+    "align_devices",
+    "align_wanted",
+    "nearest_first",
+]
+
+#: the pod annotation that turns alignment off for the pod's own containers ("off"; "on" = default)
+ALIGN_ANNOTATION = "numadra.dev/align"
+#: the SLIT's "unreachable"; a distance the inventory does not know sorts as this
+_FAR = 255
+
+
+class AlignOutcome(StrEnum):
+    """How the container was placed."""
+
+    #: on its devices' node(s)
+    ALIGNED = "aligned"
+    #: on its devices' node(s) and the nearest others
+    WIDENED = "widened"
+    #: no set of nodes holds it: memory left alone, CPUs the node's shared ones (or left alone)
+    UNCONFINED = "unconfined"
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerNeed:
+    """What a container asks of the node: its CPU request in whole CPUs and its memory limit.
+
+    0 means "none given" for either.
+    """
+
+    cpus: int = 0
+    memory: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Alignment:
+    """The cpuset of one device container; empty ``cpus`` / ``mems`` mean "leave it alone"."""
+
+    cpus: frozenset[int]
+    mems: frozenset[int]
+    #: the nodes chosen, the device nodes first (empty when unconfined)
+    nodes: tuple[int, ...]
+    outcome: AlignOutcome
+    #: why it was widened or left unconfined ("" when aligned), for the Event and the log
+    why: str = ""
+
+
+def align_wanted(annotations: Mapping[str, str]) -> tuple[bool, str]:
+    """Whether a pod's containers are aligned, and a problem text for a value that is not a choice.
+
+    ``off`` turns alignment off; ``on`` or no annotation leaves it on; anything else is reported
+    and treated as the default (on).
+    """
+    raw = annotations.get(ALIGN_ANNOTATION)
+    if raw is None or raw == "on":
+        return True, ""
+    if raw == "off":
+        return False, ""
+    shown = raw[:64]
+    return True, (
+        f"annotation {ALIGN_ANNOTATION}={shown!r} is neither 'on' nor 'off': treated as 'on' "
+        "(the containers run on the CPUs and memory of their devices' NUMA nodes)"
+    )
+
+
+def _distance(inventory: Inventory, a: NumaNode, b: int) -> int:
+    """SLIT distance from ``a`` to node ``b``: the row has a column per online node in id order."""
+    columns = sorted(n.id for n in inventory.numa_nodes)
+    if len(a.distances) != len(columns) or b not in columns:
+        return _FAR
+    return a.distances[columns.index(b)]
+
+
+def nearest_first(inventory: Inventory, start: Collection[int]) -> list[int]:
+    """The nodes with CPUs outside ``start``, nearest first (least distance from any of ``start``)."""
+    origins = [n for n in inventory.numa_nodes if n.id in start]
+
+    def key(node: NumaNode) -> tuple[int, int]:
+        near = min((_distance(inventory, o, node.id) for o in origins), default=_FAR)
+        return near, node.id
+
+    others = [n for n in inventory.numa_nodes if n.cpus and n.id not in start]
+    return [n.id for n in sorted(others, key=key)]
+
+
+def _usable_cpus(inventory: Inventory, nodes: Iterable[int], shared: frozenset[int]) -> frozenset[int]:
+    isolated = {c.id for c in inventory.cpus if c.isolated}
+    out: set[int] = set()
+    for node_id in nodes:
+        node = inventory.numa_node(node_id)
+        if node is not None:
+            out.update(c for c in node.cpus if c in shared and c not in isolated)
+    return frozenset(out)
+
+
+def _memory(inventory: Inventory, nodes: Iterable[int]) -> int:
+    return sum(n.memory_bytes for n in inventory.numa_nodes if n.id in set(nodes))
+
+
+def _mems(inventory: Inventory, nodes: Iterable[int]) -> frozenset[int]:
+    """The nodes with memory to confine to (a node without memory would be refused by the kernel)."""
+    wanted = set(nodes)
+    return frozenset(n.id for n in inventory.numa_nodes if n.id in wanted and n.memory_bytes > 0)
+
+
+def _shortfall(
+    inventory: Inventory, nodes: Collection[int], shared: frozenset[int], need: ContainerNeed
+) -> str:
+    """Why ``nodes`` cannot hold the container ("" when they can)."""
+    cpus = _usable_cpus(inventory, nodes, shared)
+    named = f"NUMA node(s) {format_cpulist(sorted(nodes))}"
+    if not cpus:
+        return f"{named} have no CPU that no claim holds"
+    if len(cpus) < need.cpus:
+        return f"{named} have {len(cpus)} shared CPU(s), the container requests {need.cpus}"
+    memory = _memory(inventory, nodes)
+    if need.memory and memory < need.memory:
+        return f"{named} have {memory} bytes of memory, the container's limit is {need.memory}"
+    return ""
+
+
+def align_devices(
+    inventory: Inventory, device_nodes: Collection[int], shared: frozenset[int], need: ContainerNeed
+) -> Alignment:
+    """The cpuset of a container holding devices on ``device_nodes`` (see the module docstring).
+
+    ``shared``: the node shared set now (online CPUs minus every claim's).
+    """
+    start = sorted(n for n in device_nodes if (node := inventory.numa_node(n)) is not None and node.cpus)
+    if not start:
+        return _unconfined(
+            inventory, shared, f"NUMA node(s) {format_cpulist(sorted(device_nodes))} have no CPUs"
+        )
+    first_why = _shortfall(inventory, start, shared, need)
+    if not first_why:
+        cpus = _usable_cpus(inventory, start, shared)
+        return Alignment(cpus, _mems(inventory, start), tuple(start), AlignOutcome.ALIGNED)
+    chosen = list(start)
+    for node_id in nearest_first(inventory, start):
+        chosen.append(node_id)
+        if not _shortfall(inventory, chosen, shared, need):
+            return Alignment(
+                _usable_cpus(inventory, chosen, shared),
+                _mems(inventory, chosen),
+                tuple(chosen),
+                AlignOutcome.WIDENED,
+                f"{first_why}: widened to NUMA node(s) {format_cpulist(chosen)}",
+            )
+    return _unconfined(inventory, shared, f"{first_why}, and no set of NUMA nodes can hold it")
+
+
+def _unconfined(inventory: Inventory, shared: frozenset[int], why: str) -> Alignment:
+    isolated = {c.id for c in inventory.cpus if c.isolated}
+    cpus = frozenset(c.id for c in inventory.cpus if c.id in shared and c.id not in isolated)
+    return Alignment(cpus, frozenset(), (), AlignOutcome.UNCONFINED, f"{why}: left unconfined")
+
+
+class DeviceAligner:
+    """:func:`align_devices` over the node as it is now: the current inventory and shared set.
+
+    ``shared`` answers the node shared set (``CpuPlanner.node_shared_pool`` of the CPUs the
+    journaled claims hold), asked at every placement, so a claim prepared since the last one
+    shrinks it.
+    """
+
+    def __init__(self, inventory: Callable[[], Inventory], shared: Callable[[], frozenset[int]]) -> None:
+        self._inventory = inventory
+        self._shared = shared
+
+    def place(self, device_nodes: Collection[int], need: ContainerNeed) -> Alignment:
+        """Where a container holding devices on ``device_nodes`` runs now."""
+        return align_devices(self._inventory(), device_nodes, self._shared(), need)
