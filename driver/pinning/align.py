@@ -12,8 +12,9 @@ devices' memory nodes from the claim; :func:`align_devices` adds the CPUs:
 * **widening**: when those nodes cannot hold the container (fewer shared CPUs than its CPU request,
   or less memory than its memory limit), the nearest nodes with CPUs are added one by one, by SLIT
   distance from the device nodes (ties: the lower id), until they can. When no set of nodes can,
-  the container stays **unconfined**: memory nodes left alone, and the CPUs all shared CPUs of the
-  node (still never a claim's), or left alone when there are none.
+  the container stays **unconfined**: every node with CPUs and memory (the memory of a CPU-less
+  node, a GPU's HBM or a CXL expander, is never a side effect), and all shared CPUs of the node
+  (still never a claim's), or its CPUs left alone when there are none.
 * **the memory rule**: a memory limit must be at most the chosen nodes' ``MemTotal``. The total,
   not the free memory: free memory is a moment's figure (page cache counts as used) and would make
   the same container land differently from one start to the next. A limit above the device nodes'
@@ -57,7 +58,7 @@ class AlignOutcome(StrEnum):
     ALIGNED = "aligned"
     #: on its devices' node(s) and the nearest others
     WIDENED = "widened"
-    #: no set of nodes holds it: memory left alone, CPUs the node's shared ones (or left alone)
+    #: no set of nodes holds it: every node's memory, the node's shared CPUs (or CPUs left alone)
     UNCONFINED = "unconfined"
 
 
@@ -192,7 +193,8 @@ def align_devices(
 def _unconfined(inventory: Inventory, shared: frozenset[int], why: str) -> Alignment:
     isolated = {c.id for c in inventory.cpus if c.isolated}
     cpus = frozenset(c.id for c in inventory.cpus if c.id in shared and c.id not in isolated)
-    return Alignment(cpus, frozenset(), (), AlignOutcome.UNCONFINED, f"{why}: left unconfined")
+    mems = _mems(inventory, (n.id for n in inventory.numa_nodes if n.cpus))
+    return Alignment(cpus, mems, (), AlignOutcome.UNCONFINED, f"{why}: left unconfined")
 
 
 class DeviceAligner:
