@@ -27,6 +27,7 @@ Pure: the inventory, the shared set and the container's needs in, an :class:`Ali
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -40,6 +41,7 @@ __all__ = [
     "Alignment",
     "ContainerNeed",
     "DeviceAligner",
+    "NodeMap",
     "align_devices",
     "align_wanted",
     "nearest_first",
@@ -124,77 +126,85 @@ def nearest_first(inventory: Inventory, start: Collection[int]) -> list[int]:
     return [n.id for n in sorted(others, key=key)]
 
 
-def _usable_cpus(inventory: Inventory, nodes: Iterable[int], shared: frozenset[int]) -> frozenset[int]:
-    isolated = {c.id for c in inventory.cpus if c.isolated}
-    out: set[int] = set()
-    for node_id in nodes:
-        node = inventory.numa_node(node_id)
-        if node is not None:
-            out.update(c for c in node.cpus if c in shared and c not in isolated)
-    return frozenset(out)
+@dataclass(frozen=True, slots=True)
+class NodeMap:
+    """What placement asks of one inventory at every call, worked out once per inventory."""
 
+    inventory: Inventory
+    #: node -> its online CPUs that are not isolated (nodes with CPUs only)
+    cpus: Mapping[int, frozenset[int]]
+    #: node -> MemTotal in bytes
+    memory: Mapping[int, int]
 
-def _memory(inventory: Inventory, nodes: Iterable[int]) -> int:
-    return sum(n.memory_bytes for n in inventory.numa_nodes if n.id in set(nodes))
+    @classmethod
+    def of(cls, inventory: Inventory) -> NodeMap:
+        """The map of ``inventory``."""
+        isolated = {c.id for c in inventory.cpus if c.isolated}
+        cpus = {n.id: frozenset(n.cpus) - isolated for n in inventory.numa_nodes if n.cpus}
+        return cls(inventory, cpus, {n.id: n.memory_bytes for n in inventory.numa_nodes})
 
+    def usable(self, nodes: Iterable[int], shared: frozenset[int]) -> frozenset[int]:
+        """The shared CPUs of ``nodes``."""
+        out: frozenset[int] = frozenset()
+        for node_id in nodes:
+            out |= self.cpus.get(node_id, frozenset()) & shared
+        return out
 
-def _mems(inventory: Inventory, nodes: Iterable[int]) -> frozenset[int]:
-    """The nodes with memory to confine to (a node without memory would be refused by the kernel)."""
-    wanted = set(nodes)
-    return frozenset(n.id for n in inventory.numa_nodes if n.id in wanted and n.memory_bytes > 0)
+    def mems(self, nodes: Iterable[int]) -> frozenset[int]:
+        """The nodes with memory to confine to (a node without memory is refused by the kernel)."""
+        return frozenset(n for n in nodes if self.memory.get(n, 0) > 0)
 
-
-def _shortfall(
-    inventory: Inventory, nodes: Collection[int], shared: frozenset[int], need: ContainerNeed
-) -> str:
-    """Why ``nodes`` cannot hold the container ("" when they can)."""
-    cpus = _usable_cpus(inventory, nodes, shared)
-    named = f"NUMA node(s) {format_cpulist(sorted(nodes))}"
-    if not cpus:
-        return f"{named} have no CPU that no claim holds"
-    if len(cpus) < need.cpus:
-        return f"{named} have {len(cpus)} shared CPU(s), the container requests {need.cpus}"
-    memory = _memory(inventory, nodes)
-    if need.memory and memory < need.memory:
-        return f"{named} have {memory} bytes of memory, the container's limit is {need.memory}"
-    return ""
+    def shortfall(self, nodes: Collection[int], shared: frozenset[int], need: ContainerNeed) -> str:
+        """Why ``nodes`` cannot hold the container ("" when they can)."""
+        cpus = self.usable(nodes, shared)
+        named = f"NUMA node(s) {format_cpulist(sorted(nodes))}"
+        if not cpus:
+            return f"{named} have no CPU that no claim holds"
+        if len(cpus) < need.cpus:
+            return f"{named} have {len(cpus)} shared CPU(s), the container requests {need.cpus}"
+        memory = sum(self.memory.get(n, 0) for n in nodes)
+        if need.memory and memory < need.memory:
+            return f"{named} have {memory} bytes of memory, the container's limit is {need.memory}"
+        return ""
 
 
 def align_devices(
-    inventory: Inventory, device_nodes: Collection[int], shared: frozenset[int], need: ContainerNeed
+    inventory: Inventory | NodeMap,
+    device_nodes: Collection[int],
+    shared: frozenset[int],
+    need: ContainerNeed,
 ) -> Alignment:
     """The cpuset of a container holding devices on ``device_nodes`` (see the module docstring).
 
-    ``shared``: the node shared set now (online CPUs minus every claim's).
+    ``shared``: the node shared set now (online CPUs minus every claim's). ``inventory`` may be
+    given as its :class:`NodeMap`, which a caller placing many containers keeps.
     """
-    start = sorted(n for n in device_nodes if (node := inventory.numa_node(n)) is not None and node.cpus)
+    nodes = inventory if isinstance(inventory, NodeMap) else NodeMap.of(inventory)
+    start = sorted(n for n in device_nodes if n in nodes.cpus)
     if not start:
-        return _unconfined(
-            inventory, shared, f"NUMA node(s) {format_cpulist(sorted(device_nodes))} have no CPUs"
-        )
-    first_why = _shortfall(inventory, start, shared, need)
+        return _unconfined(nodes, shared, f"NUMA node(s) {format_cpulist(sorted(device_nodes))} have no CPUs")
+    first_why = nodes.shortfall(start, shared, need)
     if not first_why:
-        cpus = _usable_cpus(inventory, start, shared)
-        return Alignment(cpus, _mems(inventory, start), tuple(start), AlignOutcome.ALIGNED)
+        return Alignment(nodes.usable(start, shared), nodes.mems(start), tuple(start), AlignOutcome.ALIGNED)
     chosen = list(start)
-    for node_id in nearest_first(inventory, start):
+    for node_id in nearest_first(nodes.inventory, start):
         chosen.append(node_id)
-        if not _shortfall(inventory, chosen, shared, need):
+        if not nodes.shortfall(chosen, shared, need):
             return Alignment(
-                _usable_cpus(inventory, chosen, shared),
-                _mems(inventory, chosen),
+                nodes.usable(chosen, shared),
+                nodes.mems(chosen),
                 tuple(chosen),
                 AlignOutcome.WIDENED,
                 f"{first_why}: widened to NUMA node(s) {format_cpulist(chosen)}",
             )
-    return _unconfined(inventory, shared, f"{first_why}, and no set of NUMA nodes can hold it")
+    return _unconfined(nodes, shared, f"{first_why}, and no set of NUMA nodes can hold it")
 
 
-def _unconfined(inventory: Inventory, shared: frozenset[int], why: str) -> Alignment:
-    isolated = {c.id for c in inventory.cpus if c.isolated}
-    cpus = frozenset(c.id for c in inventory.cpus if c.id in shared and c.id not in isolated)
-    mems = _mems(inventory, (n.id for n in inventory.numa_nodes if n.cpus))
-    return Alignment(cpus, mems, (), AlignOutcome.UNCONFINED, f"{why}: left unconfined")
+def _unconfined(nodes: NodeMap, shared: frozenset[int], why: str) -> Alignment:
+    every = sorted(nodes.cpus)
+    return Alignment(
+        nodes.usable(every, shared), nodes.mems(every), (), AlignOutcome.UNCONFINED, f"{why}: left unconfined"
+    )
 
 
 class DeviceAligner:
@@ -202,13 +212,26 @@ class DeviceAligner:
 
     ``shared`` answers the node shared set (``CpuPlanner.node_shared_pool`` of the CPUs the
     journaled claims hold), asked at every placement, so a claim prepared since the last one
-    shrinks it.
+    shrinks it. :meth:`snapshot` tells the NRI handlers whether anything changed since they last
+    placed their containers, so they recompute them only when it did.
     """
 
     def __init__(self, inventory: Callable[[], Inventory], shared: Callable[[], frozenset[int]]) -> None:
         self._inventory = inventory
         self._shared = shared
+        self._lock = threading.Lock()
+        self._map: NodeMap | None = None
+
+    def snapshot(self) -> tuple[NodeMap, frozenset[int]]:
+        """The node map of the current inventory and the shared set now."""
+        inventory = self._inventory()
+        with self._lock:
+            if self._map is None or self._map.inventory is not inventory:
+                self._map = NodeMap.of(inventory)
+            nodes = self._map
+        return nodes, self._shared()
 
     def place(self, device_nodes: Collection[int], need: ContainerNeed) -> Alignment:
         """Where a container holding devices on ``device_nodes`` runs now."""
-        return align_devices(self._inventory(), device_nodes, self._shared(), need)
+        nodes, shared = self.snapshot()
+        return align_devices(nodes, device_nodes, shared, need)

@@ -57,7 +57,15 @@ from dataclasses import dataclass, replace
 from driver._proto.nri import api_pb2 as nri
 from driver.errors import ConsumersUnknownError, DriverError, PinningError, PinRefusedError
 from driver.log import get_logger
-from driver.pinning.align import Alignment, AlignOutcome, ContainerNeed, DeviceAligner, align_wanted
+from driver.pinning.align import (
+    Alignment,
+    AlignOutcome,
+    ContainerNeed,
+    DeviceAligner,
+    NodeMap,
+    align_devices,
+    align_wanted,
+)
 from driver.pinning.binding import bind, describe_binding
 from driver.pinning.consumers import ConsumerCheck
 from driver.pinning.failures import (
@@ -195,6 +203,8 @@ class _AlignedContainer:
     device_nodes: frozenset[int]
     need: ContainerNeed
     placed: Alignment
+    #: the generation of the node (inventory and shared set) it was placed on
+    generation: int
 
 
 def container_need(resources: nri.LinuxResources) -> ContainerNeed:
@@ -269,6 +279,13 @@ class PinningHandlers:
         self._containers: dict[str, TrackedContainer] = {}
         self._others: dict[str, frozenset[int]] = {}  # running containers on the node pool
         self._aligned: dict[str, _AlignedContainer] = {}  # running device containers, aligned
+        #: the node the aligned containers were last placed on, and its generation (bumped when
+        #: the inventory or the shared set changes: only then are they placed again)
+        self._node_seen: tuple[NodeMap, frozenset[int]] | None = None
+        self._generation = 0
+        #: placements made in this generation, by (device nodes, need): containers of one kind
+        #: share them (a ReplicaSet's pods, the containers of one pod)
+        self._placements: dict[tuple[frozenset[int], ContainerNeed], Alignment] = {}
         self._expected: dict[str, Marker] = {}
         self._pending_sync: list[nri.Container] = []
         self._pending_pods: dict[str, nri.PodSandbox] = {}
@@ -570,7 +587,7 @@ class PinningHandlers:
         if not wanted:
             return None
         need = container_need(ctr.linux.resources)
-        placed = self._aligner.place(marker.mems, need)
+        placed, generation = self._place(self._observe(self._aligner), marker.mems, need)
         if not placed.cpus and self._pool is not None:
             raise PinRefusedError(
                 f"node shared pool is empty (every CPU is claimed): refusing to start "
@@ -581,7 +598,37 @@ class PinningHandlers:
             self.report(pod, ctr, REASON_ALIGN_WIDENED, ACTION_WIDENED, f"{who}: {placed.why}")
         elif report and placed.outcome is AlignOutcome.UNCONFINED:
             self.report(pod, ctr, REASON_ALIGN_UNCONFINED, ACTION_UNPINNED, f"{who}: {placed.why}")
-        return _AlignedContainer(marker.mems, need, placed)
+        return _AlignedContainer(marker.mems, need, placed, generation)
+
+    def _observe(self, aligner: DeviceAligner) -> tuple[NodeMap, frozenset[int], int]:
+        """The node now, and its generation (a new one when it differs from the last seen)."""
+        nodes, shared = aligner.snapshot()
+        with self._lock:
+            seen = self._node_seen
+            if seen is None or seen[0] is not nodes or seen[1] != shared:
+                self._node_seen = (nodes, shared)
+                self._generation += 1
+                self._placements = {}
+            return nodes, shared, self._generation
+
+    def _place(
+        self,
+        observed: tuple[NodeMap, frozenset[int], int],
+        device_nodes: frozenset[int],
+        need: ContainerNeed,
+    ) -> tuple[Alignment, int]:
+        """Where a container with devices on ``device_nodes`` runs on the ``observed`` node (see
+        :meth:`_observe`), and that node's generation."""
+        nodes, shared, generation = observed
+        key = (device_nodes, need)
+        with self._lock:
+            placed = self._placements.get(key) if generation == self._generation else None
+        if placed is None:
+            placed = align_devices(nodes, device_nodes, shared, need)
+            with self._lock:
+                if generation == self._generation:
+                    self._placements[key] = placed
+        return placed, generation
 
     @staticmethod
     def _aligned_marker(marker: Marker, placed: Alignment) -> Marker:
@@ -595,14 +642,18 @@ class PinningHandlers:
         """
         if self._aligner is None:
             return []
+        observed = self._observe(self._aligner)
+        generation = observed[2]
         with self._lock:
-            aligned = dict(self._aligned)
+            stale = sorted(
+                ((cid, c) for cid, c in self._aligned.items() if c.generation != generation),
+                key=lambda item: item[0],
+            )
         updates: list[nri.ContainerUpdate] = []
-        for cid, was in sorted(aligned.items()):
-            placed = self._aligner.place(was.device_nodes, was.need)
-            if (placed.cpus, placed.mems) == (was.placed.cpus, was.placed.mems):
-                continue
-            if not placed.cpus:
+        for cid, was in stale:
+            placed, _ = self._place(observed, was.device_nodes, was.need)
+            moved = (placed.cpus, placed.mems) != (was.placed.cpus, was.placed.mems)
+            if moved and not placed.cpus:
                 _log.error(
                     "no shared CPU left for an aligned device container; it keeps its CPUs", container=cid
                 )
@@ -610,7 +661,9 @@ class PinningHandlers:
             with self._lock:
                 if cid not in self._aligned:
                     continue  # stopped or removed meanwhile
-                self._aligned[cid] = replace(was, placed=placed)
+                self._aligned[cid] = replace(was, placed=placed, generation=generation)
+            if not moved:
+                continue
             _log.info(
                 "aligned device container moved",
                 container=cid,
