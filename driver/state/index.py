@@ -33,6 +33,9 @@ def prepared_view(entry: JournalEntry) -> PreparedClaimView:
         pods=None if entry.reserved_pods is None else frozenset(entry.reserved_pods),
         pinning=entry.pinning,
         device_names=tuple(d.device_name for d in entry.devices),
+        request_devices=tuple(
+            (name.split("/")[0], d.device_name) for d in entry.devices for name in d.request_names
+        ),
         adopted=entry.adopted,
     )
 

@@ -97,6 +97,7 @@ from driver.pinning.types import (
     CpuMode,
     env_markers,
     format_cpulist,
+    held_requests,
     parse_cpulist,
 )
 
@@ -165,6 +166,10 @@ class Marker:
     claim_uid: str = ""
     request: str = ""
     mode: CpuMode = CpuMode.EXCLUSIVE
+    #: the base requests whose devices the container holds (``NUMADRA_HOLDS_*``; claims without CPUs)
+    holds: frozenset[str] = frozenset()
+    #: after the check: the journal's nodes of those devices (empty: the claim's, ``mems``)
+    device_mems: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,7 +198,9 @@ def marker_from_env(env: Iterable[str]) -> Marker | None:
         raise PinningError(f"malformed pinning marker {ENV_CPU_MODE}={values[ENV_CPU_MODE]!r}") from exc
     if not cpus and not mems:
         raise PinningError(f"empty pinning marker {ENV_CPUS}/{ENV_MEMS}: an empty cpuset would not pin")
-    return Marker(cpus, mems, values.get(ENV_CLAIM_UID, ""), values.get(ENV_REQUEST, ""), mode)
+    return Marker(
+        cpus, mems, values.get(ENV_CLAIM_UID, ""), values.get(ENV_REQUEST, ""), mode, held_requests(values)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -587,7 +594,8 @@ class PinningHandlers:
         if not wanted:
             return None
         need = container_need(ctr.linux.resources)
-        placed, generation = self._place(self._observe(self._aligner), marker.mems, need)
+        device_nodes = marker.device_mems or marker.mems
+        placed, generation = self._place(self._observe(self._aligner), device_nodes, need)
         if not placed.cpus and self._pool is not None:
             raise PinRefusedError(
                 f"node shared pool is empty (every CPU is claimed): refusing to start "
@@ -598,7 +606,7 @@ class PinningHandlers:
             self.report(pod, ctr, REASON_ALIGN_WIDENED, ACTION_WIDENED, f"{who}: {placed.why}")
         elif report and placed.outcome is AlignOutcome.UNCONFINED:
             self.report(pod, ctr, REASON_ALIGN_UNCONFINED, ACTION_UNPINNED, f"{who}: {placed.why}")
-        return _AlignedContainer(marker.mems, need, placed, generation)
+        return _AlignedContainer(device_nodes, need, placed, generation)
 
     def _observe(self, aligner: DeviceAligner) -> tuple[NodeMap, frozenset[int], int]:
         """The node now, and its generation (a new one when it differs from the last seen)."""
@@ -776,7 +784,16 @@ class PinningHandlers:
                 cpus=format_cpulist(assignment.cpus),
             )
         mode = assignment.mode if assignment.cpus else claimed.mode
-        return Marker(assignment.cpus, assignment.mems, binding.claim_uid, assignment.request, mode)
+        devices = frozenset() if assignment.cpus else binding.mems_of(claimed.holds)
+        return Marker(
+            assignment.cpus,
+            assignment.mems,
+            binding.claim_uid,
+            assignment.request,
+            mode,
+            claimed.holds,
+            devices,
+        )
 
     def report(self, pod: nri.PodSandbox, ctr: nri.Container, reason: str, action: str, message: str) -> None:
         """Hand a claim container not pinned as its claim says to the failure sink (and log it).

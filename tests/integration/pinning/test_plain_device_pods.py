@@ -9,6 +9,7 @@ the fake apiserver. The node: 2 NUMA nodes x 8 CPUs (0-7, 8-15), 64 GiB each, GP
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from driver._proto.nri import api_pb2 as nri
@@ -18,7 +19,7 @@ from driver.pinning.align import ALIGN_ANNOTATION, DeviceAligner
 from driver.pinning.planner import CpuPlanner
 from driver.pinning.types import format_cpulist
 from harness.fake_nri_runtime import FakePluginConnection, container, pod
-from tests.integration.claims._world import GPU1, claim, cpu_result, result
+from tests.integration.claims._world import GPU0, GPU1, claim, cpu_result, result
 from tests.integration.pinning._node import PinningNode, claim_env, cpuset, journal_entry, reserved
 
 GPU_CLAIM = "5a6b7c8d-0d1b-4c3a-9e8f-0000000000e1"
@@ -157,3 +158,40 @@ def test_a_restart_re_aligns_a_drifted_gpu_container(node: PinningNode) -> None:
     resp = conn.synchronize([running], pods=[TRAINER])
     (update,) = resp.update
     assert (update.container_id, update.linux.resources.cpu.cpus) == ("c-train", "8-15")
+
+
+EXTENDED = "5a6b7c8d-0d1b-4c3a-9e8f-0000000000e3"
+
+
+def _cdi_env(node: PinningNode, uid: str, device: str) -> list[str]:
+    """The env the claim's CDI device for ``device`` gives a container (the kubelet hands a
+    container only the CDI devices of its own requests)."""
+    spec = json.loads((node.world.cdi_dir / f"numadra.dev_claim_{uid}.json").read_text())
+    (found,) = [d for d in spec["devices"] if d["name"].startswith(f"{uid}-{device}")]
+    return list(found["containerEdits"]["env"])
+
+
+def test_each_container_of_an_extended_resource_claim_gets_its_own_gpus_node(node: PinningNode) -> None:
+    """The scheduler's claim for two containers asking ``nvidia.com/gpu: 1`` each: one request per
+    container, GPU0 (node 0) and GPU1 (node 1). Each container runs on its own GPU's node, not on
+    both (the claim's); one holding both requests gets both."""
+    obj = claim(
+        EXTENDED,
+        "trainer-extended-resources-x7k2q",
+        "ml",
+        results=[result("container-0-request-0", GPU0), result("container-1-request-0", GPU1)],
+        annotations={"resource.kubernetes.io/extended-resource-claim": "true"},
+    )
+    _prepare(node, obj, TRAINER)
+    index, inventory = node.index, node.world.inventory
+    assert index is not None
+    planner = CpuPlanner(lambda: inventory)
+    aligner = DeviceAligner(lambda: inventory, lambda: planner.node_shared_pool(index.claimed_cpus()))
+    _plugin, conn = node.start_plugin(aligner=aligner)
+    conn.synchronize([], pods=[TRAINER])
+    first, second = _cdi_env(node, EXTENDED, GPU0), _cdi_env(node, EXTENDED, GPU1)
+    got = [
+        cpuset(conn.create_container(container(cid, cid, env, sandbox=TRAINER.id), pod=TRAINER))
+        for cid, env in (("c-0", first), ("c-1", second), ("c-both", [*first, *second]))
+    ]
+    assert got == [("0-7", "0"), ("8-15", "1"), ("0-15", "0-1")]

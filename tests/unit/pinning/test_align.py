@@ -26,6 +26,7 @@ from driver.pinning.align import (
     nearest_first,
 )
 from driver.pinning.nri.handlers import container_need
+from driver.pinning.types import held_requests, holds_env_name
 from tests.unit.inventory.trees import inventory
 
 GiB = 1 << 30
@@ -158,3 +159,9 @@ def test_the_node_flag(tmp_path: Path, argv: list[str], on: bool) -> None:
     kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
     args = build_parser().parse_args(["run", "--node-name", "n", *argv])
     assert config_from_args(args, {"KUBECONFIG": str(kubeconfig)}).align_device_pods is on
+
+
+@given(st.from_regex(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", fullmatch=True))
+def test_a_held_request_survives_its_env_name(request: str) -> None:
+    """``NUMADRA_HOLDS_<REQUEST>`` maps back to the request: a DNS label has no ``_`` to confuse."""
+    assert held_requests({holds_env_name(request): "1", "NUMADRA_HOLDS_": "1"}) == {request}
