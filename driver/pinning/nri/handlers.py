@@ -290,6 +290,8 @@ class PinningHandlers:
         #: the inventory or the shared set changes: only then are they placed again)
         self._node_seen: tuple[NodeMap, frozenset[int]] | None = None
         self._generation = 0
+        #: the generation every aligned container was last checked against (-1: some may be older)
+        self._checked_generation = -1
         #: placements made in this generation, by (device nodes, need): containers of one kind
         #: share them (a ReplicaSet's pods, the containers of one pod)
         self._placements: dict[tuple[frozenset[int], ContainerNeed], Alignment] = {}
@@ -401,6 +403,7 @@ class PinningHandlers:
             self._containers = rebuilt
             self._others = others
             self._aligned = aligned
+            self._checked_generation = -1
             self._synced = True
         _log.info(
             "synchronized",
@@ -447,6 +450,8 @@ class PinningHandlers:
             want = self._aligned_marker(marker, placed.placed)
             with self._lock:
                 self._aligned[ctr.id] = placed
+                if placed.generation != self._generation:  # placed just before a change
+                    self._checked_generation = -1
         elif not marker.cpus and self._pool is not None:  # a claim without CPUs runs on the pool
             pool = self._pool()
             if not pool:
@@ -653,6 +658,9 @@ class PinningHandlers:
         observed = self._observe(self._aligner)
         generation = observed[2]
         with self._lock:
+            if self._checked_generation == generation:
+                return []  # nothing changed since every container was last checked
+            self._checked_generation = generation
             stale = sorted(
                 ((cid, c) for cid, c in self._aligned.items() if c.generation != generation),
                 key=lambda item: item[0],
