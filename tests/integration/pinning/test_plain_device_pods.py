@@ -68,6 +68,8 @@ def test_a_gpu_only_claims_container_runs_on_its_gpus_node(node: PinningNode) ->
     got = conn.create_container(_trainer(node, cpus=2, memory=8 * GiB), pod=TRAINER)
     assert cpuset(got) == ("8-15", "1")
     assert node.failures == []
+    # it runs on shared CPUs: the planner must not hand their last one to a claim under it
+    assert node.plugins[-1].handlers.pool_users() == 1
 
 
 def test_an_exclusive_claim_on_that_node_shrinks_the_gpu_containers_cpus(node: PinningNode) -> None:
