@@ -384,7 +384,10 @@ class PinningHandlers:
                 rebuilt[ctr.id] = TrackedContainer(ctr.id, ctr.name, marker, stopped=stopped)
             if stopped:
                 continue
-            placed = self._alignment(pod, ctr, marker, report=False) if marker is not None else None
+            try:
+                placed = self._alignment(pod, ctr, marker, report=False) if marker is not None else None
+            except PinRefusedError:  # an empty pool: it keeps running as it runs, on the pool's terms
+                placed = None
             if placed is not None and marker is not None:
                 aligned[ctr.id] = placed
                 want: Marker | None = self._aligned_marker(marker, placed.placed)

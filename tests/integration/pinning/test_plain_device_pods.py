@@ -197,3 +197,21 @@ def test_each_container_of_an_extended_resource_claim_gets_its_own_gpus_node(nod
         for cid, env in (("c-0", first), ("c-1", second), ("c-both", [*first, *second]))
     ]
     assert got == [("0-7", "0"), ("8-15", "1"), ("0-15", "0-1")]
+
+
+def test_a_restart_with_every_cpu_claimed_still_synchronizes(node: PinningNode) -> None:
+    """With the node shared pool on and no shared CPU left, a running GPU container cannot be
+    aligned: Synchronize still answers (the container keeps running as it runs), and a new one
+    is refused rather than started on every CPU."""
+    _prepare(node, claim(GPU_CLAIM, "gpu", "ml", results=[result("gpu", GPU1)]), TRAINER)
+    inventory = node.world.inventory
+    _plugin, conn = node.start_plugin(
+        aligner=DeviceAligner(lambda: inventory, frozenset), node_shared_pool=frozenset
+    )
+    running = _trainer(node)
+    running.linux.resources.cpu.cpus = "8-15"
+    running.linux.resources.cpu.mems = "1"
+    assert list(conn.synchronize([running], pods=[TRAINER]).update) == []
+    fresh = container("c-new", "train", claim_env(node.world, GPU_CLAIM), sandbox=TRAINER.id)
+    refused = conn.create_container_raw(fresh, pod=TRAINER)
+    assert refused.status.code == 9 and "node shared pool is empty" in refused.status.message
