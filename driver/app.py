@@ -447,6 +447,7 @@ def _nri_steps(core: Core, metrics: Metrics) -> list[Step]:
     they find, and the reports of claim containers refused or left unpinned (a pod Event and a metric)."""
     from driver.claims.consumers import ApiConsumerReader, ConsumerRecords
     from driver.observability.pinreports import PinningReports
+    from driver.pinning.align import DeviceAligner
     from driver.pinning.binding import binding_lookup
     from driver.pinning.consumers import READ_DEADLINE_S, ConsumerCheck
     from driver.pinning.factory import nri_service
@@ -457,7 +458,12 @@ def _nri_steps(core: Core, metrics: Metrics) -> list[Step]:
     records = ConsumerRecords(core.claims, hold=core.lock.hold, on_change=changed)
     reports = PinningReports(core.events, node_name=cfg.node_name, component=cfg.driver_name)
     reports.attach_metrics(metrics)
-    shared = (lambda: planner.node_shared_pool(index.claimed_cpus())) if cfg.nri_shared_pool else None
+
+    def node_shared() -> frozenset[int]:
+        return planner.node_shared_pool(index.claimed_cpus())
+
+    shared = node_shared if cfg.nri_shared_pool else None
+    aligner = DeviceAligner(core.inventory.current, node_shared) if cfg.align_device_pods else None
     service = nri_service(
         socket=cfg.nri_socket,
         claim_lookup=binding_lookup(index.view, core.inventory.current),
@@ -466,6 +472,7 @@ def _nri_steps(core: Core, metrics: Metrics) -> list[Step]:
         # the one client, each read cut at a deadline inside the runtime's time box
         consumers=ConsumerCheck(ApiConsumerReader(core.kube, deadline=READ_DEADLINE_S), records.record),
         on_failure=reports,
+        aligner=aligner,
     )
     planner.watch_pool(service.plugin.handlers.pool_users)
     return [

@@ -248,6 +248,11 @@ class RunConfig:
         "confine containers without a claim to the CPUs no claim holds (--pinning nri)",
         defaults.NRI_SHARED_POOL,
     )
+    align_device_pods: bool = flag(
+        "run containers of claims without CPUs (extended resources included) on the shared CPUs "
+        "and memory of their devices' NUMA nodes (--pinning nri)",
+        defaults.ALIGN_DEVICE_PODS,
+    )
     health_interval: float = flag(
         "seconds between device health polls", defaults.HEALTH_INTERVAL, parse=seconds(zero_ok=False)
     )

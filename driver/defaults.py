@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Final
 
 __all__ = [
+    "ALIGN_DEVICE_PODS",
     "CDI_DIR",
     "CLAIM_READ_TIMEOUT",
     "CLAIM_STATUS",
@@ -73,6 +74,8 @@ DEVICE_GROUPS: Final = True
 TAINT_UNHEALTHY: Final = "NoSchedule"
 #: confine containers without a claim to the CPUs no claim holds (``--pinning nri`` only)
 NRI_SHARED_POOL: Final = False
+#: run containers of claims without CPUs on their devices' NUMA nodes (``--pinning nri`` only)
+ALIGN_DEVICE_PODS: Final = True
 #: seconds between device health polls
 HEALTH_INTERVAL: Final = 2.0
 #: seconds between host rescans; 0: only on hot-plug events and SIGHUP

@@ -62,6 +62,7 @@ from driver.pinning.types import (
     ClaimPinning,
     CpuAssignment,
     format_cpulist,
+    holds_env_name,
     marker_env,
 )
 from driver.plugin import PreparedDevice
@@ -195,6 +196,7 @@ def claim_spec(
                 if not has_cpu and claim_nodes:
                     shared_env[ENV_MEMS] = format_cpulist(claim_nodes)
                     shared_env[ENV_CLAIM_UID] = view.uid
+                    shared_env[holds_env_name(base)] = "1"  # which devices: see pinning/align.py
             group_env[key] = shared_env
         env = {**shared_env, **dev.config.env} if dev.config.env else shared_env
         nodes: tuple[DeviceNode, ...] = ()

@@ -7,7 +7,9 @@ import nothing above pinning). :class:`PinningReports` is that sink in ``numadra
   :class:`~driver.observability.metrics.Metrics` attached; failures before that are replayed on
   attach), so an alert fires whether or not an Event can be written;
 * it hands a core/v1 **Warning Event** on the pod (``involvedObject`` the pod and container,
-  reason ``NumadraPinningRefused`` or ``NumadraNotPinned``, the failure's message) to the driver's
+  reason ``NumadraPinningRefused``, ``NumadraNotPinned``, ``NumadraPinningWidened`` (a device
+  container placed wider than its devices' NUMA node) or ``NumadraBadSetting`` (a pod annotation
+  not understood, defaulted), the failure's message) to the driver's
   :class:`~driver.kube.events.EventPoster`, which writes it from a thread of its own: the sink
   is called on the runtime's path and must never wait for the apiserver. Best effort and
   bounded: at most one Event per pod and reason per ``per_pod_interval_s``, a token bucket over
@@ -28,24 +30,40 @@ from typing import TYPE_CHECKING, Any
 
 from driver.defaults import DRIVER_NAME
 from driver.kube.events import EventPoster, InvolvedObject, warning_event
-from driver.pinning.failures import ACTION_REFUSED, PinFailure
+from driver.pinning.failures import ACTION_DEFAULTED, ACTION_REFUSED, ACTION_WIDENED, PinFailure
 
 if TYPE_CHECKING:
     from driver.observability.metrics import Metrics
 
-__all__ = ["EVENT_REASON_NOT_PINNED", "EVENT_REASON_REFUSED", "PinningReports", "pin_failure_event"]
+__all__ = [
+    "EVENT_REASON_BAD_SETTING",
+    "EVENT_REASON_NOT_PINNED",
+    "EVENT_REASON_REFUSED",
+    "EVENT_REASON_WIDENED",
+    "PinningReports",
+    "pin_failure_event",
+]
 
 #: the Event reason of a refused claim container
 EVENT_REASON_REFUSED = "NumadraPinningRefused"
 #: the Event reason of a claim container created or left without its claim's pinning
 EVENT_REASON_NOT_PINNED = "NumadraNotPinned"
+#: the Event reason of a device container pinned wider than its devices' NUMA node(s)
+EVENT_REASON_WIDENED = "NumadraPinningWidened"
+#: the Event reason of a pod setting (annotation) that was not understood and defaulted
+EVENT_REASON_BAD_SETTING = "NumadraBadSetting"
+_EVENT_REASONS = {
+    ACTION_REFUSED: EVENT_REASON_REFUSED,
+    ACTION_WIDENED: EVENT_REASON_WIDENED,
+    ACTION_DEFAULTED: EVENT_REASON_BAD_SETTING,
+}
 
 
 def pin_failure_event(
     failure: PinFailure, *, node_name: str, component: str = DRIVER_NAME, now: datetime | None = None
 ) -> dict[str, Any]:
     """The core/v1 Warning Event for one failure, on its pod and container."""
-    reason = EVENT_REASON_REFUSED if failure.action == ACTION_REFUSED else EVENT_REASON_NOT_PINNED
+    reason = _EVENT_REASONS.get(failure.action, EVENT_REASON_NOT_PINNED)
     pod = InvolvedObject(
         "Pod",
         failure.pod_name,

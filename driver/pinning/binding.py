@@ -29,11 +29,17 @@ def claim_binding(view: PreparedClaimView, inventory: Inventory | None = None) -
 
     A claim without CPU assignments still gets ``cpuset.mems`` (its CDI spec carries the NUMA
     nodes of its GPUs and NICs); those nodes are worked out again here from the recorded device
-    names, as the prepare did, because the record stores devices, not nodes.
+    names, as the prepare did, because the record stores devices, not nodes. Per request too: a
+    container that holds only some of the claim's requests is aligned to their devices' nodes.
     """
     mems: frozenset[int] = frozenset()
+    request_mems: dict[str, frozenset[int]] = {}
     if view.pinning is None and inventory is not None:
         mems = mems_for_devices(inventory, view.device_names)
+        by_request: dict[str, list[str]] = {}
+        for request, device in view.request_devices:
+            by_request.setdefault(request, []).append(device)
+        request_mems = {r: mems_for_devices(inventory, names) for r, names in by_request.items()}
     return ClaimBinding(
         claim_uid=view.claim_uid,
         namespace=view.namespace,
@@ -41,6 +47,7 @@ def claim_binding(view: PreparedClaimView, inventory: Inventory | None = None) -
         pods=view.pods,
         pinning=view.pinning,
         mems=mems,
+        request_mems=request_mems,
     )
 
 

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from driver.errors import ConfigError, UntrustedValueError
+from driver.pinning.align import DeviceAligner
 from driver.pinning.consumers import ConsumerCheck
 from driver.pinning.failures import PinFailureSink
 from driver.pinning.nri import ClaimLookup, NriPlugin, SharedPool
@@ -57,6 +58,7 @@ def nri_service(
     pinner_lock: Path,
     consumers: ConsumerCheck | None = None,
     on_failure: PinFailureSink | None = None,
+    aligner: DeviceAligner | None = None,
     plugin_name: str = "numadra",
     environ: Mapping[str, str] = os.environ,
 ) -> NriService:
@@ -66,7 +68,8 @@ def nri_service(
     them adjusts containers (see :mod:`driver.pinning.nri.plugin`). When the runtime started
     numadra as an NRI plugin, ``NRI_PLUGIN_SOCKET`` names the inherited socket fd and the plugin
     uses it instead of dialing ``socket``. ``consumers`` and ``on_failure``: the handlers'
-    reads of a shared claim's consumers and where refused or unpinned containers are reported
+    reads of a shared claim's consumers and where refused or unpinned containers are reported;
+    ``aligner``: where containers of claims without CPUs run (None: ``--no-align-device-pods``)
     (:class:`~driver.pinning.nri.handlers.PinningHandlers`).
     """
     raw_fd = environ.get(ENV_PLUGIN_SOCKET)
@@ -83,5 +86,6 @@ def nri_service(
         leader_lock=pinner_lock,
         consumers=consumers,
         on_failure=on_failure,
+        aligner=aligner,
     )
     return NriService(plugin)

@@ -14,11 +14,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 __all__ = [
+    "ACTION_DEFAULTED",
     "ACTION_REFUSED",
     "ACTION_UNCHECKED",
     "ACTION_UNPINNED",
+    "ACTION_WIDENED",
     "PIN_FAILURE_ACTIONS",
     "PIN_FAILURE_REASONS",
+    "REASON_ALIGN_UNCONFINED",
+    "REASON_ALIGN_WIDENED",
+    "REASON_BAD_ANNOTATION",
     "REASON_BAD_MARKER",
     "REASON_CONSUMERS_UNKNOWN",
     "REASON_LOOKUP_FAILED",
@@ -51,6 +56,13 @@ REASON_TIMEOUT = "timeout"
 #: the claim's consumers needed a read, and the pod's namespace (or the node) had as many reads
 #: of the apiserver in flight as the NRI plugin allows
 REASON_READS_BUSY = "reads_busy"
+#: a device container's NUMA node(s) could not hold its CPU request or memory limit: widened to
+#: the nearest nodes (``driver.pinning.align``)
+REASON_ALIGN_WIDENED = "align_widened"
+#: a device container that no set of NUMA nodes could hold: left unconfined
+REASON_ALIGN_UNCONFINED = "align_unconfined"
+#: the pod's ``numadra.dev/align`` annotation is neither "on" nor "off"
+REASON_BAD_ANNOTATION = "bad_annotation"
 PIN_FAILURE_REASONS = (
     REASON_NOT_RESERVED,
     REASON_CONSUMERS_UNKNOWN,
@@ -61,6 +73,9 @@ PIN_FAILURE_REASONS = (
     REASON_NOT_PINNER,
     REASON_TIMEOUT,
     REASON_READS_BUSY,
+    REASON_ALIGN_WIDENED,
+    REASON_ALIGN_UNCONFINED,
+    REASON_BAD_ANNOTATION,
 )
 
 #: the runtime was told to refuse the container
@@ -69,7 +84,11 @@ ACTION_REFUSED = "refused"
 ACTION_UNPINNED = "unpinned"
 #: a running container was left as it runs: whether its pod holds the claim could not be checked
 ACTION_UNCHECKED = "unchecked"
-PIN_FAILURE_ACTIONS = (ACTION_REFUSED, ACTION_UNPINNED, ACTION_UNCHECKED)
+#: the container was pinned, on more NUMA nodes than its devices'
+ACTION_WIDENED = "widened"
+#: a setting of the pod was not understood: the default was applied
+ACTION_DEFAULTED = "defaulted"
+PIN_FAILURE_ACTIONS = (ACTION_REFUSED, ACTION_UNPINNED, ACTION_UNCHECKED, ACTION_WIDENED, ACTION_DEFAULTED)
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from json.encoder import encode_basestring_ascii
 from typing import Any
@@ -20,6 +20,7 @@ __all__ = [
     "ENV_CLAIM_UID",
     "ENV_CPUS",
     "ENV_CPU_MODE",
+    "ENV_HOLDS_PREFIX",
     "ENV_MEMS",
     "ENV_PREFIX",
     "ENV_REQUEST",
@@ -33,6 +34,8 @@ __all__ = [
     "PreparedClaimView",
     "env_markers",
     "format_cpulist",
+    "held_requests",
+    "holds_env_name",
     "marker_env",
     "parse_cpulist",
 ]
@@ -47,6 +50,10 @@ ENV_MEMS = "NUMADRA_MEMS"
 ENV_CPU_MODE = "NUMADRA_CPU_MODE"
 ENV_CLAIM_UID = "NUMADRA_CLAIM_UID"
 ENV_REQUEST = "NUMADRA_REQUEST"
+#: ``NUMADRA_HOLDS_<REQUEST>=1``: the container holds a device of that (base) request of a claim
+#: without CPUs. One variable per request, so a container given several requests keeps them all
+#: (``NUMADRA_REQUEST`` would hold only the last CDI device's)
+ENV_HOLDS_PREFIX = "NUMADRA_HOLDS_"
 
 
 class CpuMode(StrEnum):
@@ -158,6 +165,8 @@ class PreparedClaimView:
     #: the names of the claim's devices in this driver's pool (their NUMA nodes give the memory
     #: nodes of a claim without CPUs)
     device_names: tuple[str, ...] = ()
+    #: (base request, device name) for each device: which request holds which device
+    request_devices: tuple[tuple[str, str], ...] = ()
     #: True for an entry rebuilt from the files on disk rather than prepared for the kubelet
     adopted: bool = False
 
@@ -181,6 +190,13 @@ class ClaimBinding:
     pinning: ClaimPinning | None
     #: memory nodes of a claim without CPU assignments (the NUMA nodes of its GPUs and NICs)
     mems: frozenset[int] = frozenset()
+    #: the same per base request: a container holding only some requests has only their devices
+    request_mems: Mapping[str, frozenset[int]] = field(default_factory=dict)
+
+    def mems_of(self, requests: Iterable[str]) -> frozenset[int]:
+        """The memory nodes of the devices of ``requests`` (the claim's when none is known)."""
+        nodes = frozenset().union(*(self.request_mems.get(r, frozenset()) for r in requests))
+        return nodes or self.mems
 
     def assignment(self, request: str) -> CpuAssignment | None:
         """The assignment of one (base) request, None when the claim has none for it."""
@@ -218,6 +234,20 @@ def marker_env(assignment: CpuAssignment, claim_uid: str) -> dict[str, str]:
         ENV_CLAIM_UID: claim_uid,
         ENV_REQUEST: fields["request"],
     }
+
+
+def holds_env_name(request: str) -> str:
+    """``NUMADRA_HOLDS_<REQUEST>`` for a base request name (a DNS label: ``-`` becomes ``_``)."""
+    return ENV_HOLDS_PREFIX + request.upper().replace("-", "_")
+
+
+def held_requests(markers: Mapping[str, str]) -> frozenset[str]:
+    """The base requests a container's ``NUMADRA_HOLDS_*`` variables name (see :func:`env_markers`)."""
+    return frozenset(
+        key[len(ENV_HOLDS_PREFIX) :].lower().replace("_", "-")
+        for key in markers
+        if key.startswith(ENV_HOLDS_PREFIX) and len(key) > len(ENV_HOLDS_PREFIX)
+    )
 
 
 def env_markers(env: Iterable[str]) -> dict[str, str]:

@@ -34,6 +34,9 @@ def prepared_view(entry: JournalEntry) -> PreparedClaimView:
         pods=None if entry.reserved_pods is None else frozenset(entry.reserved_pods),
         pinning=entry.pinning,
         device_names=tuple(d.device_name for d in entry.devices),
+        request_devices=tuple(
+            (name.split("/")[0], d.device_name) for d in entry.devices for name in d.request_names
+        ),
         adopted=entry.adopted,
     )
 
@@ -81,8 +84,9 @@ class PreparedIndex:
 
         Only the entries that changed since the last refresh are indexed again: a refresh follows
         every prepare and unprepare, and rebuilding every claim's view each time made a call's
-        cost grow with the claims the node holds (bench/fill.py draws it). The journal hands out the same entry object while an entry is
-        unchanged, so finding the changed ones is one identity test per claim.
+        cost grow with the claims the node holds (bench/fill.py draws it). The journal hands out
+        the same entry object while an entry is unchanged, so finding the changed ones is one
+        identity test per claim.
         """
         with self._refresh_lock:
             self._stale = False

@@ -27,6 +27,15 @@ decisions can be tested without a runtime, and the transport (``plugin.py``) sta
   empty pool refuses non-claim containers (an empty cpuset would mean "all CPUs"), and
   :meth:`PinningHandlers.pool_users` tells the planner whether containers run on the pool, so a
   prepare never empties it under them.
+* **Plain device pods** (``driver.pinning.align``): a container whose claim holds GPUs or NICs
+  but no CPUs (also a claim the scheduler made for an extended resource such as
+  ``nvidia.com/gpu``) runs on the shared CPUs of its devices' NUMA node(s) and their memory,
+  widened to the nearest nodes when they cannot hold its CPU request or memory limit (the
+  container's resources in the request), unconfined when no nodes can; a widened or unconfined
+  container is reported. The pod's ``numadra.dev/align: "off"`` annotation, or ``aligner`` None
+  (``--no-align-device-pods``), keeps the memory nodes only (with the node shared pool on, the
+  whole pool). When the shared set changes, the next claim container's CreateContainer carries
+  updates for the aligned containers, as for the pool's.
 * Fail closed: a malformed marker, a marker that names no claim or an unknown one, or a claim
   without records to check against (no lookup) is an error, so the runtime refuses the
   container instead of running it on CPUs it was not given.
@@ -40,6 +49,7 @@ decisions can be tested without a runtime, and the transport (``plugin.py``) sta
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
@@ -47,12 +57,26 @@ from dataclasses import dataclass, replace
 from driver._proto.nri import api_pb2 as nri
 from driver.errors import ConsumersUnknownError, DriverError, PinningError, PinRefusedError
 from driver.log import get_logger
+from driver.pinning.align import (
+    Alignment,
+    AlignOutcome,
+    ContainerNeed,
+    DeviceAligner,
+    NodeMap,
+    align_devices,
+    align_wanted,
+)
 from driver.pinning.binding import bind, describe_binding
 from driver.pinning.consumers import ConsumerCheck
 from driver.pinning.failures import (
+    ACTION_DEFAULTED,
     ACTION_REFUSED,
     ACTION_UNCHECKED,
     ACTION_UNPINNED,
+    ACTION_WIDENED,
+    REASON_ALIGN_UNCONFINED,
+    REASON_ALIGN_WIDENED,
+    REASON_BAD_ANNOTATION,
     REASON_BAD_MARKER,
     REASON_CONSUMERS_UNKNOWN,
     REASON_LOOKUP_FAILED,
@@ -73,6 +97,7 @@ from driver.pinning.types import (
     CpuMode,
     env_markers,
     format_cpulist,
+    held_requests,
     parse_cpulist,
 )
 
@@ -85,6 +110,7 @@ __all__ = [
     "PinningHandlers",
     "SharedPool",
     "TrackedContainer",
+    "container_need",
     "marker_from_env",
 ]
 
@@ -140,6 +166,10 @@ class Marker:
     claim_uid: str = ""
     request: str = ""
     mode: CpuMode = CpuMode.EXCLUSIVE
+    #: the base requests whose devices the container holds (``NUMADRA_HOLDS_*``; claims without CPUs)
+    holds: frozenset[str] = frozenset()
+    #: after the check: the journal's nodes of those devices (empty: the claim's, ``mems``)
+    device_mems: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +198,32 @@ def marker_from_env(env: Iterable[str]) -> Marker | None:
         raise PinningError(f"malformed pinning marker {ENV_CPU_MODE}={values[ENV_CPU_MODE]!r}") from exc
     if not cpus and not mems:
         raise PinningError(f"empty pinning marker {ENV_CPUS}/{ENV_MEMS}: an empty cpuset would not pin")
-    return Marker(cpus, mems, values.get(ENV_CLAIM_UID, ""), values.get(ENV_REQUEST, ""), mode)
+    return Marker(
+        cpus, mems, values.get(ENV_CLAIM_UID, ""), values.get(ENV_REQUEST, ""), mode, held_requests(values)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _AlignedContainer:
+    """A device container on its devices' node(s): what it needs and where it runs now."""
+
+    device_nodes: frozenset[int]
+    need: ContainerNeed
+    placed: Alignment
+    #: the generation of the node (inventory and shared set) it was placed on
+    generation: int
+
+
+def container_need(resources: nri.LinuxResources) -> ContainerNeed:
+    """A container's CPU request (whole CPUs) and memory limit, from its Linux resources.
+
+    The request comes from ``cpu.shares``: the kubelet writes ``milliCPU * 1024 / 1000`` (2 for a
+    container without a request, which asks for no CPU here).
+    """
+    shares = resources.cpu.shares.value if resources.cpu.HasField("shares") else 0
+    cpus = math.ceil(shares / 1024) if shares > 2 else 0
+    limit = resources.memory.limit.value if resources.memory.HasField("limit") else 0
+    return ContainerNeed(cpus=cpus, memory=max(0, limit))
 
 
 def _resources(marker: Marker) -> nri.LinuxResources:
@@ -200,7 +255,8 @@ class PinningHandlers:
 
     ``consumers`` learns a claim's pods from the apiserver when a container's pod is not a
     recorded consumer (without it only recorded pods bind); ``on_failure`` hears of every claim
-    container refused or not pinned (without it they are only logged).
+    container refused or not pinned (without it they are only logged); ``aligner`` places the
+    containers of claims without CPUs on their devices' node(s) (None: memory nodes only).
 
     Two ways in for the calls that may need such a read: :meth:`create_container` and
     :meth:`update_container` read when they must; :meth:`create_container_read_free` and
@@ -216,9 +272,11 @@ class PinningHandlers:
         *,
         consumers: ConsumerCheck | None = None,
         on_failure: PinFailureSink | None = None,
+        aligner: DeviceAligner | None = None,
     ) -> None:
         self._lookup = claim_lookup
         self._pool = node_shared_pool
+        self._aligner = aligner
         #: how a pod that is not a recorded consumer is checked: with a read, or without (None: no
         #: check at all, only recorded pods bind)
         self._reads: Confirm | None = None if consumers is None else consumers.confirm
@@ -227,6 +285,16 @@ class PinningHandlers:
         self._lock = threading.Lock()
         self._containers: dict[str, TrackedContainer] = {}
         self._others: dict[str, frozenset[int]] = {}  # running containers on the node pool
+        self._aligned: dict[str, _AlignedContainer] = {}  # running device containers, aligned
+        #: the node the aligned containers were last placed on, and its generation (bumped when
+        #: the inventory or the shared set changes: only then are they placed again)
+        self._node_seen: tuple[NodeMap, frozenset[int]] | None = None
+        self._generation = 0
+        #: the generation every aligned container was last checked against (-1: some may be older)
+        self._checked_generation = -1
+        #: placements made in this generation, by (device nodes, need): containers of one kind
+        #: share them (a ReplicaSet's pods, the containers of one pod)
+        self._placements: dict[tuple[frozenset[int], ContainerNeed], Alignment] = {}
         self._expected: dict[str, Marker] = {}
         self._pending_sync: list[nri.Container] = []
         self._pending_pods: dict[str, nri.PodSandbox] = {}
@@ -247,7 +315,7 @@ class PinningHandlers:
         containers run), which the planner must treat as "some do".
         """
         with self._lock:
-            return len(self._others) if self._synced else None
+            return len(self._others.keys() | self._aligned.keys()) if self._synced else None
 
     def expect(self, container_id: str, assignment: CpuAssignment) -> None:
         """Pin ``container_id`` to ``assignment`` even without a marker (explicit backend apply)."""
@@ -260,6 +328,7 @@ class PinningHandlers:
         with self._lock:
             self._expected.pop(container_id, None)
             self._containers.pop(container_id, None)
+            self._aligned.pop(container_id, None)
 
     # -- NRI requests ---------------------------------------------------------------------------
 
@@ -290,6 +359,7 @@ class PinningHandlers:
             pods, self._pending_pods = self._pending_pods, {}
         rebuilt: dict[str, TrackedContainer] = {}
         others: dict[str, frozenset[int]] = {}
+        aligned: dict[str, _AlignedContainer] = {}
         updates: list[nri.ContainerUpdate] = []
         pool = self._pool() if self._pool is not None else frozenset()
         for ctr in containers:
@@ -314,9 +384,17 @@ class PinningHandlers:
                 rebuilt[ctr.id] = TrackedContainer(ctr.id, ctr.name, marker, stopped=stopped)
             if stopped:
                 continue
-            if self._pool is not None and (marker is None or not marker.cpus):
-                others[ctr.id] = pool  # it runs on the pool (counted even while the pool is empty)
-            want = self._wanted(marker, pool)
+            try:
+                placed = self._alignment(pod, ctr, marker, report=False) if marker is not None else None
+            except PinRefusedError:  # an empty pool: it keeps running as it runs, on the pool's terms
+                placed = None
+            if placed is not None and marker is not None:
+                aligned[ctr.id] = placed
+                want: Marker | None = self._aligned_marker(marker, placed.placed)
+            else:
+                if self._pool is not None and (marker is None or not marker.cpus):
+                    others[ctr.id] = pool  # it runs on the pool (counted even while the pool is empty)
+                want = self._wanted(marker, pool)
             if want is None:
                 continue
             current = ctr.linux.resources.cpu
@@ -327,11 +405,14 @@ class PinningHandlers:
         with self._lock:
             self._containers = rebuilt
             self._others = others
+            self._aligned = aligned
+            self._checked_generation = -1
             self._synced = True
         _log.info(
             "synchronized",
             pinned=len(rebuilt),
             shared=len(others),
+            aligned=len(aligned),
             repinned=len(updates),
             seen=len(containers),
         )
@@ -367,7 +448,14 @@ class PinningHandlers:
         if marker is None:
             return self._create_other(pod, ctr)
         want = marker
-        if not marker.cpus and self._pool is not None:  # a claim without CPUs runs on the pool
+        placed = self._alignment(pod, ctr, marker, report=True)
+        if placed is not None:  # a claim without CPUs: on its devices' node(s)
+            want = self._aligned_marker(marker, placed.placed)
+            with self._lock:
+                self._aligned[ctr.id] = placed
+                if placed.generation != self._generation:  # placed just before a change
+                    self._checked_generation = -1
+        elif not marker.cpus and self._pool is not None:  # a claim without CPUs runs on the pool
             pool = self._pool()
             if not pool:
                 raise PinRefusedError(
@@ -390,7 +478,7 @@ class PinningHandlers:
             mems=format_cpulist(want.mems),
         )
         adjust = nri.ContainerAdjustment(linux=nri.LinuxContainerAdjustment(resources=_resources(want)))
-        return nri.CreateContainerResponse(adjust=adjust, update=self._shrink_others())
+        return nri.CreateContainerResponse(adjust=adjust, update=self._shrink_others() + self._realign())
 
     def _create_other(self, pod: nri.PodSandbox, ctr: nri.Container) -> nri.CreateContainerResponse:
         """A container without a claim: nothing, or the node shared pool (never an empty one)."""
@@ -444,6 +532,7 @@ class PinningHandlers:
         with self._lock:
             tracked = self._containers.get(ctr.id)
             on_pool = ctr.id in self._others
+            aligned = self._aligned.get(ctr.id)
         marker: Marker | None
         if tracked is not None:
             marker = tracked.marker
@@ -460,7 +549,10 @@ class PinningHandlers:
         if marker is None and not on_pool:
             return nri.UpdateContainerResponse()
         pool = self._pool() if self._pool is not None else frozenset()
-        want = self._wanted(marker, pool)
+        if aligned is not None and marker is not None:
+            want: Marker | None = self._aligned_marker(marker, aligned.placed)
+        else:
+            want = self._wanted(marker, pool)
         if want is None:
             return nri.UpdateContainerResponse()
         cpu = req.linux_resources.cpu
@@ -479,6 +571,7 @@ class PinningHandlers:
                     tracked.container_id, tracked.name, tracked.marker, stopped=True
                 )
             self._others.pop(req.container.id, None)  # no longer runs on the pool
+            self._aligned.pop(req.container.id, None)
         return nri.StopContainerResponse()
 
     def remove_container(self, req: nri.RemoveContainerRequest) -> nri.RemoveContainerResponse:
@@ -487,7 +580,118 @@ class PinningHandlers:
             self._containers.pop(req.container.id, None)
             self._expected.pop(req.container.id, None)
             self._others.pop(req.container.id, None)
+            self._aligned.pop(req.container.id, None)
         return nri.RemoveContainerResponse()
+
+    # -- plain device pods ----------------------------------------------------------------------
+
+    def _alignment(
+        self, pod: nri.PodSandbox, ctr: nri.Container, marker: Marker, *, report: bool
+    ) -> _AlignedContainer | None:
+        """Where a container of a claim without CPUs runs (None: alignment does not apply to it).
+
+        ``report``: hand a widened or unconfined placement and a bad annotation to the failure
+        sink (at creation; a Synchronize after a restart does not report them again).
+        """
+        if self._aligner is None or marker.cpus or not marker.mems:
+            return None
+        who = _describe(pod, ctr)
+        wanted, problem = align_wanted(pod.annotations)
+        if problem and report:
+            self.report(pod, ctr, REASON_BAD_ANNOTATION, ACTION_DEFAULTED, f"{who}: {problem}")
+        if not wanted:
+            return None
+        need = container_need(ctr.linux.resources)
+        device_nodes = marker.device_mems or marker.mems
+        placed, generation = self._place(self._observe(self._aligner), device_nodes, need)
+        if not placed.cpus and self._pool is not None:
+            raise PinRefusedError(
+                f"node shared pool is empty (every CPU is claimed): refusing to start "
+                f"{who}, whose claim holds no CPUs; it would run on every CPU",
+                reason=REASON_POOL_EMPTY,
+            )
+        if report and placed.outcome is AlignOutcome.WIDENED:
+            self.report(pod, ctr, REASON_ALIGN_WIDENED, ACTION_WIDENED, f"{who}: {placed.why}")
+        elif report and placed.outcome is AlignOutcome.UNCONFINED:
+            self.report(pod, ctr, REASON_ALIGN_UNCONFINED, ACTION_UNPINNED, f"{who}: {placed.why}")
+        return _AlignedContainer(device_nodes, need, placed, generation)
+
+    def _observe(self, aligner: DeviceAligner) -> tuple[NodeMap, frozenset[int], int]:
+        """The node now, and its generation (a new one when it differs from the last seen)."""
+        nodes, shared = aligner.snapshot()
+        with self._lock:
+            seen = self._node_seen
+            if seen is None or seen[0] is not nodes or seen[1] != shared:
+                self._node_seen = (nodes, shared)
+                self._generation += 1
+                self._placements = {}
+            return nodes, shared, self._generation
+
+    def _place(
+        self,
+        observed: tuple[NodeMap, frozenset[int], int],
+        device_nodes: frozenset[int],
+        need: ContainerNeed,
+    ) -> tuple[Alignment, int]:
+        """Where a container with devices on ``device_nodes`` runs on the ``observed`` node (see
+        :meth:`_observe`), and that node's generation."""
+        nodes, shared, generation = observed
+        key = (device_nodes, need)
+        with self._lock:
+            placed = self._placements.get(key) if generation == self._generation else None
+        if placed is None:
+            placed = align_devices(nodes, device_nodes, shared, need)
+            with self._lock:
+                if generation == self._generation:
+                    self._placements[key] = placed
+        return placed, generation
+
+    @staticmethod
+    def _aligned_marker(marker: Marker, placed: Alignment) -> Marker:
+        return replace(marker, cpus=placed.cpus, mems=placed.mems)
+
+    def _realign(self) -> list[nri.ContainerUpdate]:
+        """Updates for the aligned device containers whose node's shared CPUs changed.
+
+        Asked at every claim container's creation, as :meth:`_shrink_others` is: a claim prepared
+        since took CPUs (or one unprepared gave them back).
+        """
+        if self._aligner is None:
+            return []
+        observed = self._observe(self._aligner)
+        generation = observed[2]
+        with self._lock:
+            if self._checked_generation == generation:
+                return []  # nothing changed since every container was last checked
+            self._checked_generation = generation
+            stale = sorted(
+                ((cid, c) for cid, c in self._aligned.items() if c.generation != generation),
+                key=lambda item: item[0],
+            )
+        updates: list[nri.ContainerUpdate] = []
+        for cid, was in stale:
+            placed, _ = self._place(observed, was.device_nodes, was.need)
+            moved = (placed.cpus, placed.mems) != (was.placed.cpus, was.placed.mems)
+            if moved and not placed.cpus:
+                _log.error(
+                    "no shared CPU left for an aligned device container; it keeps its CPUs", container=cid
+                )
+                continue
+            with self._lock:
+                if cid not in self._aligned:
+                    continue  # stopped or removed meanwhile
+                self._aligned[cid] = replace(was, placed=placed, generation=generation)
+            if not moved:
+                continue
+            _log.info(
+                "aligned device container moved",
+                container=cid,
+                cpus=format_cpulist(placed.cpus),
+                mems=format_cpulist(placed.mems),
+                outcome=placed.outcome.value,
+            )
+            updates.append(_update(cid, Marker(placed.cpus, placed.mems, mode=CpuMode.SHARED)))
+        return updates
 
     # -- helpers --------------------------------------------------------------------------------
 
@@ -591,7 +795,16 @@ class PinningHandlers:
                 cpus=format_cpulist(assignment.cpus),
             )
         mode = assignment.mode if assignment.cpus else claimed.mode
-        return Marker(assignment.cpus, assignment.mems, binding.claim_uid, assignment.request, mode)
+        devices = frozenset() if assignment.cpus else binding.mems_of(claimed.holds)
+        return Marker(
+            assignment.cpus,
+            assignment.mems,
+            binding.claim_uid,
+            assignment.request,
+            mode,
+            claimed.holds,
+            devices,
+        )
 
     def report(self, pod: nri.PodSandbox, ctr: nri.Container, reason: str, action: str, message: str) -> None:
         """Hand a claim container not pinned as its claim says to the failure sink (and log it).

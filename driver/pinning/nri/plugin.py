@@ -62,6 +62,7 @@ from driver._proto.nri import api_pb2 as nri
 from driver._proto.nri import ttrpc_pb2 as ttrpc
 from driver.errors import PinningError
 from driver.log import get_logger
+from driver.pinning.align import DeviceAligner
 from driver.pinning.backend import PinningKind, PinTarget
 from driver.pinning.consumers import ConsumerCheck
 from driver.pinning.failures import (
@@ -168,11 +169,12 @@ class NriPlugin:
         consumers: ConsumerCheck | None = None,
         on_failure: PinFailureSink | None = None,
         read_slots: ReadSlots | None = None,
+        aligner: DeviceAligner | None = None,
     ) -> None:
         if len(index) != 2 or index.strip("0123456789"):  # two ASCII digits, nothing else
             raise PinningError(f"NRI plugin index must be two digits, got {index!r}")
         self.handlers = handlers or PinningHandlers(
-            claim_lookup, node_shared_pool, consumers=consumers, on_failure=on_failure
+            claim_lookup, node_shared_pool, consumers=consumers, on_failure=on_failure, aligner=aligner
         )
         self._socket_path = socket_path
         self._socket_fd = socket_fd
