@@ -436,6 +436,7 @@ def _slices(
         taints=taints,
         node_allocatable=cfg.node_allocatable,
         numa_node_list=cfg.numa_node_list,
+        kinds=cfg.devices,
     )
 
 
