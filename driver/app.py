@@ -70,7 +70,9 @@ if TYPE_CHECKING:
     from driver.observability import Metrics, MetricsUpdater
     from driver.observability.metered import MeteredPlugin
     from driver.pinning.planner import CpuPlanner
+    from driver.slices.foreign import ForeignOwners
     from driver.slices.publisher import SlicePublisher
+    from driver.slices.withheld import WithheldReport
     from driver.state.index import PreparedIndex
 
 __all__ = ["Background", "Core", "Front", "build", "build_background", "build_front"]
@@ -96,6 +98,7 @@ class Core:
     inventory: InventoryHolder
     kube: KubeClient
     events: EventPoster
+    owners: ForeignOwners
     planner: CpuPlanner
     status: AsyncStatusWriter | NoClaimStatus
     claims: ClaimsDriver
@@ -114,6 +117,7 @@ class Background:
 
     metrics: Metrics
     publisher: SlicePublisher
+    withheld: WithheldReport
     taints: HealthTaints
     adopted: AdoptedClaims
     updater: MetricsUpdater
@@ -153,6 +157,7 @@ def build(front: Front, *, on_fatal: Callable[[str], None]) -> Core:
     from driver.kube.events import EventPoster
     from driver.observability.metered import MeteredPlugin
     from driver.pinning.planner import CpuPlanner
+    from driver.slices.foreign import ForeignOwners
     from driver.state.index import PreparedIndex
 
     cfg, kubelet, lock = front.config, front.kubelet, front.lock
@@ -174,6 +179,12 @@ def build(front: Front, *, on_fatal: Callable[[str], None]) -> Core:
     # worker, off the caller's path; a claim's NVIDIA user-space warnings are the core's
     events = EventPoster(kube.create_event)
     claim_events = ClaimEvents(events, component=cfg.driver_name, node=cfg.node_name)
+    # other drivers' slices of this node and its device plugins: what our slices leave out and
+    # no new claim gets (started in the background, once the client is configured)
+    owners = ForeignOwners(
+        kube, inventory=inventory.current, node_name=cfg.node_name, driver_name=cfg.driver_name
+    )
+    inventory.subscribe("foreign owners", owners.refresh)
     claims = ClaimsDriver(
         driver_name=cfg.driver_name,
         node_name=cfg.node_name,
@@ -190,6 +201,7 @@ def build(front: Front, *, on_fatal: Callable[[str], None]) -> Core:
         numa_node_list=cfg.numa_node_list,
         host_edits=_host_edits(cfg),
         warnings=claim_events,
+        withheld=owners.withheld,
     )
     index = PreparedIndex(claims.prepared_claims)
     housekeeping = Housekeeping(index=index, rescan=inventory.rescan, rescan_interval=cfg.rescan_interval)
@@ -216,6 +228,7 @@ def build(front: Front, *, on_fatal: Callable[[str], None]) -> Core:
         inventory=inventory,
         kube=kube,
         events=events,
+        owners=owners,
         planner=planner,
         status=status,
         claims=claims,
@@ -240,6 +253,7 @@ def build_background(core: Core) -> Background:
     from driver.observability.updater import publish_error_handler
     from driver.slices.missingfeatures import MISSING_FEATURES_FILE, MissingFeatures
     from driver.slices.publisher import SlicePublisher
+    from driver.slices.withheld import WITHHELD_FILE, WithheldReport
 
     cfg = core.config
     core.kube.configure()  # the official client's import is slow: not before the registration
@@ -262,7 +276,18 @@ def build_background(core: Core) -> Background:
             events=core.events,
             record_path=cfg.effective_plugin_dir / MISSING_FEATURES_FILE,
         ),
+        await_owners=True,  # never publish a device another driver already holds
     )
+    # devices others own: left out of the slices, said once per owner (log, Node Event, metric,
+    # numadra state)
+    withheld = WithheldReport(
+        node_name=cfg.node_name,
+        component=cfg.driver_name,
+        events=core.events,
+        record_path=cfg.effective_plugin_dir / WITHHELD_FILE,
+    )
+    core.owners.add_listener(lambda found: publisher.set_withheld(found.withheld.keys()))
+    core.owners.add_listener(withheld.update)
     taints = HealthTaints(publisher, cfg.taint_unhealthy)
     core.monitor.add_listener(taints)  # the current taints now, before the first sync
     core.monitor.add_listener(core.status.set_health)  # status.devices follow the same model
@@ -289,11 +314,13 @@ def build_background(core: Core) -> Background:
         adopted_releases=lambda: adopted.releases,
         userspace_warnings=lambda: core.claims.userspace_warnings,
         events=lambda: {"posted": core.events.posted, "dropped": core.events.dropped},
+        withheld=withheld.metric_counts,
     )
     core.housekeeping.after_each_round(updater.update)
     updater.update()  # the first scrape sees every family
     steps = [
         Step.of("health monitor", core.monitor),
+        Step.of("foreign slices and node", core.owners),
         Step.of("slice publisher", publisher),
         Step.of("housekeeping", core.housekeeping),
         Step.of("adopted claims check", adopted),
@@ -315,6 +342,7 @@ def build_background(core: Core) -> Background:
     return Background(
         metrics=metrics,
         publisher=publisher,
+        withheld=withheld,
         taints=taints,
         adopted=adopted,
         updater=updater,

@@ -78,7 +78,6 @@ def build_slices(
     node_allocatable: bool = False,
     numa_node_list: bool = False,
     kinds: Collection[DeviceKind] = frozenset(DeviceKind),
-    withheld: Collection[str] = frozenset(),
 ) -> list[dict[str, Any]]:
     """All ResourceSlices of this node's pool, split to respect the per-slice device limit.
 
@@ -88,8 +87,8 @@ def build_slices(
     ``nodeAllocatableResources`` mapping on cpu and memory devices (KEP-5517). ``numa_node_list``
     publishes ``resource.kubernetes.io/numaNode`` as the KEP-6072 list (alpha
     ``DRAListTypeAttributes``); a slice with list attributes holds at most 64 devices. Only devices
-    of ``kinds`` (``--devices``) are published, and none named in ``withheld``: the devices another
-    driver or a device plugin owns (:mod:`driver.slices.ownership`).
+    of ``kinds`` (``--devices``) are published; the publisher leaves out the devices another driver
+    or a device plugin owns before it calls this (:func:`driver.slices.ownership.without`).
 
     Raises :class:`SliceError` for a node or driver name the API can never accept, a generation
     below 1 or more than 16 taints on one device: those come from configuration, not the host.
@@ -97,7 +96,7 @@ def build_slices(
     _check_arguments(node_name, driver_name, generation)
     devices: list[Device] = []
     for kind, dev in inventory.devices():
-        if kind not in kinds or dev.name in withheld:
+        if kind not in kinds:
             continue
         if isinstance(dev, Gpu):
             devices.append(_gpu_device(dev, inventory, numa_node_list))

@@ -25,13 +25,13 @@ at; past it :attr:`Ownership.truncated` is set and the rest is not read.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
 from driver.inventory.gpus import VENDOR_GPU_CLASSES
-from driver.inventory.model import Gpu, Inventory
+from driver.inventory.model import Gpu, Inventory, Nic
 from driver.kube.quantity import parse_quantity
 from driver.slices.attributes import ATTR_PCI_BUS_ID
 
@@ -41,6 +41,7 @@ __all__ = [
     "Ownership",
     "Reason",
     "find_owners",
+    "without",
 ]
 
 #: the foreign devices examined per refresh, at most (a node with more is not a node)
@@ -110,7 +111,8 @@ def find_owners(
     ``foreign_slices``: the ResourceSlices listed for this node (ours among them are skipped, as
     are slices of another node); ``node``: the Node object, or None when not read yet.
     """
-    by_bus = {d.pci.bus_id: d.name for d in (*inventory.gpus, *inventory.nics)}
+    pci: list[Gpu | Nic] = [*inventory.gpus, *inventory.nics]
+    by_bus = {d.pci.bus_id: d.name for d in pci}
     by_uuid = {g.uuid.lower(): g.name for g in inventory.gpus if g.uuid}
     withheld: dict[str, Owner] = {}
     examined, truncated = 0, False
@@ -136,6 +138,18 @@ def find_owners(
             break
     problems = _device_plugins(inventory, node, withheld)
     return Ownership(withheld, examined, truncated, problems)
+
+
+def without(inventory: Inventory, names: Collection[str]) -> Inventory:
+    """``inventory`` less the GPUs and NICs named (the withheld ones); the same object when none is."""
+    pci: list[Gpu | Nic] = [*inventory.gpus, *inventory.nics]
+    if not any(d.name in names for d in pci):
+        return inventory
+    return replace(
+        inventory,
+        gpus=tuple(g for g in inventory.gpus if g.name not in names),
+        nics=tuple(n for n in inventory.nics if n.name not in names),
+    )
 
 
 def _claim(withheld: dict[str, Owner], device: str, owner: Owner) -> None:

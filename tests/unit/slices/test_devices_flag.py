@@ -87,15 +87,15 @@ def test_builder_publishes_only_the_served_kinds(kinds: set[DeviceKind]) -> None
     assert names == {dev.name for kind, dev in inventory.devices() if kind in kinds}
 
 
-def test_builder_leaves_out_withheld_devices() -> None:
-    """A withheld device is not published; the rest of its kind is."""
+def test_without_leaves_out_withheld_devices() -> None:
+    """The publisher's inventory without a withheld GPU: not published; the rest of its kind is."""
+    from driver.slices.ownership import without
+
     inventory = inventory_of("dgx")
     gone = inventory.gpus[0].name
-    names = {
-        d["name"]
-        for s in build_slices(inventory, node_name="n", withheld={gone})
-        for d in s["spec"]["devices"]
-    }
+    assert without(inventory, {"cpu-numa0", "nothing"}) is inventory
+    slices = build_slices(without(inventory, {gone}), node_name="n")
+    names = {d["name"] for s in slices for d in s["spec"]["devices"]}
     assert gone not in names
     assert inventory.gpus[1].name in names
 
