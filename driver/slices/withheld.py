@@ -95,6 +95,7 @@ class WithheldReport:
         self._clock = clock
         self._lock = threading.Lock()
         self._current: dict[str, Owner] = {}
+        self._recorded = False  # the first update rewrites the record of an earlier process
 
     def counts(self) -> dict[Owner, int]:
         """Each owner holding devices now -> how many."""
@@ -121,7 +122,7 @@ class WithheldReport:
             before = self._current
             self._current = new
             old_owners, new_owners = set(before.values()), set(new.values())
-            if new != before:
+            if new != before or not self._recorded:
                 self._write_record()
         by_owner: dict[Owner, list[str]] = {}
         for device, owner in sorted(new.items()):
@@ -152,6 +153,7 @@ class WithheldReport:
 
     def _write_record(self) -> None:
         """Rewrite the record (under the lock: writes stay in order)."""
+        self._recorded = True
         if self._record_path is None:
             return
         doc = {
