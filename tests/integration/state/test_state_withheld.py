@@ -8,7 +8,6 @@ shape is reported in one line, and the claims are still listed.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -72,8 +71,16 @@ def test_nothing_withheld_prints_nothing(tmp_path: Path, capsys: pytest.CaptureF
 @pytest.mark.parametrize(
     ("content", "reason"),
     [
-        pytest.param('{"version": 1, "devices": [{"device": "a", "reason": "evil", "owner": "o"}]}', "reason", id="reason"),
-        pytest.param('{"version": 1, "devices": [{"device": "a\\u001b[31m", "reason": "dra-driver", "owner": "o"}]}', "device", id="escape"),
+        pytest.param(
+            '{"version": 1, "devices": [{"device": "a", "reason": "evil", "owner": "o"}]}',
+            "reason",
+            id="reason",
+        ),
+        pytest.param(
+            '{"version": 1, "devices": [{"device": "a\\u001b[31m", "reason": "dra-driver", "owner": "o"}]}',
+            "device",
+            id="escape",
+        ),
         pytest.param('{"version": 9, "devices": []}', "version", id="version"),
         pytest.param(None, "link", id="symlink"),
     ],
@@ -87,7 +94,7 @@ def test_a_planted_record_is_refused_in_one_line(
     if content is None:
         secret = tmp_path / "secret"
         secret.write_text('{"version": 1, "devices": []}')
-        os.symlink(secret, plugin / WITHHELD_FILE)
+        (plugin / WITHHELD_FILE).symlink_to(secret)
     else:
         (plugin / WITHHELD_FILE).write_text(content)
     out = _state(plugin, capsys)
