@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from prometheus_client import generate_latest
+from structlog.testing import capture_logs
 
 from driver.kube.backoff import RetryPolicy
 from driver.kube.client import KubeClient
@@ -22,7 +23,7 @@ from driver.slices.foreign import ForeignOwners
 from driver.slices.ownership import Owner, Ownership, Reason
 from driver.slices.publisher import SlicePublisher
 from driver.slices.withheld import EVENT_REASON, WithheldReport, load_withheld
-from harness.fakeapiserver import FakeApiServer
+from harness.fakeapiserver import FakeApiServer, Fault
 from tests.integration.claims._world import GPU0, GPU1, NIC0, World, claim, make_inventory, result
 
 from .conftest import DRIVER, NODE
@@ -183,13 +184,18 @@ def test_device_plugin_capacity_withholds_and_zero_gives_back(api: FakeApiServer
     assert {GPU0, GPU1} <= _ours(api)
 
 
-def test_garbage_capacity_owns_nothing(api: FakeApiServer, rig: Rig) -> None:
-    """A capacity that is no quantity withholds nothing (and the node poller goes on)."""
+def test_garbage_capacity_owns_nothing_and_is_logged_once(api: FakeApiServer, rig: Rig) -> None:
+    """A capacity that is no quantity withholds nothing, is logged once however often the Node is
+    read, and the node poller goes on."""
     _set_capacity(api, **{"nvidia.com/gpu": "many"})
-    rig.start()
-    rig.heard.wait(lambda w: w == {})
-    rig.owners.read_node_once()
-    assert rig.owners.ownership().problems
+    with capture_logs() as logs:
+        rig.start()
+        rig.heard.wait(lambda w: w == {})
+        rig.owners.read_node_once()
+        rig.owners.read_node_once()
+        assert rig.owners.ownership().problems
+    said = [e for e in logs if e.get("problem", "").startswith("Node status.capacity[nvidia.com/gpu]")]
+    assert len(said) == 1, logs
     rig.synced()
     assert {GPU0, GPU1} <= _ours(api)
 
@@ -269,3 +275,52 @@ def test_before_the_first_list_nothing_is_published(
         assert _ours(api)
     finally:
         pub.stop()
+
+
+def _owners(client: KubeClient) -> tuple[ForeignOwners, Heard]:
+    owners = ForeignOwners(
+        client,
+        inventory=lambda: INVENTORY,
+        node_name=NODE,
+        driver_name=DRIVER,
+        retry=RetryPolicy(floor=0.05, cap=0.3),
+        node_interval=0.1,
+    )
+    heard = Heard()
+    owners.add_listener(heard)
+    return owners, heard
+
+
+def test_a_forbidden_list_counts_as_no_other_driver(api: FakeApiServer, client: KubeClient) -> None:
+    """RBAC without list on resourceslices: the owners are known (empty) at once, so the node keeps
+    its slices; the watcher looks again later and then sees the other driver."""
+    api.inject_fault(Fault(403, method="GET", path_contains="resourceslices", times=1))
+    owners, heard = _owners(client)
+    owners.start()
+    try:
+        heard.wait(lambda w: w == {})
+        assert owners.known.is_set()
+        api.put_object(_foreign_slice("nv-0", NVIDIA, GPU0_BUS))
+        heard.wait(lambda w: set(w) == {GPU0})
+    finally:
+        owners.stop()
+
+
+def test_failing_lists_and_a_broken_watch_are_retried(api: FakeApiServer, client: KubeClient) -> None:
+    """Three 500s, then a watch the server ends with a 410 ERROR event: the watcher still learns
+    of a slice created after all that (a fresh LIST and watch), and was not known before the
+    first LIST answered."""
+    api.inject_fault(Fault(500, method="GET", path_contains="resourceslices", query_contains="", times=3))
+    api.inject_fault(
+        Fault(200, method="GET", path_contains="resourceslices", query_contains="watch", watch="gone-event")
+    )
+    owners, heard = _owners(client)
+    owners.start()
+    try:
+        heard.wait(lambda w: w == {})
+        api.put_object(_foreign_slice("nv-0", NVIDIA, GPU1_BUS))
+        heard.wait(lambda w: set(w) == {GPU1})
+        api.wipe_slices(NODE, driver=NVIDIA)
+        heard.wait(lambda w: w == {})
+    finally:
+        owners.stop()
