@@ -321,10 +321,11 @@ class Metrics:
         merged: dict[tuple[str, str], int] = {}
         for (reason, owner), count in sorted(counts.items()):
             key = (reason, owner)
-            if key not in self._withheld_seen and len(self._withheld_seen) >= MAX_WITHHELD_OWNERS:
-                key = (reason, "other")
+            if key not in self._withheld_seen:
+                if len(self._withheld_seen) >= MAX_WITHHELD_OWNERS:
+                    key = (reason, "other")
+                self._withheld_seen.add(key)
             merged[key] = merged.get(key, 0) + count
-        self._withheld_seen |= set(merged)
         for reason, owner in self._withheld_seen:
             self._withheld.labels(reason=reason, owner=owner).set(merged.get((reason, owner), 0))
 

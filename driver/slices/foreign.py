@@ -22,8 +22,9 @@ already holds, even when both start together. A LIST that is forbidden (RBAC wit
 resourceslices) or not served counts as "no other driver", said once in the log: waiting for ever
 would leave the node without any slice.
 
-Bounded work: the slices kept are those the apiserver returns for this node; each recompute
-examines at most :data:`~driver.slices.ownership.MAX_FOREIGN_DEVICES` foreign devices.
+Bounded work: at most ``limit`` (:data:`~driver.slices.ownership.MAX_FOREIGN_DEVICES`) slices of
+this node are kept, and each recompute examines at most that many foreign devices; past either
+bound a warning says so once.
 """
 
 from __future__ import annotations
@@ -158,8 +159,13 @@ class ForeignOwners:
                 error=str(err),
             )
             items, rv = [], ""
+        kept = [o for o in items if isinstance(o, dict)]
+        if len(kept) > self._limit:
+            self._say_once(
+                "slices", "too many ResourceSlices on this node: the rest are not kept", listed=len(kept)
+            )
         with self._lock:
-            self._slices = {_name(o): o for o in items if isinstance(o, dict)}
+            self._slices = {_name(o): o for o in kept[: self._limit]}
         first = not self.known.is_set()
         self.known.set()
         self._recompute(tell=first)  # the first answer is news even when nothing is withheld
@@ -224,8 +230,8 @@ class ForeignOwners:
         with self._lock:
             if kind == "DELETED":
                 self._slices.pop(name, None)
-            elif kind in ("ADDED", "MODIFIED"):
-                self._slices[name] = dict(obj)
+            elif kind in ("ADDED", "MODIFIED") and (name in self._slices or len(self._slices) < self._limit):
+                self._slices[name] = dict(obj)  # at most ``limit`` slices kept (each has a device or none)
         self._recompute()
         return rv
 

@@ -324,3 +324,26 @@ def test_failing_lists_and_a_broken_watch_are_retried(api: FakeApiServer, client
         heard.wait(lambda w: w == {})
     finally:
         owners.stop()
+
+
+def test_thousands_of_foreign_devices_are_bounded_work(api: FakeApiServer, client: KubeClient) -> None:
+    """30 slices of 128 devices (3,840) with a bound of 1,000: no crash, 1,000 examined, the bound
+    said once, and only our device the first slice names is withheld (none wrongly)."""
+    first = [GPU0_BUS] + [f"0001:{j:02x}:00.0" for j in range(127)]
+    api.put_object(_foreign_slice("big-00", "big.example.com", *first))
+    for i in range(1, 30):
+        api.put_object(
+            _foreign_slice(
+                f"big-{i:02d}", "big.example.com", *[f"0002:{i:02x}:{j % 32:02x}.{j % 8}" for j in range(128)]
+            )
+        )
+    owners = ForeignOwners(
+        client, inventory=lambda: INVENTORY, node_name=NODE, driver_name=DRIVER, limit=1000
+    )
+    with capture_logs() as logs:
+        owners.list_once()
+        owners.list_once()
+    result = owners.ownership()
+    assert (result.examined, result.truncated) == (1000, True)
+    assert dict(result.withheld) == {GPU0: Owner(Reason.DRA_DRIVER, "big.example.com")}
+    assert len([e for e in logs if "not examined" in e["event"]]) == 1
