@@ -30,10 +30,10 @@ calls let through to all of that (its stop stops the kubelet plugin server, so t
 before the claims logic behind them closes).
 :attr:`Background.steps`: the health monitor's thread (its taints reach the publisher before its
 first sync), the watch of other drivers' slices of this node and the Node (the devices they own:
-the publisher waits for its first answer before its first write), the slice publisher, the housekeeping thread, the check of claims rebuilt from files
-against the apiserver, the udev watcher, the NRI plugin (with the reads of a shared claim's
-consumers and the reports of containers it refuses), the metrics server. They stop the other way
-round: the kubelet's sockets go first.
+the publisher waits for its first answer before its first write), the slice publisher, the
+housekeeping thread, the check of claims rebuilt from files against the apiserver, the udev
+watcher, the NRI plugin (with the reads of a shared claim's consumers and the reports of containers
+it refuses), the metrics server. They stop the other way round: the kubelet's sockets go first.
 """
 
 from __future__ import annotations
