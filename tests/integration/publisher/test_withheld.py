@@ -324,6 +324,10 @@ def test_failing_lists_and_a_broken_watch_are_retried(api: FakeApiServer, client
         heard.wait(lambda w: w == {})
     finally:
         owners.stop()
+    reads = [r for r in api.requests if r.method == "GET" and "resourceslices" in r.path]
+    lists = [r for r in reads if "watch" not in r.query]
+    assert len(lists) >= 5  # three 500s, the LIST before the 410 watch, the LIST after it
+    assert len(reads) - len(lists) >= 2  # the broken watch and the one that saw the slice
 
 
 def test_thousands_of_foreign_devices_are_bounded_work(api: FakeApiServer, client: KubeClient) -> None:
