@@ -7,9 +7,11 @@ Two background threads, each paced by the driver's :class:`~driver.kube.backoff.
   as the publisher does for its own: a timeout drawn from ``[watch_timeout, 2 * watch_timeout)``,
   a watch that ends early or a 410 waits its backoff step before the next LIST, so a broken proxy
   costs a bounded number of requests;
-* the node thread GETs the Node every ``node_interval`` seconds (stretched by up to half of it):
-  its ``status.capacity`` says which device plugins run here. A GET, not a watch: the driver's
-  RBAC has ``get`` on nodes only, and device plugins register rarely.
+* the node thread GETs the Node every ``node_interval`` seconds, drawn in ``[node_interval,
+  2 * node_interval)`` like the watch timeouts (300-600 s: 5,000 nodes make 11 GETs a second,
+  spread): its ``status.capacity`` says which device plugins run here. A GET, not a watch: the
+  driver's RBAC has ``get`` on nodes only, and device plugins register rarely, so a plugin that
+  appears after numadra is heeded within 10 minutes (a DRA driver's slice at once).
 
 Every change recomputes the ownership and, when the withheld devices changed, tells each listener
 (the publisher rebuilds without them; the reporter says so; prepare reads :meth:`withheld`). A
@@ -41,6 +43,7 @@ from driver.kube.backoff import RetryPolicy
 from driver.kube.client import SliceWatch
 from driver.log import get_logger
 from driver.slices.ownership import MAX_FOREIGN_DEVICES, Owner, Ownership, find_owners
+from driver.slices.publisher import jittered, watch_timeout_seconds  # one draw for both watches
 
 __all__ = ["ForeignApi", "ForeignOwners"]
 
@@ -73,7 +76,7 @@ class ForeignOwners:
         node_name: str,
         driver_name: str,
         retry: RetryPolicy | None = None,
-        node_interval: float = 60.0,
+        node_interval: float = 300.0,
         watch_timeout: int = 300,
         limit: int = MAX_FOREIGN_DEVICES,
         rng: random.Random | None = None,
@@ -196,8 +199,6 @@ class ForeignOwners:
 
     def _watch_from(self, rv: str) -> None:
         """Follow the watch until it ends; a watch that ended early waits its step."""
-        from driver.slices.publisher import watch_timeout_seconds
-
         while not self._stopped():
             timeout = watch_timeout_seconds(self._watch_timeout, self._rng)
             opened = time.monotonic()
@@ -240,7 +241,7 @@ class ForeignOwners:
             try:
                 self.read_node_once()
                 self._node_backoff.succeeded()
-                wait = self._node_interval * (1.0 + 0.5 * self._rng.random())
+                wait = jittered(self._node_interval, 1.0, self._rng)
             except KubeError as err:
                 wait = self._node_backoff.failed(err)
                 _log.info("node read failed", error=str(err), retry_in=round(wait, 2), node=self.node_name)
