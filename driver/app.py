@@ -183,7 +183,11 @@ def build(front: Front, *, on_fatal: Callable[[str], None]) -> Core:
     # other drivers' slices of this node and its device plugins: what our slices leave out and
     # no new claim gets (started in the background, once the client is configured)
     owners = ForeignOwners(
-        kube, inventory=inventory.current, node_name=cfg.node_name, driver_name=cfg.driver_name
+        kube,
+        inventory=inventory.current,
+        node_name=cfg.node_name,
+        driver_name=cfg.driver_name,
+        start_jitter=2.0,  # as the publisher's: a restarted fleet spreads its first LISTs
     )
     inventory.subscribe("foreign owners", owners.refresh)
     claims = ClaimsDriver(

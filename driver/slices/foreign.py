@@ -80,6 +80,7 @@ class ForeignOwners:
         watch_timeout: int = 300,
         limit: int = MAX_FOREIGN_DEVICES,
         rng: random.Random | None = None,
+        start_jitter: float = 0.0,
     ) -> None:
         self._api = api
         self._inventory = inventory
@@ -93,6 +94,7 @@ class ForeignOwners:
         self._node_interval = node_interval
         self._watch_timeout = watch_timeout
         self._limit = limit
+        self._start_jitter = start_jitter
         self._selector = f"spec.nodeName={node_name}"
         self._lock = threading.Condition()
         #: one recompute and its on_change at a time, so the last one told is the newest
@@ -183,6 +185,7 @@ class ForeignOwners:
 
     # -- loops -----------------------------------------------------------------------------------
     def _slices_loop(self) -> None:
+        self._wait(self._rng.uniform(0.0, self._start_jitter))  # a restarted fleet: no LIST burst
         while self._slice_backoff.wait_turn():
             try:
                 rv = self.list_once()
@@ -237,6 +240,7 @@ class ForeignOwners:
         return rv
 
     def _node_loop(self) -> None:
+        self._wait(self._rng.uniform(0.0, self._start_jitter))
         while not self._stopped():
             try:
                 self.read_node_once()
