@@ -154,6 +154,7 @@ def build(front: Front, *, on_fatal: Callable[[str], None]) -> Core:
     from driver.inventory.discovery import discover
     from driver.inventory.holder import InventoryHolder
     from driver.inventory.model import kept_out_cpus
+    from driver.kube.backoff import RetryPolicy
     from driver.kube.client import shared_client
     from driver.kube.events import EventPoster
     from driver.observability.metered import MeteredPlugin
@@ -187,6 +188,7 @@ def build(front: Front, *, on_fatal: Callable[[str], None]) -> Core:
         inventory=inventory.current,
         node_name=cfg.node_name,
         driver_name=cfg.driver_name,
+        retry=RetryPolicy(cap=cfg.publish_backoff_cap),
         start_jitter=2.0,  # as the publisher's: a restarted fleet spreads its first LISTs
     )
     inventory.subscribe("foreign owners", owners.refresh)

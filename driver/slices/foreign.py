@@ -22,7 +22,8 @@ Until the first LIST has been answered the owners are unknown, and :attr:`known`
 publisher waits for it before its first write, so numadra never publishes a device another driver
 already holds, even when both start together. A LIST that is forbidden (RBAC without list on
 resourceslices) or not served counts as "no other driver", said once in the log: waiting for ever
-would leave the node without any slice.
+would leave the node without any slice. The LIST is then tried again every ``refused_interval``
+(600 s, stretched by up to half of it), not at the retry policy's pace.
 
 Bounded work: at most ``limit`` (:data:`~driver.slices.ownership.MAX_FOREIGN_DEVICES`) slices of
 this node are kept, and each recompute examines at most that many foreign devices; past either
@@ -81,6 +82,7 @@ class ForeignOwners:
         limit: int = MAX_FOREIGN_DEVICES,
         rng: random.Random | None = None,
         start_jitter: float = 0.0,
+        refused_interval: float = 600.0,
     ) -> None:
         self._api = api
         self._inventory = inventory
@@ -95,6 +97,7 @@ class ForeignOwners:
         self._watch_timeout = watch_timeout
         self._limit = limit
         self._start_jitter = start_jitter
+        self._refused_interval = refused_interval
         self._selector = f"spec.nodeName={node_name}"
         self._lock = threading.Condition()
         #: one recompute and its on_change at a time, so the last one told is the newest
@@ -195,8 +198,8 @@ class ForeignOwners:
                 continue
             if rv:
                 self._watch_from(rv)
-            else:  # refused for good: look again after the longest step
-                self._wait(self._slice_backoff.policy.cap)
+            else:  # refused for good (RBAC): look again rarely, a fleet must not LIST in a loop
+                self._wait(jittered(self._refused_interval, 0.5, self._rng))
             if self._stopped():
                 return
 

@@ -285,6 +285,7 @@ def _owners(client: KubeClient) -> tuple[ForeignOwners, Heard]:
         driver_name=DRIVER,
         retry=RetryPolicy(floor=0.05, cap=0.3),
         node_interval=0.1,
+        refused_interval=0.2,
     )
     heard = Heard()
     owners.add_listener(heard)
