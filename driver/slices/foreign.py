@@ -8,10 +8,10 @@ Two background threads, each paced by the driver's :class:`~driver.kube.backoff.
   a watch that ends early or a 410 waits its backoff step before the next LIST, so a broken proxy
   costs a bounded number of requests;
 * the node thread GETs the Node every ``node_interval`` seconds, drawn in ``[node_interval,
-  2 * node_interval)`` like the watch timeouts (300-600 s: 5,000 nodes make 11 GETs a second,
-  spread): its ``status.capacity`` says which device plugins run here. A GET, not a watch: the
-  driver's RBAC has ``get`` on nodes only, and device plugins register rarely, so a plugin that
-  appears after numadra is heeded within 10 minutes (a DRA driver's slice at once).
+  2 * node_interval)`` like the watch timeouts, so a fleet's reads are a flat rate (docs/scale.md):
+  its ``status.capacity`` says which device plugins run here. A GET, not a watch: the driver's
+  RBAC has ``get`` on nodes only, and device plugins register rarely, so a plugin that appears
+  after numadra is heeded within ``2 * node_interval`` (a DRA driver's slice at once).
 
 Every change recomputes the ownership and, when the withheld devices changed, tells each listener
 (the publisher rebuilds without them; the reporter says so; prepare reads :meth:`withheld`). A
@@ -23,7 +23,7 @@ publisher waits for it before its first write, so numadra never publishes a devi
 already holds, even when both start together. A LIST that is forbidden (RBAC without list on
 resourceslices) or not served counts as "no other driver", said once in the log: waiting for ever
 would leave the node without any slice. The LIST is then tried again every ``refused_interval``
-(600 s, stretched by up to half of it), not at the retry policy's pace.
+(stretched by up to half of it), not at the retry policy's pace.
 
 Bounded work: at most ``limit`` (:data:`~driver.slices.ownership.MAX_FOREIGN_DEVICES`) slices of
 this node are kept, and each recompute examines at most that many foreign devices; past either
