@@ -29,10 +29,11 @@ opening its health stream right after registering gets a complete first message;
 calls let through to all of that (its stop stops the kubelet plugin server, so the sockets go
 before the claims logic behind them closes).
 :attr:`Background.steps`: the health monitor's thread (its taints reach the publisher before its
-first sync), the slice publisher, the housekeeping thread, the check of claims rebuilt from files
-against the apiserver, the udev watcher, the NRI plugin (with the reads of a shared claim's
-consumers and the reports of containers it refuses), the metrics server. They stop the other way
-round: the kubelet's sockets go first.
+first sync), the watch of other drivers' slices of this node and the Node (the devices they own:
+the publisher waits for its first answer before its first write), the slice publisher, the
+housekeeping thread, the check of claims rebuilt from files against the apiserver, the udev
+watcher, the NRI plugin (with the reads of a shared claim's consumers and the reports of containers
+it refuses), the metrics server. They stop the other way round: the kubelet's sockets go first.
 """
 
 from __future__ import annotations
@@ -71,7 +72,9 @@ if TYPE_CHECKING:
     from driver.observability import Metrics, MetricsUpdater
     from driver.observability.metered import MeteredPlugin
     from driver.pinning.planner import CpuPlanner
+    from driver.slices.foreign import ForeignOwners
     from driver.slices.publisher import SlicePublisher
+    from driver.slices.withheld import WithheldReport
     from driver.state.index import PreparedIndex
 
 __all__ = ["Background", "Core", "Front", "build", "build_background", "build_front"]
@@ -97,6 +100,7 @@ class Core:
     inventory: InventoryHolder
     kube: KubeClient
     events: EventPoster
+    owners: ForeignOwners
     planner: CpuPlanner
     status: AsyncStatusWriter | NoClaimStatus
     claims: ClaimsDriver
@@ -115,6 +119,7 @@ class Background:
 
     metrics: Metrics
     publisher: SlicePublisher
+    withheld: WithheldReport
     taints: HealthTaints
     adopted: AdoptedClaims
     updater: MetricsUpdater
@@ -143,6 +148,7 @@ def build_front(config: RunConfig) -> Front:
 def build(front: Front, *, on_fatal: Callable[[str], None]) -> Core:
     """The core of ``numadra run`` behind ``front`` (module docstring); ``on_fatal(reason)`` is
     called when a background error leaves the driver unable to go on (the process then exits 1)."""
+    from driver.backoff import RetryPolicy
     from driver.claims import ClaimsDriver, NoClaimStatus, claims_journal
     from driver.claims.events import ClaimEvents
     from driver.claims.housekeeping import Housekeeping
@@ -154,6 +160,7 @@ def build(front: Front, *, on_fatal: Callable[[str], None]) -> Core:
     from driver.kube.events import EventPoster
     from driver.observability.metered import MeteredPlugin
     from driver.pinning.planner import CpuPlanner
+    from driver.slices.foreign import ForeignOwners
     from driver.state.index import PreparedIndex
 
     cfg, kubelet, lock = front.config, front.kubelet, front.lock
@@ -174,6 +181,17 @@ def build(front: Front, *, on_fatal: Callable[[str], None]) -> Core:
     # worker, off the caller's path; a claim's NVIDIA user-space warnings are the core's
     events = EventPoster(kube.create_event)
     claim_events = ClaimEvents(events, component=cfg.driver_name, node=cfg.node_name)
+    # other drivers' slices of this node and its device plugins: what our slices leave out and
+    # no new claim gets (started in the background, once the client is configured)
+    owners = ForeignOwners(
+        kube,
+        inventory=inventory.current,
+        node_name=cfg.node_name,
+        driver_name=cfg.driver_name,
+        retry=RetryPolicy(cap=cfg.publish_backoff_cap),
+        start_jitter=2.0,  # as the publisher's: a restarted fleet spreads its first LISTs
+    )
+    inventory.subscribe("foreign owners", owners.refresh)
     claims = ClaimsDriver(
         driver_name=cfg.driver_name,
         node_name=cfg.node_name,
@@ -190,6 +208,7 @@ def build(front: Front, *, on_fatal: Callable[[str], None]) -> Core:
         numa_node_list=cfg.numa_node_list,
         host_edits=_host_edits(cfg),
         warnings=claim_events,
+        withheld=owners.withheld,
     )
     index = PreparedIndex(claims.prepared_claims)
     housekeeping = Housekeeping(index=index, rescan=inventory.rescan, rescan_interval=cfg.rescan_interval)
@@ -216,6 +235,7 @@ def build(front: Front, *, on_fatal: Callable[[str], None]) -> Core:
         inventory=inventory,
         kube=kube,
         events=events,
+        owners=owners,
         planner=planner,
         status=status,
         claims=claims,
@@ -240,6 +260,7 @@ def build_background(core: Core) -> Background:
     from driver.observability.updater import publish_error_handler
     from driver.slices.missingfeatures import MISSING_FEATURES_FILE, MissingFeatures
     from driver.slices.publisher import SlicePublisher
+    from driver.slices.withheld import WITHHELD_FILE, WithheldReport
 
     cfg = core.config
     core.kube.configure()  # the official client's import is slow: not before the registration
@@ -262,7 +283,18 @@ def build_background(core: Core) -> Background:
             events=core.events,
             record_path=cfg.effective_plugin_dir / MISSING_FEATURES_FILE,
         ),
+        await_owners=True,  # never publish a device another driver already holds
     )
+    # devices others own: left out of the slices, said once per owner (log, Node Event, metric,
+    # numadra state)
+    withheld = WithheldReport(
+        node_name=cfg.node_name,
+        component=cfg.driver_name,
+        events=core.events,
+        record_path=cfg.effective_plugin_dir / WITHHELD_FILE,
+    )
+    core.owners.add_listener(lambda found: publisher.set_withheld(found.withheld.keys()))
+    core.owners.add_listener(withheld.update)
     taints = HealthTaints(publisher, cfg.taint_unhealthy)
     core.monitor.add_listener(taints)  # the current taints now, before the first sync
     core.monitor.add_listener(core.status.set_health)  # status.devices follow the same model
@@ -290,11 +322,13 @@ def build_background(core: Core) -> Background:
         userspace_warnings=lambda: core.claims.userspace_warnings,
         events=lambda: {"posted": core.events.posted, "dropped": core.events.dropped},
         loop_restarts=LOOPS.restarts,
+        withheld=withheld.metric_counts,
     )
     core.housekeeping.after_each_round(updater.update)
     updater.update()  # the first scrape sees every family
     steps = [
         Step.of("health monitor", core.monitor),
+        Step.of("foreign slices and node", core.owners),
         Step.of("slice publisher", publisher),
         Step.of("housekeeping", core.housekeeping),
         Step.of("adopted claims check", adopted),
@@ -317,6 +351,7 @@ def build_background(core: Core) -> Background:
     return Background(
         metrics=metrics,
         publisher=publisher,
+        withheld=withheld,
         taints=taints,
         adopted=adopted,
         updater=updater,
@@ -438,6 +473,7 @@ def _slices(
         taints=taints,
         node_allocatable=cfg.node_allocatable,
         numa_node_list=cfg.numa_node_list,
+        kinds=cfg.devices,
     )
 
 

@@ -26,7 +26,7 @@ from driver import defaults
 from driver.errors import ConfigError
 from driver.health.taints import TaintEffect
 from driver.inventory.cpulist import parse_cpulist
-from driver.inventory.model import IsolatedCpus
+from driver.inventory.model import DeviceKind, IsolatedCpus
 from driver.log import LogFormat
 from driver.names import is_dns_subdomain
 from driver.observability.address import parse_address
@@ -45,6 +45,7 @@ __all__ = [
     "check_driver_name",
     "check_node_name",
     "default_node_name",
+    "device_kinds",
     "directory",
     "flag",
     "seconds",
@@ -123,6 +124,19 @@ def _cpus(text: str, where: str) -> frozenset[int]:
         return parse_cpulist(text)
     except ValueError as exc:
         raise ConfigError(f"{where} {text!r}: {exc}") from exc
+
+
+def device_kinds(text: str, where: str) -> frozenset[DeviceKind]:
+    """The kinds of ``--devices``: a comma list of gpu, nic, cpu, memory (or ``all``), at least one."""
+    names = [n.strip().lower() for n in text.split(",") if n.strip()]
+    if names == ["all"]:
+        return frozenset(DeviceKind)
+    known = {k.value: k for k in DeviceKind}
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        choices = ",".join(k.value for k in DeviceKind)
+        raise ConfigError(f"{where} must be a comma list of {choices} (or all), got {text!r}")
+    return frozenset(known[n] for n in names)
 
 
 def _address(text: str, where: str) -> str:
@@ -213,6 +227,15 @@ class RunConfig:
         "whether the kernel's isolcpus= CPUs count in the cpus capacity and are handed out",
         defaults.ISOLATED_CPUS,
         shared=True,
+    )
+    #: the kinds published; discovery still sees every device (docs/deploy.md, beside other drivers)
+    devices: frozenset[DeviceKind] = flag(
+        "device kinds this driver publishes, a comma list of gpu,nic,cpu,memory (default all): "
+        "leave the others to their own drivers",
+        frozenset(DeviceKind),
+        parse=device_kinds,
+        shared=True,
+        metavar="KINDS",
     )
     node_allocatable: bool = flag(
         "publish nodeAllocatableResources on cpu devices (KEP-5517, alpha)",

@@ -8,6 +8,7 @@ Variants compared (kustomize target  <->  helm values):
   no-extended-resources deploy/kustomize/overlays/no-extended-resources
             <-> --set deviceClasses.<vendor>.extendedResourceName= for every GPU vendor class
   monitoring deploy/kustomize/overlays/monitoring <-> --set monitoring.enabled=true
+  no-gpus   deploy/kustomize/overlays/no-gpus  <-> --set devices={nic,cpu,memory}
 
 Helm renders with release "numadra" in namespace "numadra-system", the names the kustomize base
 hard-codes. Before comparing, objects are sorted by (apiVersion, kind, namespace, name) and the
@@ -55,6 +56,7 @@ VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
         ),
     ),
     "monitoring": ("deploy/kustomize/overlays/monitoring", ("--set", "monitoring.enabled=true")),
+    "no-gpus": ("deploy/kustomize/overlays/no-gpus", ("--set", "devices={nic,cpu,memory}")),
 }
 
 

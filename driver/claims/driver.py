@@ -63,6 +63,7 @@ from driver.log import get_logger
 from driver.names import check_claim_uid
 from driver.pinning.types import ClaimPinning
 from driver.plugin import Claim, ClaimRef, PreparedDevice, PrepareResult, describe_claim
+from driver.slices.ownership import Owner
 from driver.state.entry import JournalEntry, StoredFile
 from driver.state.journal import Journal
 from driver.untrusted.files import read_file
@@ -147,10 +148,13 @@ class ClaimsDriver:
         numa_node_list: bool = False,
         host_edits: DeviceHostEdits = NO_HOST_EDITS,
         warnings: UserspaceWarner = NO_WARNINGS,
+        withheld: Callable[[], Mapping[str, Owner]] = dict,
     ) -> None:
         """Every part is made by the caller (the builder); the optional ones default to the null
         objects of :mod:`driver.claims.parts`. ``journal``: :func:`~driver.claims.parts.claims_journal`
-        of the same dirs; ``cpu_hook``: the CDI hook that applies pinning (``--pinning hook``)."""
+        of the same dirs; ``cpu_hook``: the CDI hook that applies pinning (``--pinning hook``);
+        ``withheld``: the devices another driver or a device plugin owns now
+        (:mod:`driver.slices.foreign`), which no new claim gets."""
         self.driver_name = driver_name
         self.node_name = node_name
         self.cdi_dir = cdi_dir
@@ -164,6 +168,7 @@ class ClaimsDriver:
         self._warnings = warnings
         #: the metadata dir, checked as a host path for containers at its first use
         self._metadata_dir: CheckedHostPath | None = None
+        self._withheld = withheld
         #: files and directories are written below these without following symbolic links
         self._dirs = DirsUnder((str(cdi_dir), str(plugin_dir)))
         self._journal = journal
@@ -392,6 +397,20 @@ class ClaimsDriver:
                     f"for claim {other.namespace}/{other.name} (uid {other.uid})",
                 )
 
+    def _check_not_withheld(self, view: ClaimView) -> None:
+        """A new claim never gets a device another party owns now, even one the scheduler
+        allocated from our slice before we withdrew it (both drivers starting at once). A claim
+        prepared before keeps it: a repeated prepare answers from the journal and is not checked."""
+        withheld = self._withheld()
+        for dev in view.devices:
+            owner = withheld.get(dev.device_name)
+            if owner is not None:
+                raise ClaimError(
+                    view.uid,
+                    f"request {dev.request!r}: device {dev.device_name!r} is withheld: {owner.describe()} "
+                    "owns it on this node, so numadra no longer hands it out",
+                )
+
     def _render(
         self,
         view: ClaimView,
@@ -472,6 +491,7 @@ class ClaimsDriver:
         view = select_devices(
             claim, ref, driver_name=self.driver_name, node_name=self.node_name, inventory=inventory
         )
+        self._check_not_withheld(view)
         self._check_not_in_use(view)
         requests = cpu_requests(view)
         pinning = None

@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from driver.cli.options import parent
-from driver.config import check_driver_name, check_node_name, default_node_name
+from driver.config import check_driver_name, check_node_name, default_node_name, device_kinds
 from driver.errors import ConfigError
 from driver.inventory.cpulist import parse_cpulist
 
@@ -23,6 +23,7 @@ def register(sub: Any) -> None:
         "--driver-name",
         "--reserved-cpus",
         "--isolated-cpus",
+        "--devices",
         "--node-allocatable",
         "--numa-node-list",
         "--cdi-dir",
@@ -52,6 +53,7 @@ def _run(args: argparse.Namespace) -> int:
 
     node_name = check_node_name(args.node_name or default_node_name())
     check_driver_name(args.driver_name)
+    kinds = device_kinds(args.devices, "--devices")
     try:
         reserved = parse_cpulist(args.reserved_cpus or "")
     except ValueError as exc:
@@ -86,6 +88,7 @@ def _run(args: argparse.Namespace) -> int:
         reserved_cpus=reserved,
         node_allocatable=args.node_allocatable,
         numa_node_list=args.numa_node_list,
+        kinds=kinds,
     )
     doc = {"apiVersion": "v1", "kind": "List", "items": slices}
     if args.output == "json":

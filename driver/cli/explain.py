@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -147,6 +148,8 @@ def _run(args: argparse.Namespace) -> int:
     uid = str((claim.get("metadata") or {}).get("uid", ""))
     entries = [] if args.no_journal else _journal_entries(args.plugin_dir, args.driver_name)
     usage = usage_from_journal(entries, devices, exclude_uid=uid, cpu_numa=cpu_numa)
+    if args.slices is None:  # this host's devices: name those the driver withholds, and their owner
+        usage = replace(usage, withheld=_withheld_owners(args.plugin_dir, args.driver_name))
     own = next((e for e in entries if uid and e.uid == uid), None)
     explanation = explain_claim(
         claim, devices, driver_name=args.driver_name, classes=classes, usage=usage, journal_entry=own
@@ -156,6 +159,18 @@ def _run(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(to_text(explanation, verbose=args.verbose))
     return 0
+
+
+def _withheld_owners(plugin_dir: Path | None, driver_name: str) -> dict[str, str]:
+    """Device -> its owner, from the running driver's record; an unreadable one is a warning."""
+    from driver.cli.state import withheld_record
+    from driver.kubelet.paths import default_plugin_dir
+    from driver.slices.ownership import Owner
+
+    devices, error = withheld_record(plugin_dir or default_plugin_dir(driver_name))
+    if error:
+        sys.stderr.write(f"numadra: warning: withheld devices not taken into account: {error}\n")
+    return {d.device: Owner(d.reason, d.owner).describe() for d in devices}
 
 
 def _journal_entries(plugin_dir: Path | None, driver_name: str) -> list[Any]:

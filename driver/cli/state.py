@@ -11,7 +11,10 @@ its next call). Either means the journal was damaged: see docs/troubleshooting.m
 
 And it names the feature gates the running driver found off on the apiserver (the fields of its
 slices the apiserver dropped or refused, and what that changes), from the record the driver keeps
-in ``<plugin-dir>/api-features.json`` (:mod:`driver.slices.missingfeatures`).
+in ``<plugin-dir>/api-features.json`` (:mod:`driver.slices.missingfeatures`), and the devices it
+left out of its slices because another DRA driver or a device plugin owns them, with the owner
+(``<plugin-dir>/withheld.json``, :mod:`driver.slices.withheld`); a prepared device among them is
+marked: it stays prepared, but no new claim gets it.
 """
 
 from __future__ import annotations
@@ -26,10 +29,11 @@ from driver.cli.options import parent
 
 if TYPE_CHECKING:
     from driver.slices.missingfeatures import FeatureRecord
+    from driver.slices.withheld import WithheldDevice
     from driver.state.evidence import Found
     from driver.state.journal import Journal
 
-__all__ = ["load_journal", "register"]
+__all__ = ["load_journal", "register", "withheld_record"]
 
 
 def register(sub: Any) -> None:
@@ -142,6 +146,32 @@ def _api_features_json(record: FeatureRecord | None, error: str) -> dict[str, An
     return {"checkedAt": record.checked_at, "pid": record.pid, "missing": missing}
 
 
+def withheld_record(plugin_dir: Path) -> tuple[list[WithheldDevice], str]:
+    """The driver's record of devices withheld from its slices (another party owns them), or why
+    it cannot be read; none when the driver never wrote one."""
+    from driver.errors import UntrustedFileError, UntrustedValueError
+    from driver.slices.withheld import load_withheld
+
+    try:
+        return load_withheld(plugin_dir), ""
+    except FileNotFoundError:
+        return [], ""
+    except (UntrustedFileError, UntrustedValueError, OSError) as exc:
+        return [], str(exc)
+
+
+def _withheld_lines(devices: list[WithheldDevice], error: str) -> list[str]:
+    if error:
+        return [f"cannot read the driver's record of withheld devices: {error}"]
+    if not devices:
+        return []
+    lines = [f"WITHHELD: {len(devices)} device(s) not published, another party owns them (docs/deploy.md)"]
+    for d in devices:
+        what = "DRA driver" if d.reason.value == "dra-driver" else "device plugin"
+        lines.append(f"  {d.device}  owned by {what} {d.owner}")
+    return lines
+
+
 def _run(args: argparse.Namespace) -> int:
     from driver.cli.discover import default_node_name
     from driver.kubelet.paths import default_plugin_dir
@@ -165,7 +195,10 @@ def _run(args: argparse.Namespace) -> int:
         sys.stdout.write(picture(inventory, overlay, args.output, title=f"numadra state: {path}"))
         return 0
     recoveries = read_recoveries(path.parent)
-    features = _api_features(args.plugin_dir or default_plugin_dir(args.driver_name))
+    plugin_dir = args.plugin_dir or default_plugin_dir(args.driver_name)
+    features = _api_features(plugin_dir)
+    withheld, withheld_error = withheld_record(plugin_dir)
+    owner_of = {d.device: d for d in withheld}
     rebuilt = {str(r.get("uid")): str(r.get("reason")) for r in recoveries}
     if args.output == "json":
         claims = [e.to_json() for e in entries]
@@ -181,6 +214,9 @@ def _run(args: argparse.Namespace) -> int:
                 for f in journal.unjournaled
             ],
             "apiFeatures": _api_features_json(*features),
+            "withheld": {"error": withheld_error}
+            if withheld_error
+            else [{"device": d.device, "reason": d.reason.value, "owner": d.owner} for d in withheld],
         }
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return 0
@@ -191,9 +227,12 @@ def _run(args: argparse.Namespace) -> int:
         for d in e.devices:
             requests = ",".join(d.request_names) or "*"
             admin = "  (admin access)" if d.device_name in e.admin_devices else ""
+            owned = owner_of.get(d.device_name)
+            # prepared before another party took it: kept, but no new claim gets it
+            held = f"  (withheld now: {owned.owner} owns it)" if owned else ""
             lines.append(
                 f"  {d.pool_name}/{d.device_name}  requests {requests}  "
-                f"cdi {' '.join(d.cdi_device_ids) or '-'}{admin}"
+                f"cdi {' '.join(d.cdi_device_ids) or '-'}{admin}{held}"
             )
         for a in e.pinning.assignments if e.pinning else ():
             lines.append(
@@ -202,5 +241,6 @@ def _run(args: argparse.Namespace) -> int:
             )
     lines += _recovery_lines(recoveries, journal.unjournaled)
     lines += _api_feature_lines(*features)
+    lines += _withheld_lines(withheld, withheld_error)
     sys.stdout.write("\n".join(lines) + "\n")
     return 0

@@ -18,7 +18,7 @@ selectors it cannot evaluate as "unknown" instead of guessing, and does not sear
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
@@ -99,6 +99,9 @@ class Usage:
     held_devices: Mapping[str, str]
     #: NUMA node -> CPUs pinned by prepared claims on it
     taken_cpus: Mapping[int, int]
+    #: device name -> who owns it instead ("DRA driver gpu.nvidia.com"): the driver withholds it
+    #: from its slices and refuses it to new claims (driver.slices.ownership)
+    withheld: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def empty(cls) -> Usage:
@@ -228,6 +231,7 @@ class _Checker:
             reasons += self.selectors(device, request.selectors, "request selector")
         if not any(r.kind in (ReasonKind.WRONG_TYPE, ReasonKind.CLASS_SELECTOR) for r in reasons):
             reasons += self._taints(request, device)
+            reasons += self._withheld(device)
             reasons += self._usage(request, device)
             reasons += self._capacity(request, device)
         blocking = [r for r in reasons if r.kind is not ReasonKind.CANNOT_EVALUATE]
@@ -244,6 +248,16 @@ class _Checker:
             else:
                 out.append(Reason(ReasonKind.TAINTED, f"taint {taint} is not tolerated by the request"))
         return out
+
+    def _withheld(self, device: DeviceView) -> list[Reason]:
+        owner = self.usage.withheld.get(device.name)
+        if owner is None:
+            return []
+        return [
+            Reason(
+                ReasonKind.WITHHELD, f"withheld: {owner} owns it on this node, numadra does not publish it"
+            )
+        ]
 
     def _usage(self, request: _Request, device: DeviceView) -> list[Reason]:
         holder = self.usage.held_devices.get(device.name)

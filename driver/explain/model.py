@@ -39,6 +39,7 @@ class ReasonKind(StrEnum):
     UNHEALTHY = "unhealthy"
     TAINTED = "tainted"
     IN_USE = "in-use"
+    WITHHELD = "withheld"  # another DRA driver or a device plugin owns it on this node
     CAPACITY = "capacity"
     NUMA_MISMATCH = "numa-mismatch"
     CONSTRAINT = "constraint"

@@ -36,6 +36,10 @@ Series (all prefixed ``numadra_``):
   the feature gate that guards them (``driver.slices.features``: every gate of its table, and
   ``unknown``); anything but 0 means a gate is off on the apiserver and some devices mean less
   than published (docs/troubleshooting.md). A gate once seen missing stays so until a restart;
+* ``devices_withheld`` {reason, owner}: our devices left out of the slices because another party
+  owns them (``driver.slices.ownership``): reason ``dra-driver`` (owner: its driver name) or
+  ``device-plugin`` (owner: the resource name in the Node's capacity); at most
+  :data:`MAX_WITHHELD_OWNERS` owners get a series, the rest count under owner ``other``;
 * ``cpus_free`` {numa_node}: online CPUs of each NUMA node neither reserved nor pinned to a claim;
 * ``loop_restarts_total`` {loop}: exceptions that escaped a background loop (``driver.supervise``),
   each logged with its traceback; the loop ran again after a backoff step. Anything but 0 is a
@@ -65,6 +69,7 @@ __all__ = [
     "EVENT_RESULTS",
     "FEATURE_NAMES",
     "JOURNAL_ACTIONS",
+    "MAX_WITHHELD_OWNERS",
     "PIN_FAILURE_ACTIONS",
     "PIN_FAILURE_REASONS",
     "PUBLISH_OPERATIONS",
@@ -78,6 +83,8 @@ __all__ = [
 Result = Literal["success", "error"]
 
 DEVICE_TYPES = ("gpu", "nic", "cpu", "memory")
+#: owners of withheld devices with a series of their own (names other parties chose)
+MAX_WITHHELD_OWNERS = 16
 DEVICE_HEALTH_STATES = ("Healthy", "Unhealthy", "Unknown")
 PUBLISH_OPERATIONS = ("create", "update", "delete")
 #: ok: entry matched the disk; recreated: CDI/metadata rewritten; dropped: stale entry removed;
@@ -200,6 +207,13 @@ class Metrics:
             ["feature"],
             registry=r,
         )
+        self._withheld = Gauge(
+            "numadra_devices_withheld",
+            "Devices left out of the slices because another DRA driver or a device plugin owns them",
+            ["reason", "owner"],
+            registry=r,
+        )
+        self._withheld_seen: set[tuple[str, str]] = set()
         self._cpus_free = Gauge(
             "numadra_cpus_free",
             "Online CPUs of a NUMA node neither reserved nor pinned to a prepared claim",
@@ -309,6 +323,23 @@ class Metrics:
             _check(feature, FEATURE_NAMES, "feature")
         for feature in FEATURE_NAMES:
             self._fields_dropped.labels(feature=feature).set(counts.get(feature, 0))
+
+    def set_withheld(self, counts: Mapping[tuple[str, str], int]) -> None:
+        """Replace the withheld gauge: ``{(reason, owner): devices}``; owners gone read as 0.
+
+        Owner names come from other parties' objects: past :data:`MAX_WITHHELD_OWNERS` series,
+        further owners are summed under ``other``, so the series stay bounded.
+        """
+        merged: dict[tuple[str, str], int] = {}
+        for (reason, owner), count in sorted(counts.items()):
+            key = (reason, owner)
+            if key not in self._withheld_seen:
+                if len(self._withheld_seen) >= MAX_WITHHELD_OWNERS:
+                    key = (reason, "other")
+                self._withheld_seen.add(key)
+            merged[key] = merged.get(key, 0) + count
+        for reason, owner in self._withheld_seen:
+            self._withheld.labels(reason=reason, owner=owner).set(merged.get((reason, owner), 0))
 
     def set_registered(self, registered: bool) -> None:
         """Whether the kubelet's registration of the plugin succeeded (the alert's signal)."""

@@ -56,6 +56,7 @@ class MetricsUpdater:
         userspace_warnings: Callable[[], Mapping[str, int]] | None = None,
         events: Callable[[], Mapping[str, int]] = dict,
         loop_restarts: Callable[[], Mapping[str, int]] = dict,
+        withheld: Callable[[], Mapping[tuple[str, str], int]] = dict,
     ) -> None:
         self.metrics = metrics
         self._inventory = inventory
@@ -70,6 +71,7 @@ class MetricsUpdater:
         self._userspace_warnings = userspace_warnings
         self._events = events
         self._loop_restarts = loop_restarts
+        self._withheld = withheld
 
     def update(self) -> None:
         """Set every metric that mirrors a component's state (cheap: no I/O, no apiserver)."""
@@ -96,6 +98,7 @@ class MetricsUpdater:
         metrics.set_taint_transitions(self._taints.transitions)
         metrics.set_publish_writes(self._publisher.stats.writes)
         metrics.set_fields_dropped(self._publisher.features.dropped_counts())
+        metrics.set_withheld(self._withheld())
 
 
 def publish_error_handler(

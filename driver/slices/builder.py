@@ -30,7 +30,7 @@ for that device.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from driver import DEFAULT_DRIVER_NAME
@@ -77,6 +77,7 @@ def build_slices(
     taints: Mapping[str, Sequence[Taint]] | None = None,
     node_allocatable: bool = False,
     numa_node_list: bool = False,
+    kinds: Collection[DeviceKind] = frozenset(DeviceKind),
 ) -> list[dict[str, Any]]:
     """All ResourceSlices of this node's pool, split to respect the per-slice device limit.
 
@@ -85,19 +86,24 @@ def build_slices(
     ignored, since the device may have just vanished. ``node_allocatable`` adds the 1.37 alpha
     ``nodeAllocatableResources`` mapping on cpu and memory devices (KEP-5517). ``numa_node_list``
     publishes ``resource.kubernetes.io/numaNode`` as the KEP-6072 list (alpha
-    ``DRAListTypeAttributes``); a slice with list attributes holds at most 64 devices.
+    ``DRAListTypeAttributes``); a slice with list attributes holds at most 64 devices. Only devices
+    of ``kinds`` (``--devices``) are published; the publisher leaves out the devices another driver
+    or a device plugin owns before it calls this (:func:`driver.slices.ownership.without`).
 
     Raises :class:`SliceError` for a node or driver name the API can never accept, a generation
     below 1 or more than 16 taints on one device: those come from configuration, not the host.
     """
     _check_arguments(node_name, driver_name, generation)
     devices: list[Device] = []
-    for gpu in inventory.gpus:
-        devices.append(_gpu_device(gpu, inventory, numa_node_list))
-    for nic in inventory.nics:
-        devices.append(_nic_device(nic, inventory, numa_node_list))
-    for node in inventory.numa_nodes:
-        devices.append(_numa_device(node, inventory, reserved_cpus, node_allocatable, numa_node_list))
+    for kind, dev in inventory.devices():
+        if kind not in kinds:
+            continue
+        if isinstance(dev, Gpu):
+            devices.append(_gpu_device(dev, inventory, numa_node_list))
+        elif isinstance(dev, Nic):
+            devices.append(_nic_device(dev, inventory, numa_node_list))
+        else:
+            devices.append(_numa_device(dev, inventory, reserved_cpus, node_allocatable, numa_node_list))
     advanced = _apply_taints(devices, taints or {}) or numa_node_list
     limit = MAX_DEVICES_PER_SLICE_ADVANCED if advanced else MAX_DEVICES_PER_SLICE
     chunks = [devices[i : i + limit] for i in range(0, len(devices), limit)] or [[]]

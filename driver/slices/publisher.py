@@ -37,7 +37,7 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -48,6 +48,7 @@ from driver.kube.client import SliceWatch, error_kind, slice_field_selector
 from driver.log import get_logger
 from driver.slices.features import UNKNOWN, DroppedField, adapt, dropped_fields, refused_fields
 from driver.slices.missingfeatures import MissingFeatures
+from driver.slices.ownership import without
 from driver.slices.plan import SlicePlan, plan_sync, slice_content
 from driver.supervise import supervised
 
@@ -124,6 +125,8 @@ class SlicePublisher:
     first successful sync (readiness). ``retry`` paces both loops (the sync and the watch, each
     with its own count of failures); ``rng`` draws every jitter (tests pass a seeded one).
     ``features`` hears of every field the apiserver did not keep (one that only logs by default).
+    ``await_owners``: publish nothing before the first :meth:`set_withheld` (the owners of this
+    node's devices are known), so a device another driver already publishes is never published.
     """
 
     def __init__(
@@ -140,6 +143,7 @@ class SlicePublisher:
         start_jitter: float = 0.0,
         rng: random.Random | None = None,
         features: MissingFeatures | None = None,
+        await_owners: bool = False,
     ) -> None:
         self._api = api
         self.node_name = node_name
@@ -164,6 +168,8 @@ class SlicePublisher:
         self._desired: list[Obj] | None = None
         self._inventory: Inventory | None = None
         self._taints: Taints = {}
+        #: devices others own (driver.slices.ownership); None: not known yet, nothing is published
+        self._withheld: frozenset[str] | None = None if await_owners else frozenset()
         self._version = 0  # bumps on every new desired state or foreign change
         self._synced_version = -1
         self._retry_at = 0.0
@@ -204,13 +210,25 @@ class SlicePublisher:
             self._taints = {k: [dict(t) for t in v] for k, v in taints.items()}
         self._rebuild()
 
+    def set_withheld(self, names: Collection[str]) -> None:
+        """The devices another party owns (:mod:`driver.slices.foreign`): rebuilt without them.
+
+        The first call also lets a publisher made with ``await_owners`` publish at all.
+        """
+        with self._cond:
+            if self._withheld == frozenset(names):
+                return
+            self._withheld = frozenset(names)
+        self._rebuild()
+
     def _rebuild(self) -> None:
-        """Build from the latest inventory and taints; serialized, so the last publish is the newest."""
+        """Build from the latest inventory, taints and withheld devices; serialized, so the last
+        publish is the newest."""
         with self._build_lock:
             with self._cond:
-                inventory, taints = self._inventory, self._taints
-            if inventory is not None:
-                self.publish(self._build(inventory, taints))
+                inventory, taints, withheld = self._inventory, self._taints, self._withheld
+            if inventory is not None and withheld is not None:
+                self.publish(self._build(without(inventory, withheld), taints))
 
     def start(self) -> None:
         """Start the sync loop and the watch; returns at once (the first sync after its jitter)."""

@@ -42,6 +42,7 @@ from driver.pinning.factory import NriService
 from driver.pinning.nri.plugin import NriPlugin
 from driver.pinning.nri.wire import Demuxer
 from driver.slices.builder import build_slices
+from driver.slices.foreign import ForeignOwners
 from driver.slices.publisher import SlicePublisher
 from driver.supervise import LOOPS
 from driver.worker import QueueWorker
@@ -148,6 +149,28 @@ def _publisher_case(method: str) -> Case:
         return (
             lambda: faulty.fault.raised and faulty.fault.calls >= 2 and pub.published.is_set()
         ), stack.close
+
+    return case
+
+
+def _foreign_case(method: str) -> Case:
+    """The owners watcher of other drivers' slices and the Node, one call of which fails once."""
+
+    def case(_mp: pytest.MonkeyPatch, _tmp: Path) -> tuple[Callable[[], bool], Callable[[], None]]:
+        stack = contextlib.ExitStack()
+        faulty = _FaultyApi(stack.enter_context(_apiserver()), method)
+        owners = ForeignOwners(
+            faulty,
+            inventory=lambda: gpu_inventory(1),
+            node_name=NODE,
+            driver_name=DRIVER,
+            retry=RetryPolicy(floor=0.05, cap=0.2),
+            node_interval=0.05,
+            watch_timeout=1,
+        )
+        owners.start()
+        stack.callback(owners.stop)
+        return (lambda: faulty.fault.raised and faulty.fault.calls >= 2), stack.close
 
     return case
 
@@ -271,6 +294,8 @@ def _metrics_http(mp: pytest.MonkeyPatch, _tmp: Path) -> tuple[Callable[[], bool
 CASES: dict[str, Case] = {
     "slice-publisher": _publisher_case("get_node"),
     "slice-watch": _publisher_case("watch_resource_slices"),
+    "foreign-slices": _foreign_case("list_resource_slices"),
+    "foreign-node": _foreign_case("get_node"),
     "driver/worker.py:self.name": _worker,
     "app-housekeeping": _housekeeping,
     "adopted-claims": _adopted,

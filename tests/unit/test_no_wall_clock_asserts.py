@@ -31,7 +31,13 @@ REPO = Path(__file__).resolve().parents[2]
 BOUND_S = 5.0
 
 #: "path::function" -> why its duration bound is the product's own rule, not a speed claim.
-ALLOWED: dict[str, str] = {}
+ALLOWED: dict[str, str] = {
+    "tests/integration/kube/test_hostile_proxy.py::"
+    "test_a_claim_read_through_a_hostile_proxy_ends_by_its_deadline": (
+        "the bounds are the rule under test: a read through a hostile proxy ends by its deadline "
+        "(1.5 s, bound 5 s) and an endless header stream costs bounded CPU (it once cost 43 s)"
+    ),
+}
 
 _CLOCKS = frozenset({"monotonic", "perf_counter", "time", "monotonic_ns", "perf_counter_ns"})
 

@@ -133,6 +133,47 @@ def test_old_generic_extended_resource_value_fails_the_render() -> None:
     assert "deviceClasses.nvidiaGpu" in exc.value.stderr
 
 
+@pytest.mark.parametrize(
+    ("devices", "classes"),
+    [
+        pytest.param("{cpu,memory}", {"cpu.numadra.dev", "memory.numadra.dev"}, id="cpu-memory"),
+        pytest.param(
+            "{gpu}",
+            {
+                "gpu.numadra.dev",
+                "nvidia-gpu.numadra.dev",
+                "amd-gpu.numadra.dev",
+                "intel-i915-gpu.numadra.dev",
+                "intel-xe-gpu.numadra.dev",
+            },
+            id="gpu",
+        ),
+    ],
+)
+def test_devices_value_installs_only_the_served_kinds_classes(devices: str, classes: set[str]) -> None:
+    """devices= passes --devices and renders the classes of the served kinds only: without gpu no
+    class maps nvidia.com/gpu (or any vendor's resource)."""
+    objects = _helm("--set", f"devices={devices}")
+    got = {o["metadata"]["name"]: o["spec"] for o in objects if o["kind"] == "DeviceClass"}
+    assert set(got) == classes
+    if "gpu.numadra.dev" not in classes:
+        assert not any("extendedResourceName" in spec for spec in got.values())
+    args = _daemonset(objects)["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert f"--devices={devices.strip('{}')}" in args
+    assert not any(
+        a.startswith("--devices")
+        for a in _daemonset(_helm())["spec"]["template"]["spec"]["containers"][0]["args"]
+    )
+
+
+@pytest.mark.parametrize("devices", ["{cpu,fpga}", "null"])
+def test_unknown_or_no_device_kind_fails_the_render(devices: str) -> None:
+    """A kind that is not gpu, nic, cpu or memory, or none at all, is a render error naming the kinds."""
+    with pytest.raises(subprocess.CalledProcessError) as exc:
+        _helm("--set", f"devices={devices}")
+    assert "gpu, nic, cpu, memory" in exc.value.stderr
+
+
 def test_unknown_pinning_backend_fails_the_render() -> None:
     """A typo in pinning.backend is a render error naming the allowed values."""
     with pytest.raises(subprocess.CalledProcessError) as exc:

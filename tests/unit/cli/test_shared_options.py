@@ -15,6 +15,7 @@ TAKES = {
         "--driver-name",
         "--reserved-cpus",
         "--isolated-cpus",
+        "--devices",
         "--node-allocatable",
         "--numa-node-list",
         "--cdi-dir",

@@ -375,3 +375,38 @@ def test_list_claims_component_adds_only_list_to_the_claims_rule() -> None:
     assert (rule["resources"], rule["verbs"]) == (["resourceclaims"], ["get"])
     overlay = ROOT / "deploy" / "kustomize" / "overlays" / "list-claims" / "kustomization.yaml"
     assert yaml.safe_load(overlay.read_text())["components"] == ["../../components/list-claims"]
+
+
+def test_no_gpus_component_serves_no_gpu_and_installs_no_gpu_class() -> None:
+    """The no-gpus component passes a --devices that the driver accepts and that leaves GPUs out,
+    and deletes exactly the base's classes that select GPUs (every extended-resource mapping)."""
+    from driver.config import device_kinds
+    from driver.inventory.model import DeviceKind
+
+    component = ROOT / "deploy" / "kustomize" / "components" / "no-gpus" / "kustomization.yaml"
+    patches = yaml.safe_load(component.read_text())["patches"]
+    (args_patch,) = [p for p in patches if "target" in p]
+    (op,) = yaml.safe_load(args_patch["patch"])
+    assert op["path"] == "/spec/template/spec/containers/0/args/-"
+    flag, _, value = op["value"].partition("=")
+    assert flag == "--devices"
+    assert device_kinds(value, flag) == frozenset(DeviceKind) - {DeviceKind.GPU}
+    deleted = set()
+    for p in patches:
+        if "target" in p:
+            continue
+        doc = yaml.safe_load(p["patch"])
+        assert (doc["$patch"], doc["kind"]) == ("delete", "DeviceClass")
+        deleted.add(doc["metadata"]["name"])
+    gpu_classes = {
+        o["metadata"]["name"]
+        for o in _objects()
+        if o["kind"] == "DeviceClass" and '.type == "gpu"' in o["spec"]["selectors"][0]["cel"]["expression"]
+    }
+    mapped = {
+        o["metadata"]["name"]
+        for o in _objects()
+        if o["kind"] == "DeviceClass" and o["spec"].get("extendedResourceName")
+    }
+    assert deleted == gpu_classes
+    assert mapped <= deleted

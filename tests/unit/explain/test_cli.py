@@ -241,3 +241,28 @@ def test_slices_of_a_cluster_need_a_node_name(
     assert main(args) == 0
     gpu = json.loads(capsys.readouterr().out)["requests"][0]
     assert gpu["eligible"] == ["gpu-0000-00-02-0", "gpu-0000-03-00-0"]
+
+
+def test_explain_names_the_owner_of_a_withheld_device(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A GPU the running driver withholds (its record in the plugin dir) is excluded, with the owner
+    named; the other GPU stays eligible."""
+    from driver.slices.ownership import Owner, Ownership, Reason
+    from driver.slices.withheld import WITHHELD_FILE, WithheldReport
+
+    root = write_host_tree(tmp_path / "root", TOPOLOGIES["workstation"])
+    plugin = tmp_path / "plugin"
+    plugin.mkdir()
+    report = WithheldReport(node_name="ws-1", component="numadra.dev", record_path=plugin / WITHHELD_FILE)
+    report.update(Ownership({"gpu-0000-03-00-0": Owner(Reason.DRA_DRIVER, "gpu.nvidia.com")}))
+    claim = _claim_file(tmp_path)
+    args = ["explain", "-f", str(claim), "--host-root", str(root), "--node-name", "ws-1"]
+    capsys.readouterr()  # the report's log line
+    assert main([*args, "--plugin-dir", str(plugin), "-v"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "- gpu-0000-03-00-0: withheld: DRA driver gpu.nvidia.com owns it on this node, "
+        "numadra does not publish it"
+    ) in out
+    assert "+ gpu-0000-00-02-0" in out  # the other GPU stays eligible

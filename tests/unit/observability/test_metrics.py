@@ -174,3 +174,26 @@ def test_fields_dropped_by_feature_gate_start_at_zero_and_are_replaced() -> None
     assert m.sample(name, {"feature": "DRADeviceTaints"}) == 1
     with pytest.raises(ValueError, match="unknown feature label 'MadeUpGate'"):
         m.set_fields_dropped({"MadeUpGate": 1})
+
+
+def test_devices_withheld_series_are_bounded_and_gone_owners_read_zero() -> None:
+    """Owner names come from other parties: past MAX_WITHHELD_OWNERS they sum under "other"; an
+    owner that let go reads 0 instead of keeping its last value."""
+    from driver.observability.metrics import MAX_WITHHELD_OWNERS
+
+    m = Metrics("numadra.dev", "node-a")
+    owners = {("dra-driver", f"d{i:02d}.example.com"): 1 for i in range(MAX_WITHHELD_OWNERS + 5)}
+    m.set_withheld(owners)
+    series = [s for f in m.registry.collect() if f.name == "numadra_devices_withheld" for s in f.samples]
+    assert len(series) == MAX_WITHHELD_OWNERS + 1
+    assert (
+        m.registry.get_sample_value("numadra_devices_withheld", {"reason": "dra-driver", "owner": "other"})
+        == 5
+    )
+    m.set_withheld({})
+    assert (
+        m.registry.get_sample_value(
+            "numadra_devices_withheld", {"reason": "dra-driver", "owner": "d00.example.com"}
+        )
+        == 0
+    )

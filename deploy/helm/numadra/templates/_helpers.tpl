@@ -20,4 +20,12 @@ app.kubernetes.io/component: kubeletplugin
 {{- if not (has .Values.pinning.backend (list "nri" "hook" "cgroupfs" "off")) }}
 {{- fail (printf "pinning.backend must be one of nri, hook, cgroupfs, off (got %q)" .Values.pinning.backend) }}
 {{- end }}
+{{- if not .Values.devices }}
+{{- fail "devices must name at least one of gpu, nic, cpu, memory" }}
+{{- end }}
+{{- range .Values.devices }}
+{{- if not (has . (list "gpu" "nic" "cpu" "memory")) }}
+{{- fail (printf "devices: %q is not one of gpu, nic, cpu, memory" .) }}
+{{- end }}
+{{- end }}
 {{- end }}
