@@ -61,13 +61,23 @@ done
 t0=$SECONDS
 mkdir -p "$cache"
 work="$(mktemp -d "$cache/build.XXXXXX")"
-trap 'rm -rf "$work"' EXIT
+# the chroot's /proc is mounted while its initramfs is rebuilt: unmount before removing anything
+trap 'umount "$work/rootfs/proc" 2>/dev/null; rm -rf --one-file-system "$work"' EXIT
 rootfs="$work/rootfs"
 
 log "debootstrap bookworm ($packages) into $rootfs"
 debootstrap --variant=minbase --include="$packages" bookworm "$rootfs" "$mirror" \
 	>"$work/debootstrap.log" 2>&1 || { tail -n 20 "$work/debootstrap.log" >&2; exit 4; }
 log "debootstrap done in $((SECONDS - t0)) s"
+
+# The package built an initramfs with MODULES=most (29 MiB): under TCG unpacking it alone takes
+# 12 s. The guest needs four modules to mount its root; the rest come from the root filesystem.
+printf 'MODULES=list\n' >"$rootfs/etc/initramfs-tools/conf.d/numadra-vm"
+printf '%s\n' virtio_pci virtio_blk ext4 crc32c_generic >>"$rootfs/etc/initramfs-tools/modules"
+mount -t proc proc "$rootfs/proc"
+chroot "$rootfs" update-initramfs -u -k all >"$work/initramfs.log" 2>&1 \
+	|| { tail -n 20 "$work/initramfs.log" >&2; exit 1; }
+umount "$rootfs/proc"
 
 kernel="$(find "$rootfs/boot" -maxdepth 1 -name 'vmlinuz-*' | sort | tail -n1)"
 initrd="$(find "$rootfs/boot" -maxdepth 1 -name 'initrd.img-*' | sort | tail -n1)"

@@ -4,6 +4,10 @@
 # checks need, run tests/vm/guest.py, power off. No systemd: the guest's cgroup v2 is mounted here.
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin
 echo "numadra-vm: guest-init at $(cut -d' ' -f1 /proc/uptime) s uptime" >/dev/console
+# no udev: load the drivers of the PCI devices as its coldplug would (the NIC's e1000e; the
+# initramfs loaded only what the root needs)
+cat /sys/bus/pci/devices/*/modalias | sort -u | xargs modprobe -a -q -b 2>/dev/null
+echo "numadra-vm: PCI drivers loaded at $(cut -d' ' -f1 /proc/uptime) s uptime" >/dev/console
 mount -t tmpfs tmpfs /tmp
 mount -t cgroup2 cgroup2 /sys/fs/cgroup
 base=/run/numadra-vm

@@ -216,6 +216,7 @@ def pin_facts(work: Path, node: int) -> dict[str, Any]:
     assert child.stdin is not None and child.stdout is not None
     try:
         (cgroup / "cgroup.procs").write_text(str(child.pid))
+        unpinned = {f: _status(child.pid, f) for f in ("Cpus_allowed_list", "Mems_allowed_list")}
         state = {"ociVersion": "1.2.0", "id": f"vm-ctr-{node}", "status": "creating", "pid": child.pid}
         state["bundle"] = str(bundle)
         hook = _run(
@@ -242,6 +243,7 @@ def pin_facts(work: Path, node: int) -> dict[str, Any]:
             "env": env,
             "hook": hook,
             "cgroup": {f: (cgroup / f).read_text().strip() for f in ("cpuset.cpus", "cpuset.mems")},
+            "before_hook": unpinned,
             "cpus_allowed_list": _status(child.pid, "Cpus_allowed_list"),
             "mems_allowed_list": _status(child.pid, "Mems_allowed_list"),
             "probe_address": hex(address),
