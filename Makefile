@@ -96,7 +96,7 @@ node-bins:
 	  echo "::: WARNING: containerd/crictl not built (Go module proxy unreachable?); the node tests skip"; \
 	fi
 
-# The VM tier's guest (tests/vm/build-image.sh, cached outside the repo by a stamp: cold ~5 min,
+# The VM tier's guest (tests/vm/build-image.sh, cached outside the repo by a stamp: cold 6-8 min,
 # up to date instantly). rc 3/4 = not root, debootstrap/mkfs.ext4 or the Debian mirror missing: a
 # warning, and the VM tests skip naming it; any other failure fails.
 vm-image:
