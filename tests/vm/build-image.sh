@@ -62,7 +62,8 @@ t0=$SECONDS
 mkdir -p "$cache"
 work="$(mktemp -d "$cache/build.XXXXXX")"
 # the chroot's /proc is mounted while its initramfs is rebuilt: unmount before removing anything
-trap 'umount "$work/rootfs/proc" 2>/dev/null; rm -rf --one-file-system "$work"' EXIT
+# (set -e holds in the trap too: a failed umount, the usual case, must not skip the rm)
+trap 'umount "$work/rootfs/proc" 2>/dev/null || true; rm -rf --one-file-system "$work"' EXIT
 rootfs="$work/rootfs"
 
 log "debootstrap bookworm ($packages) into $rootfs"
