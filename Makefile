@@ -10,15 +10,19 @@
 #   make integration   tests/integration: real sockets, gRPC, files, cgroups (root for cgroups)
 #   make e2e           tests/e2e: real etcd + kube-apiserver + scheduler + controller-manager 1.37.2
 #   make node          tests/node: real containerd 2.4 + kubelet 1.37.2 running pinned pods (root)
+#   make vm            tests/vm: a QEMU VM with 3 NUMA nodes and a NIC on node 1; numadra discovers
+#                      and pins on its real kernel (root, qemu-system-x86, debootstrap)
 #   make image         the container image with podman, and its smoke test
 #   make e2e-bins      build (or find cached) the Go binaries of the e2e tier; node-bins: the node tier's
+#   make vm-image      build (or find cached) the VM tier's Debian guest (debootstrap, kernel, ext4 image)
 #   make ci            what CI runs, on this machine as it is: .ci/run (the one CI definition) with
 #                      NUMADRA_CI_INSTALL=0: no venv rebuild, no apt-get, the same steps
 #   make bench         the prepare benchmark against the Go peer (JSON on stdout; never in CI)
 #
 # Variables: PYTHON (the interpreter that makes .venv), PYTEST_ARGS (added to every pytest run,
 # e.g. PYTEST_ARGS="-x -k journal"). The skips of .ci/run hold here too: NUMADRA_SKIP_DEPLOY_TOOLS,
-# NUMADRA_SKIP_E2E_BUILD, NUMADRA_SKIP_NODE_BUILD, NUMADRA_SKIP_IMAGE set to 1 skip that build.
+# NUMADRA_SKIP_E2E_BUILD, NUMADRA_SKIP_NODE_BUILD, NUMADRA_SKIP_IMAGE, NUMADRA_SKIP_VM_IMAGE set to
+# 1 skip that build.
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -27,7 +31,7 @@ BIN := $(VENV)/bin
 PYTEST := $(BIN)/python -m pytest $(PYTEST_ARGS)
 LINTED := driver cdi harness tests bench
 
-.PHONY: help venv lint fmt test coverage deploy unit integration image e2e-bins node-bins e2e node ci bench
+.PHONY: help venv lint fmt test coverage deploy unit integration image e2e-bins node-bins vm-image e2e node vm ci bench
 
 help:
 	@sed -n '3,/^$$/p' Makefile | sed 's/^# \{0,1\}//'
@@ -92,11 +96,26 @@ node-bins:
 	  echo "::: WARNING: containerd/crictl not built (Go module proxy unreachable?); the node tests skip"; \
 	fi
 
+# The VM tier's guest (tests/vm/build-image.sh, cached outside the repo by a stamp: cold 6-8 min,
+# up to date instantly). rc 3/4 = not root, debootstrap/mkfs.ext4 or the Debian mirror missing: a
+# warning, and the VM tests skip naming it; any other failure fails.
+vm-image:
+	@if [ "$${NUMADRA_SKIP_VM_IMAGE:-0}" = 1 ]; then echo "vm-image: skipped by NUMADRA_SKIP_VM_IMAGE=1"; exit 0; fi; \
+	rc=0; timeout 1500 bash tests/vm/build-image.sh || rc=$$?; \
+	case "$$rc" in \
+	  0) ;; \
+	  3|4) echo "::: WARNING: VM guest image not built (root, debootstrap or a mirror unavailable, rc $$rc); the VM tests skip" ;; \
+	  *) echo "::: VM guest image build FAILED (rc $$rc)"; exit "$$rc" ;; \
+	esac
+
 e2e: e2e-bins
 	$(PYTEST) tests/e2e
 
 node: e2e-bins node-bins
 	$(PYTEST) tests/node
+
+vm: vm-image
+	$(PYTEST) tests/vm
 
 # scripts/build-image.sh: rc 3 or 4 = podman/debootstrap or a mirror unavailable (a warning);
 # any other failure (the build or its smoke test) fails
