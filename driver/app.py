@@ -440,10 +440,11 @@ def _slices(
 
 
 def _nri_steps(core: Core, metrics: Metrics) -> list[Step]:
-    """The NRI plugin and what it needs besides the core: the reads of a shared claim's consumers,
-    on a client whose deadline fits the runtime's time box, the records of the pods they find, and
-    the reports of claim containers refused or left unpinned (a pod Event and a metric)."""
-    from driver.claims.consumers import ApiConsumerReader, ConsumerRecords
+    """The NRI plugin and what it needs besides the core: the reads of a shared claim's consumers
+    (and of a pod's PodGroup, for a claim reserved for PodGroups), on a client whose deadline fits
+    the runtime's time box, the records of the pods they find, and the reports of claim containers
+    refused or left unpinned (a pod Event and a metric)."""
+    from driver.claims.consumers import ApiConsumerReader, ApiPodGroupReader, ConsumerRecords
     from driver.kube.client import KubeClient
     from driver.observability.pinreports import PinningReports
     from driver.pinning.binding import binding_lookup
@@ -464,7 +465,7 @@ def _nri_steps(core: Core, metrics: Metrics) -> list[Step]:
         claim_lookup=binding_lookup(index.view, core.inventory.current),
         node_shared_pool=shared,
         pinner_lock=cfg.effective_plugin_dir / PINNER_LOCK_NAME,  # one pinner in a rolling update
-        consumers=ConsumerCheck(ApiConsumerReader(fast), records.record),
+        consumers=ConsumerCheck(ApiConsumerReader(fast), records.record, pod_groups=ApiPodGroupReader(fast)),
         on_failure=reports,
     )
     planner.watch_pool(service.plugin.handlers.pool_users)

@@ -34,6 +34,7 @@ def prepared_view(entry: JournalEntry) -> PreparedClaimView:
         pinning=entry.pinning,
         device_names=tuple(d.device_name for d in entry.devices),
         adopted=entry.adopted,
+        pod_groups=entry.reserved_groups,
     )
 
 
