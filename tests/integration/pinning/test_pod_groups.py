@@ -13,7 +13,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from driver._proto.nri import api_pb2 as nri
+from driver.claims.consumers import ApiPodGroupReader
+from driver.errors import ConsumersUnknownError
 from harness.fake_nri_runtime import container, pod
 from harness.poll import wait_for
 from tests.integration.claims._world import claim, cpu_result
@@ -152,3 +156,18 @@ def test_a_confirmed_member_is_pinned_by_a_restarted_driver_without_the_apiserve
     _plugin, again = node.start_plugin()
     assert cpuset(again.create_container(container("c-b3", "app", env, sandbox=POD_B.id), pod=POD_B))[0]
     assert node.check is not None and node.check.reads == 0
+
+
+def test_the_pod_reader_tells_members_gone_pods_and_outages_apart(node: PinningNode) -> None:
+    """Over real HTTP: the pod's group; "" for no group, a NotFound Status naming the pod, or
+    another UID under its name; ConsumersUnknownError when the apiserver cannot answer."""
+    reader = ApiPodGroupReader(node.kube())
+    node.api.put_object(_pod_object(POD_A, "train"))
+    node.api.put_object(_pod_object(LONER))
+    assert reader("ml", "worker-0", POD_A.uid) == "train"
+    assert reader("ml", "loner", LONER.uid) == ""
+    assert reader("ml", "worker-0", "another-uid") == ""
+    assert reader("ml", "nobody", "u") == ""
+    node.api.stop()
+    with pytest.raises(ConsumersUnknownError, match="cannot read pod ml/worker-0"):
+        reader("ml", "worker-0", POD_A.uid)
