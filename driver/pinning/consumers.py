@@ -12,7 +12,8 @@ controller, never by a pod), at most once per claim at a time:
   check asks the apiserver for the pod itself (:class:`PodGroupReader`, in the claim's
   namespace, its UID checked) and the pod is a consumer when its ``spec.schedulingGroup`` names
   one of those groups. A container's env, labels or annotations never decide it: they are the
-  pod's own words. A group recorded for the claim needs no read of the claim first; a pod
+  pod's own words. A group recorded for the claim needs no read of the claim first, and the pods
+  of a known group are read side by side (one read per pod at a time, not per claim); a pod
   confirmed is remembered and recorded as a listed one is, and an answer that it is not a member
   is kept as the "not listed" one below;
 * the pod is listed: it is a consumer. The check remembers it, and hands every pod the read
@@ -178,7 +179,9 @@ class ConsumerCheck:
         self._gone: dict[str, tuple[float, str]] = {}
         #: claim UID -> (when, why) its last read failed
         self._failed: dict[str, tuple[float, str]] = {}
-        self._reading: dict[str, _Read] = {}
+        #: reads in progress: per claim (its consumers), or per claim and pod (a pod's PodGroup,
+        #: once the claim's groups are known: the pods of a group are read side by side)
+        self._reading: dict[str | tuple[str, str], _Read] = {}
         #: reads sent to the apiserver (``numadra state`` and tests count them)
         self.reads = 0
 
@@ -201,9 +204,10 @@ class ConsumerCheck:
                 answered = self._remembered(binding, pod_uid)
                 if answered is not None:
                     return answered
-                pending = self._reading.get(uid)
+                key = self._read_key(binding, pod_uid)
+                pending = self._reading.get(key)
                 if pending is None:
-                    pending = self._reading[uid] = _Read(threading.Event())
+                    pending = self._reading[key] = _Read(threading.Event())
                     break
             if not pending.done.wait(WAIT_FOR_READ_S):
                 raise ConsumersUnknownError(
@@ -216,7 +220,7 @@ class ConsumerCheck:
                     self._remember_not_consumer(uid, pod_uid, self._clock())
         else:
             raise ConsumersUnknownError(f"the consumers of claim uid {uid} could not be learned")
-        return self._read(binding, pod_uid, pod_name, pending)
+        return self._read(binding, pod_uid, pod_name, key, pending)
 
     def remembered(self, binding: ClaimBinding, pod_uid: str) -> ClaimBinding | None:
         """What :meth:`confirm` would answer from what it remembers, without a read: None when
@@ -243,7 +247,17 @@ class ConsumerCheck:
             raise ConsumersUnknownError(failed[1])
         return None
 
-    def _read(self, binding: ClaimBinding, pod_uid: str, pod_name: str, pending: _Read) -> ClaimBinding:
+    def _read_key(self, binding: ClaimBinding, pod_uid: str) -> str | tuple[str, str]:
+        """Which read a container waits for (caller holds the lock): the claim's, unless its
+        PodGroups are known, then its pod's own."""
+        uid = binding.claim_uid
+        if binding.pod_groups or uid in self._learned_groups:
+            return (uid, pod_uid)
+        return uid
+
+    def _read(
+        self, binding: ClaimBinding, pod_uid: str, pod_name: str, key: str | tuple[str, str], pending: _Read
+    ) -> ClaimBinding:
         """Ask the apiserver (this thread started the claim's read), then let the waiters go."""
         uid = binding.claim_uid
         try:
@@ -256,7 +270,7 @@ class ConsumerCheck:
             raise
         finally:
             with self._lock:
-                self._reading.pop(uid, None)
+                self._reading.pop(key, None)
             pending.done.set()
         with self._lock:
             now = self._clock()

@@ -224,9 +224,16 @@ class FakePodGroups:
     groups: dict[str, str] = field(default_factory=dict)
     failing: bool = False
     reads: list[tuple[str, str, str]] = field(default_factory=list)
+    #: pod UID -> an event its read waits for (and ``started`` is set when it began)
+    gates: dict[str, threading.Event] = field(default_factory=dict)
+    started: threading.Event = field(default_factory=threading.Event)
 
     def __call__(self, namespace: str, name: str, pod_uid: str, /) -> str:
         self.reads.append((namespace, name, pod_uid))
+        gate = self.gates.get(pod_uid)
+        if gate is not None:
+            self.started.set()
+            gate.wait(5)
         if self.failing:
             raise ConsumersUnknownError(f"cannot read pod {namespace}/{name}: apiserver unreachable")
         return self.groups.get(pod_uid, "")
@@ -310,3 +317,24 @@ def test_a_membership_that_cannot_be_read_is_unknown(
     with pytest.raises(ConsumersUnknownError, match=match):
         check.confirm(GANG, "pod-b", name)
     assert recorded == [] and check.learned("u1") == frozenset()
+
+
+def test_the_pods_of_a_known_group_are_read_side_by_side() -> None:
+    """Pod A's read hangs; pod B of the same group gets its own read and its answer meanwhile
+    (a read per claim at a time would make B wait for A, then refuse it)."""
+    gate = threading.Event()
+    pods = FakePodGroups({"pod-a": "train", "pod-b": "train"}, gates={"pod-a": gate})
+    check, _ = _group_check(FakeReader(), pods)
+    answers: list[bool] = []
+    slow = threading.Thread(
+        target=lambda: answers.append(check.confirm(GANG, "pod-a", "a").reserved_for("pod-a", "ml"))
+    )
+    slow.start()
+    try:
+        assert pods.started.wait(5)
+        assert check.confirm(GANG, "pod-b", "b").reserved_for("pod-b", "ml")
+        assert not gate.is_set() and answers == []  # A's read is still in flight
+    finally:
+        gate.set()
+        slow.join(5)
+    assert answers == [True]
