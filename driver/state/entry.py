@@ -45,8 +45,9 @@ class JournalEntry:
     #: devices (names, in this driver's pool) held with ``adminAccess``: they block no other claim
     admin_devices: tuple[str, ...] = field(default=())
     #: UIDs of the pods in the claim's ``status.reservedFor`` (at prepare, and any the driver read
-    #: since: a shared claim's later pods): pinning is bound to them; None when not known (an entry
-    #: rebuilt from evidence, or written before numadra recorded pods): pinning then reads them
+    #: since: a shared claim's later pods, and pods the apiserver confirmed as members of one of
+    #: ``reserved_groups``): pinning is bound to them; None when not known (an entry rebuilt from
+    #: evidence, or written before numadra recorded pods): pinning then reads them
     reserved_pods: tuple[str, ...] | None = None
     #: rebuilt from the files on disk (the journal had lost the claim), not prepared for the
     #: kubelet: its claim is checked against the apiserver and released once confirmed gone
