@@ -478,10 +478,11 @@ def _slices(
 
 
 def _nri_steps(core: Core, metrics: Metrics) -> list[Step]:
-    """The NRI plugin and what it needs besides the core: the reads of a shared claim's consumers,
-    on the core's client with a deadline that fits the runtime's time box, the records of the pods
-    they find, and the reports of claim containers refused or left unpinned (a pod Event and a metric)."""
-    from driver.claims.consumers import ApiConsumerReader, ConsumerRecords
+    """The NRI plugin and what it needs besides the core: the reads of a shared claim's consumers
+    (and of a pod's PodGroup, for a claim reserved for PodGroups), on the core's client with a
+    deadline that fits the runtime's time box, the records of the pods they find, and the reports
+    of claim containers refused or left unpinned (a pod Event and a metric)."""
+    from driver.claims.consumers import ApiConsumerReader, ApiPodGroupReader, ConsumerRecords
     from driver.observability.pinreports import PinningReports
     from driver.pinning.align import DeviceAligner
     from driver.pinning.binding import binding_lookup
@@ -506,7 +507,11 @@ def _nri_steps(core: Core, metrics: Metrics) -> list[Step]:
         node_shared_pool=shared,
         pinner_lock=cfg.effective_plugin_dir / PINNER_LOCK_NAME,  # one pinner in a rolling update
         # the one client, each read cut at a deadline inside the runtime's time box
-        consumers=ConsumerCheck(ApiConsumerReader(core.kube, deadline=READ_DEADLINE_S), records.record),
+        consumers=ConsumerCheck(
+            ApiConsumerReader(core.kube, deadline=READ_DEADLINE_S),
+            records.record,
+            pod_groups=ApiPodGroupReader(core.kube, deadline=READ_DEADLINE_S),
+        ),
         on_failure=reports,
         aligner=aligner,
     )

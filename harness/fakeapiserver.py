@@ -5,7 +5,8 @@ depends on it: ResourceSlices (GET, LIST and WATCH with field/label selectors, P
 resourceVersion conflicts, DELETE with preconditions, DELETE collection as the kubelet's wipe),
 ResourceClaims (GET, LIST of a namespace with ``limit``/``continue`` paging in name order, answered
 chunked when big as Go's server does, server-side apply of ``status.devices`` merged by key and
-owned per field manager, with the API limits), Nodes (GET) and core/v1 Events (POST). It records
+owned per field manager, with the API limits), Nodes (GET), Pods (GET: a pod's
+``spec.schedulingGroup`` is what pinning reads of one) and core/v1 Events (POST). It records
 every request so tests can count writes, injects faults, and can be stopped and started on the
 same port to play an unreachable apiserver. The real control plane is the e2e tier's job.
 
@@ -49,10 +50,12 @@ _KINDS = {
     "ResourceClaim": "resourceclaims",
     "Node": "nodes",
     "Event": "events",
+    "Pod": "pods",
 }
 _ROUTES = [
     (re.compile(r"^/api/v1/nodes/(?P<name>[^/]+)$"), "nodes"),
     (re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/events$"), "events"),
+    (re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)$"), "pods"),
     (re.compile(r"^/apis/resource\.k8s\.io/v1/resourceslices(?:/(?P<name>[^/]+))?$"), "resourceslices"),
     (
         re.compile(
@@ -62,7 +65,7 @@ _ROUTES = [
         "resourceclaims",
     ),
 ]
-_CORE = frozenset({"nodes", "events"})  # the resources of the core group ("" in a Status' details)
+_CORE = frozenset({"nodes", "events", "pods"})  # the resources of the core group ("" in a Status' details)
 _SLICE_FIELDS = {"spec.nodeName", "spec.driver", "spec.pool.name", "metadata.name"}
 _TAINT_EFFECTS = {"None", "NoSchedule", "NoExecute"}
 _CONTINUE_VERSION = "meta.k8s.io/v1"
@@ -349,6 +352,8 @@ class FakeApiServer:
         with self._cond:
             if resource == "nodes" and method == "GET":
                 return 200, self._get((resource, "", name))
+            if resource == "pods" and method == "GET":
+                return 200, self._get((resource, ns, name))
             if resource == "resourceclaims":
                 if method == "GET" and not name:
                     return 200, self._list_claims(ns, query)

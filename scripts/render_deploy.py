@@ -47,6 +47,7 @@ VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "base": ("deploy/kustomize/base", ()),
     "cgroupfs": ("deploy/kustomize/overlays/cgroupfs", ("--set", "pinning.backend=cgroupfs")),
     "list-claims": ("deploy/kustomize/overlays/list-claims", ("--set", "rbac.listClaims=true")),
+    "read-pods": ("deploy/kustomize/overlays/read-pods", ("--set", "rbac.readPods=true")),
     "no-extended-resources": (
         "deploy/kustomize/overlays/no-extended-resources",
         tuple(

@@ -10,7 +10,8 @@ released (``driver.claims.adopted``): the apiserver's NotFound Status for this v
 (:func:`driver.kube.status.is_not_found`: a proxy's 404 page, or an apiserver that does not serve
 the API, answers 404 too and names nothing), or the claim's name holding a claim with another
 UID. An outage, a timeout, a 403 or any other answer is "not known", and the check runs again
-later.
+later. :class:`ApiPodGroupReader` reads which PodGroup a pod belongs to, for a claim reserved for
+PodGroups (its pod's own ``spec.schedulingGroup``, the same narrow rules for "gone").
 """
 
 from __future__ import annotations
@@ -18,26 +19,35 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 
-from driver.claims.driver import ClaimsDriver, reserved_pods
+from driver.claims.driver import ClaimsDriver
+from driver.claims.reservedfor import (
+    POD_GROUP_API_GROUP,
+    POD_GROUP_RESOURCE,
+    reserved_pod_groups,
+    reserved_pods,
+)
 from driver.errors import ConsumersUnknownError, DriverError, KubeError
 from driver.kube.status import is_not_found
-from driver.kube.types import ClaimGetter
+from driver.kube.types import ClaimGetter, PodGetter
 from driver.log import get_logger
 from driver.pinning.consumers import GONE_NOT_FOUND, GONE_REPLACED, ClaimConsumers
 from driver.worker import QueueWorker
 
-__all__ = ["ApiConsumerReader", "ConsumerRecords", "other_consumers"]
+__all__ = ["ApiConsumerReader", "ApiPodGroupReader", "ConsumerRecords", "other_consumers"]
 
 _log = get_logger("claims.consumers")
 
 
 def other_consumers(claim: Mapping[str, object]) -> int:
-    """How many entries of ``status.reservedFor`` are not pods (a PodGroup, say)."""
+    """How many entries of ``status.reservedFor`` are neither pods nor PodGroups."""
     status = claim.get("status")
     consumers = status.get("reservedFor") if isinstance(status, Mapping) else None
     count = 0
     for item in consumers if isinstance(consumers, list) else ():
-        if isinstance(item, Mapping) and (item.get("resource") != "pods" or item.get("apiGroup", "")):
+        if not isinstance(item, Mapping):
+            continue
+        kind = (item.get("apiGroup") or "", item.get("resource"))
+        if kind not in (("", "pods"), (POD_GROUP_API_GROUP, POD_GROUP_RESOURCE)):
             count += 1
     return count
 
@@ -70,7 +80,49 @@ class ApiConsumerReader:
             return ClaimConsumers(
                 gone=GONE_REPLACED, detail=f"the name {namespace}/{name} now holds claim uid {uid}"
             )
-        return ClaimConsumers(pods=frozenset(reserved_pods(obj)), others=other_consumers(obj))
+        return ClaimConsumers(
+            pods=frozenset(reserved_pods(obj)),
+            groups=frozenset(g.name for g in reserved_pod_groups(obj)),
+            others=other_consumers(obj),
+        )
+
+
+class ApiPodGroupReader:
+    """:class:`~driver.pinning.consumers.PodGroupReader` over a :class:`PodGetter`.
+
+    Reads the pod itself from the apiserver: its ``spec.schedulingGroup.podGroupName`` (written
+    when the pod was created and immutable since) is the group's word on its members, as
+    ``status.reservedFor`` is the scheduler's on a claim's. The pod's UID must be the one the
+    runtime named: a pod of another UID under that name is another pod (the one asked about is
+    gone), so it belongs to no group, as a pod the apiserver's NotFound Status names does not.
+    """
+
+    def __init__(self, pods: PodGetter, *, deadline: float | None = None) -> None:
+        """``deadline``: as :class:`ApiConsumerReader`'s, the seconds one read may take."""
+        self._pods = pods
+        self._deadline = deadline
+
+    def __call__(self, namespace: str, name: str, pod_uid: str, /) -> str:
+        """The PodGroup pod ``namespace/name`` names, if it is still pod ``pod_uid``; else ""."""
+        try:
+            obj = self._pods.get_pod(namespace, name, deadline=self._deadline)
+        except KubeError as exc:
+            if is_not_found(exc, "pods", name, group=""):
+                return ""
+            raise ConsumersUnknownError(f"cannot read pod {namespace}/{name}: {exc}") from exc
+        meta = obj.get("metadata")
+        uid = meta.get("uid") if isinstance(meta, Mapping) else None
+        if not isinstance(uid, str) or not uid:
+            raise ConsumersUnknownError(f"pod {namespace}/{name} as read has no metadata.uid")
+        if uid != pod_uid:
+            _log.info(
+                "the pod's name holds another pod", pod=f"{namespace}/{name}", pod_uid=pod_uid, found=uid
+            )
+            return ""
+        spec = obj.get("spec")
+        group = spec.get("schedulingGroup") if isinstance(spec, Mapping) else None
+        named = group.get("podGroupName") if isinstance(group, Mapping) else None
+        return named if isinstance(named, str) else ""
 
 
 class ConsumerRecords:

@@ -55,13 +55,14 @@ from driver.claims.parts import (
 )
 from driver.claims.paths import dir_prefix
 from driver.claims.render import CpuHook, claim_spec, claim_spec_file_name
+from driver.claims.reservedfor import reserved_pod_groups, reserved_pods
 from driver.claims.selection import SHAREABLE_KINDS, ClaimView, cpu_requests, memory_nodes, select_devices
 from driver.errors import ClaimError, PinningError, is_recoverable
 from driver.inventory.model import DeviceKind, Inventory
 from driver.kube.types import JsonObject
 from driver.log import get_logger
 from driver.names import check_claim_uid
-from driver.pinning.types import ClaimPinning
+from driver.pinning.types import ClaimPinning, PodGroupRef
 from driver.plugin import Claim, ClaimRef, PreparedDevice, PrepareResult, describe_claim
 from driver.slices.ownership import Owner
 from driver.state.entry import JournalEntry, StoredFile
@@ -83,26 +84,6 @@ def _no_fatal(err: BaseException, msg: str) -> None:
     """No one to stop: the error was logged by :meth:`ClaimsDriver.handle_error` already."""
 
 
-def reserved_pods(claim: JsonObject) -> tuple[str, ...]:
-    """UIDs of the pods in the claim's ``status.reservedFor`` (other consumer kinds are left out).
-
-    The kubelet prepares a claim only for a pod it finds in this list, so it names the pod being
-    started; the scheduler and the resource claim controller write it, never the pod itself.
-    Pinning is bound to these pods (``driver.pinning.binding``). Malformed items are skipped:
-    the list is the apiserver's, and a claim is never failed for a field only pinning reads.
-    """
-    status = claim.get("status")
-    consumers = status.get("reservedFor") if isinstance(status, Mapping) else None
-    pods: list[str] = []
-    for item in consumers if isinstance(consumers, list) else ():
-        if not isinstance(item, Mapping) or item.get("resource") != "pods" or item.get("apiGroup", ""):
-            continue
-        uid = item.get("uid")
-        if isinstance(uid, str) and uid and uid not in pods:
-            pods.append(uid)
-    return tuple(pods)
-
-
 def _prepared_keys(entry: JournalEntry) -> dict[str, Any]:
     """What the "prepared" line says: the devices and, when pinned, each request's CPUs and nodes.
 
@@ -111,6 +92,8 @@ def _prepared_keys(entry: JournalEntry) -> dict[str, Any]:
     keys: dict[str, Any] = {"devices": [d.device_name for d in entry.devices]}
     if entry.reserved_pods is not None:
         keys["pods"] = list(entry.reserved_pods)
+    if entry.reserved_groups:
+        keys["pod_groups"] = [f"{g.name} (uid {g.uid})" for g in entry.reserved_groups]
     if entry.pinning is not None:
         keys["pinning"] = [a.log_fields() for a in entry.pinning.assignments]
     return keys
@@ -420,10 +403,12 @@ class ClaimsDriver:
         pods: tuple[str, ...] | None = None,
         *,
         extras: DeviceExtras | None = None,
+        groups: tuple[PodGroupRef, ...] = (),
     ) -> JournalEntry:
         """Everything to write for a claim, as a journal entry (pure apart from reading attrs, and
         making the metadata dir once, to check it: :meth:`_metadata_mounts`);
-        ``pods``: the UIDs of the pods the claim is reserved for (:func:`reserved_pods`);
+        ``pods``: the UIDs of the pods the claim is reserved for (:func:`reserved_pods`), ``groups``
+        the PodGroups (:func:`reserved_pod_groups`);
         ``extras``: what the host adds to its devices (:meth:`_extras`)."""
         devices: list[PreparedDevice] = []
         specs: list[StoredFile] = []
@@ -457,6 +442,7 @@ class ClaimsDriver:
             pinning=pinning,
             admin_devices=tuple(dict.fromkeys(d.device_name for d in view.devices if d.admin_access)),
             reserved_pods=pods,
+            reserved_groups=groups,
         )
 
     def _metadata_mounts(self, view: ClaimView, files: Sequence[MetadataFile]) -> dict[str, Mount]:
@@ -500,7 +486,9 @@ class ClaimsDriver:
             pinning = self._planner.plan(ref.uid, requests, taken, memory_nodes=memory_nodes(view))
         # the "prepared" line names the pods; none (not from a kubelet) means NRI pins nothing
         extras = self._extras(view)
-        entry = self._render(view, pinning, attrs, None, reserved_pods(claim), extras=extras)
+        entry = self._render(
+            view, pinning, attrs, None, reserved_pods(claim), extras=extras, groups=reserved_pod_groups(claim)
+        )
         self._journal.put(entry)
         return _Planned(ref, claim, entry, extras)
 
@@ -531,10 +519,17 @@ class ClaimsDriver:
             _log.warning("repeat prepare could not re-read the claim", claim_uid=ref.uid, error=str(exc))
         known = entry.reserved_pods or ()
         pods = tuple(dict.fromkeys((*known, *reserved_pods(claim))))
-        # a pod added to a shared claim, an entry from before pods were recorded, or a rebuilt
-        # one: the kubelet read this very claim (its UID checked), so it exists and is not adopted
-        if len(pods) > len(known) or entry.reserved_pods is None or entry.adopted:
-            entry = replace(entry, reserved_pods=pods, adopted=False)
+        groups = tuple(dict.fromkeys((*entry.reserved_groups, *reserved_pod_groups(claim))))
+        # a pod (or PodGroup) added to a shared claim, an entry from before pods were recorded, or
+        # a rebuilt one: the kubelet read this very claim (its UID checked), so it exists and is
+        # not adopted
+        if (
+            len(pods) > len(known)
+            or len(groups) > len(entry.reserved_groups)
+            or entry.reserved_pods is None
+            or entry.adopted
+        ):
+            entry = replace(entry, reserved_pods=pods, reserved_groups=groups, adopted=False)
             self._journal.put(entry)
             changed = True
         for stored in entry.files():

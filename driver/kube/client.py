@@ -373,6 +373,14 @@ class KubeClient:
         path = f"{RESOURCE_API}/namespaces/{quote(namespace)}/resourceclaims/{quote(name)}"
         return self._get_json("get", "resourceclaims", f"{namespace}/{name}", path, deadline=deadline)
 
+    # -- pods ------------------------------------------------------------------------------------
+    def get_pod(self, namespace: str, name: str, *, deadline: float | None = None) -> JsonObject:
+        """GET one Pod as its JSON object: which PodGroup it belongs to (its
+        ``spec.schedulingGroup``), when pinning checks a pod of a claim reserved for a PodGroup.
+        Ends by ``deadline`` seconds (``read_deadline`` by default); errors name ``pods/<ns>/<name>``."""
+        path = f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}"
+        return self._get_json("get", "pods", f"{namespace}/{name}", path, deadline=deadline)
+
     def list_resource_claims(
         self, namespace: str, *, limit: int = 0, continue_token: str = ""
     ) -> tuple[list[dict[str, Any]], str]:

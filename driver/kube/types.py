@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["ClaimGetter", "JsonObject", "allocation_results"]
+__all__ = ["ClaimGetter", "JsonObject", "PodGetter", "allocation_results"]
 
 JsonObject = Mapping[str, Any]
 
@@ -25,6 +25,16 @@ class ClaimGetter(Protocol):
     def get_resource_claim(self, namespace: str, name: str, *, deadline: float | None = None) -> JsonObject:
         """GET /apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}; ``deadline``:
         the seconds this read may take, where shorter than the getter's own (None: its own)."""
+        ...
+
+
+@runtime_checkable
+class PodGetter(Protocol):
+    """Fetches one Pod (core/v1) as its JSON object; raises :class:`driver.errors.KubeError` as
+    :class:`ClaimGetter` does."""
+
+    def get_pod(self, namespace: str, name: str, *, deadline: float | None = None) -> JsonObject:
+        """GET /api/v1/namespaces/{namespace}/pods/{name}; ``deadline`` as for a claim."""
         ...
 
 

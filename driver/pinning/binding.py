@@ -48,6 +48,7 @@ def claim_binding(view: PreparedClaimView, inventory: Inventory | None = None) -
         pinning=view.pinning,
         mems=mems,
         request_mems=request_mems,
+        pod_groups=view.pod_groups,
     )
 
 
@@ -75,6 +76,9 @@ def bind(
 
     * its pod must be a known consumer of the claim (and in the claim's namespace), else a
       :class:`~driver.errors.PinRefusedError` naming claim and pod: the container is refused.
+      A PodGroup of the claim binds no pod by itself: a pod of it is a known consumer once the
+      apiserver confirmed its membership (``driver.pinning.consumers``), which the caller asks
+      for before; the refusal names the groups;
       Consumers not known at all (``pods`` None: an entry rebuilt from files, or journaled before
       pods were recorded) bind no pod: the caller learns them first (``driver.pinning.consumers``),
       and without them the container is refused, never pinned on the claim's UID alone;
@@ -97,8 +101,9 @@ def bind(
         if not binding.in_namespace(pod_namespace):
             reserved = f"a claim of namespace {binding.namespace}"
         else:
-            reserved = ", ".join(f"pod uid {p}" for p in sorted(binding.pods or ())) or "no pod"
-            reserved = f"reserved for {reserved}"
+            holders = [f"pod uid {p}" for p in sorted(binding.pods or ())]
+            holders += [f"PodGroup {g.name} (uid {g.uid})" for g in sorted(binding.pod_groups)]
+            reserved = f"reserved for {', '.join(holders) or 'no pod'}"
         raise PinRefusedError(
             f"{who} carries the pinning marker of {claim}, which is {reserved}, not for this pod: "
             "refusing it (a claim's CPUs are pinned only for the pods that hold the claim)",

@@ -33,6 +33,13 @@ recorded until then, and is refused with a message saying so. The hook does not 
 over a socket: that would add a second local RPC surface into the driver for a mode numadra does not
 deploy, while the argv mode above needs no record at all (the kubelet hands the claim's CDI
 device, and so the hook, only to the claim's pods), shared claims included.
+
+**PodGroups.** A claim reserved for a PodGroup (workload-aware scheduling) names the group, not
+its pods, and a pod's group is in its spec on the apiserver, which the hook cannot read. So the
+env mode applies the same rule as NRI where it can: a pod recorded in the journal (the pod the
+claim was prepared for, or one the driver confirmed as a member since) is pinned; any other pod
+of the group is refused, with a message that says why. The argv mode pins every pod of the group,
+as the kubelet hands the claim's CDI device to each of them.
 """
 
 from __future__ import annotations
@@ -223,9 +230,17 @@ def _bound_from_env(state: OciState, lookup: ClaimLookup | None) -> CpuAssignmen
     except PinRefusedError as exc:
         if exc.reason not in (REASON_NOT_RESERVED, REASON_CONSUMERS_UNKNOWN):
             raise
+        groups = ""
+        if binding.pod_groups:
+            groups = (
+                " The claim is reserved for PodGroup "
+                f"{', '.join(sorted(binding.group_names))}: the hook cannot read which group a pod "
+                "belongs to (that is the pod's spec on the apiserver), so a pod of the group is "
+                "pinned from env only once the driver recorded it."
+            )
         raise PinRefusedError(
-            f"{exc}. The hook knows only the consumers recorded in the journal (it cannot ask the "
-            "apiserver): a later pod of a shared claim is recorded by the driver only when it is "
+            f"{exc}.{groups} The hook knows only the consumers recorded in the journal (it cannot "
+            "ask the apiserver): a later pod of a shared claim is recorded by the driver only when it is "
             "prepared again, a rebuilt entry's pods within a round of the driver's check. "
             "numadra's own CDI hook (--cpus/--mems, what --pinning hook writes) needs no record: "
             "the kubelet gives it only to the claim's pods",

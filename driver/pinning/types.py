@@ -31,6 +31,7 @@ __all__ = [
     "CpuAssignment",
     "CpuMode",
     "CpuRequest",
+    "PodGroupRef",
     "PreparedClaimView",
     "env_markers",
     "format_cpulist",
@@ -147,6 +148,20 @@ class ClaimPinning:
         return frozenset(out)
 
 
+@dataclass(frozen=True, slots=True, order=True)
+class PodGroupRef:
+    """A PodGroup a claim is reserved for: an entry of its ``status.reservedFor`` with ``apiGroup``
+    ``scheduling.k8s.io`` and ``resource`` ``podgroups`` (workload-aware scheduling).
+
+    The group lives in the claim's namespace (a consumer reference names an object of the claim's
+    namespace), so the claim's namespace is the group's. Its pods are the claim's consumers; a
+    pod names its group in ``spec.schedulingGroup.podGroupName`` (by name, in its namespace).
+    """
+
+    name: str
+    uid: str
+
+
 @dataclass(frozen=True, slots=True)
 class PreparedClaimView:
     """What the pinning backends read about one prepared claim: the state layer's read model.
@@ -169,6 +184,8 @@ class PreparedClaimView:
     request_devices: tuple[tuple[str, str], ...] = ()
     #: True for an entry rebuilt from the files on disk rather than prepared for the kubelet
     adopted: bool = False
+    #: PodGroups recorded as the claim's consumers: their pods are its consumers too
+    pod_groups: tuple[PodGroupRef, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +214,16 @@ class ClaimBinding:
         """The memory nodes of the devices of ``requests`` (the claim's when none is known)."""
         nodes = frozenset().union(*(self.request_mems.get(r, frozenset()) for r in requests))
         return nodes or self.mems
+
+    #: PodGroups the claim is known to be reserved for: a pod of one is a consumer once the
+    #: apiserver confirms its membership (``driver.pinning.consumers``); the record alone never
+    #: binds a pod to a group, as a container's pod says nothing trustworthy about its group
+    pod_groups: tuple[PodGroupRef, ...] = ()
+
+    @property
+    def group_names(self) -> frozenset[str]:
+        """The names of :attr:`pod_groups` (what a pod's ``spec.schedulingGroup`` names)."""
+        return frozenset(g.name for g in self.pod_groups)
 
     def assignment(self, request: str) -> CpuAssignment | None:
         """The assignment of one (base) request, None when the claim has none for it."""

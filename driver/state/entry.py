@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from json.encoder import encode_basestring_ascii
 from typing import Any
 
-from driver.pinning.types import ClaimPinning, CpuAssignment
+from driver.pinning.types import ClaimPinning, CpuAssignment, PodGroupRef
 from driver.plugin import PreparedDevice
 from driver.untrusted.values import bounded_int
 
@@ -45,12 +45,16 @@ class JournalEntry:
     #: devices (names, in this driver's pool) held with ``adminAccess``: they block no other claim
     admin_devices: tuple[str, ...] = field(default=())
     #: UIDs of the pods in the claim's ``status.reservedFor`` (at prepare, and any the driver read
-    #: since: a shared claim's later pods): pinning is bound to them; None when not known (an entry
-    #: rebuilt from evidence, or written before numadra recorded pods): pinning then reads them
+    #: since: a shared claim's later pods, and pods the apiserver confirmed as members of one of
+    #: ``reserved_groups``): pinning is bound to them; None when not known (an entry rebuilt from
+    #: evidence, or written before numadra recorded pods): pinning then reads them
     reserved_pods: tuple[str, ...] | None = None
     #: rebuilt from the files on disk (the journal had lost the claim), not prepared for the
     #: kubelet: its claim is checked against the apiserver and released once confirmed gone
     adopted: bool = False
+    #: the PodGroups in the claim's ``status.reservedFor`` (workload-aware scheduling), in the
+    #: claim's namespace: their pods are consumers once the apiserver confirms their membership
+    reserved_groups: tuple[PodGroupRef, ...] = ()
 
     def holds_devices_without_spec(self) -> bool:
         """True for an entry rebuilt from metadata alone: it holds its devices, but the CDI spec that
@@ -67,8 +71,8 @@ class JournalEntry:
 
         Written straight from the fields (every prepared claim is encoded once per call, and a
         dict run through a sorting encoder would cost more); a key appears only where the older
-        records had it, so an entry without admin devices, recorded pods or the adopted mark keeps
-        the text it always had.
+        records had it, so an entry without admin devices, recorded pods, PodGroups or the adopted
+        mark keeps the text it always had.
         """
         devices = ",".join(
             [
@@ -84,6 +88,11 @@ class JournalEntry:
         admin = f'"adminDevices":{_strings(self.admin_devices)},' if self.admin_devices else ""
         adopted = '"adopted":true,' if self.adopted else ""
         pods = "" if self.reserved_pods is None else f'"reservedPods":{_strings(self.reserved_pods)},'
+        if self.reserved_groups:
+            groups = ",".join(
+                [f'{{"name":{_quote(g.name)},"uid":{_quote(g.uid)}}}' for g in self.reserved_groups]
+            )
+            pods = f'"reservedPodGroups":[{groups}],{pods}'
         return (
             f'{{{admin}{adopted}"cdiSpecs":[{",".join([_file_text(f) for f in self.cdi_specs])}],'
             f'"devices":[{devices}],'
@@ -129,6 +138,10 @@ class JournalEntry:
                 None if obj.get("reservedPods") is None else tuple(_str(p) for p in obj["reservedPods"])
             ),
             adopted=_bool(obj.get("adopted", False)),
+            reserved_groups=tuple(
+                PodGroupRef(name=_str(g["name"]), uid=_str(g["uid"]))
+                for g in obj.get("reservedPodGroups", ())
+            ),
         )
 
 

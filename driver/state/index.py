@@ -38,6 +38,7 @@ def prepared_view(entry: JournalEntry) -> PreparedClaimView:
             (name.split("/")[0], d.device_name) for d in entry.devices for name in d.request_names
         ),
         adopted=entry.adopted,
+        pod_groups=entry.reserved_groups,
     )
 
 

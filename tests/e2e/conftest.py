@@ -150,6 +150,8 @@ class Cluster:
     timings: dict[str, float] = field(default_factory=dict)
     #: more ``numadra run`` flags, after the standard ones (e.g. ``--numa-node-list``)
     driver_args: tuple[str, ...] = ()
+    #: more drakubelet flags (e.g. its ``--feature-gates``, for a gate the kubelet side reads)
+    drakubelet_args: tuple[str, ...] = ()
 
     # paths ----------------------------------------------------------------------------------------
     @property
@@ -227,6 +229,7 @@ class Cluster:
                 f"--registry-dir={self.registrar_dir}",
                 f"--state-dir={self.root / 'kubelet-dra'}",
                 "--backoff-max=5s",
+                *self.drakubelet_args,
             ],
             self.events_path,
             self.root / "drakubelet.log",
@@ -477,6 +480,7 @@ def start_cluster(
     feature_gates: Mapping[str, bool] | None = None,
     extra_args: Mapping[str, Sequence[str]] | None = None,
     driver_args: Sequence[str] = (),
+    drakubelet_args: Sequence[str] = (),
     slices_expected: bool = True,
 ) -> Iterator[Cluster]:
     """A whole cluster (control plane, deploy/, Ready Node, drakubelet, ``numadra run``) until exit.
@@ -484,7 +488,8 @@ def start_cluster(
     The session's cluster is the one with no arguments. A scenario that needs the control plane
     configured otherwise (``feature_gates`` for the apiserver, scheduler and controller-manager,
     ``extra_args`` per component, see :class:`ControlPlane`) or the driver run with other flags
-    (``driver_args``; ``slices_expected`` False where that apiserver is meant to refuse them)
+    (``driver_args``; ``slices_expected`` False where that apiserver is meant to refuse them), or
+    drakubelet with more flags (``drakubelet_args``),
     starts its own with this, module-scoped so its start is paid once; it costs
     a control plane's start (see the tier summary's timings). Skips when the binaries are missing.
     """
@@ -505,7 +510,15 @@ def start_cluster(
         _apply_deploy(admin)
         _ready_node(admin)
         token, pod_uid = _driver_token(admin)
-        cluster = Cluster(plane, admin, root, token, pod_uid, driver_args=tuple(driver_args))
+        cluster = Cluster(
+            plane,
+            admin,
+            root,
+            token,
+            pod_uid,
+            driver_args=tuple(driver_args),
+            drakubelet_args=tuple(drakubelet_args),
+        )
         write_host_tree(cluster.host, topology or TOPOLOGIES[TOPOLOGY])
         for directory in (cluster.registrar_dir, cluster.cdi_dir):
             directory.mkdir()

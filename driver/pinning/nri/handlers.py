@@ -11,7 +11,9 @@ decisions can be tested without a runtime, and the transport (``plugin.py``) sta
   journal's, never the env's. The kubelet prepares a shared claim once, for its first pod, so a
   pod the record does not list is looked up on the apiserver once
   (:class:`~driver.pinning.consumers.ConsumerCheck`): a later pod of a shared claim is pinned
-  (and recorded), a pod the claim is not reserved for is refused: the CreateContainer call fails,
+  (and recorded), and so is a pod of a PodGroup the claim is reserved for, once the apiserver's
+  copy of the pod names that group (its ``spec.schedulingGroup``, read in the claim's namespace);
+  a pod the claim is not reserved for is refused: the CreateContainer call fails,
   so the runtime reports CreateContainerError. When the claim's consumers cannot be learned (the
   apiserver does not answer in time), a CPU claim's container is refused too (fail closed; the
   kubelet retries it). (A claim without CPUs, GPUs and NICs only, grants nothing to steal: a
@@ -127,8 +129,9 @@ ClaimLookup = Callable[[str], ClaimBinding | None]
 #: the CPUs containers without a claim may use now (online - claimed; reserved CPUs stay in)
 SharedPool = Callable[[], frozenset[int]]
 #: the binding with the consumers known for a pod that is not among the recorded ones
-#: (:meth:`ConsumerCheck.confirm`, or its read-free counterpart :func:`_remembered_only`)
-Confirm = Callable[[ClaimBinding, str], ClaimBinding]
+#: (:meth:`ConsumerCheck.confirm`, or its read-free counterpart :func:`_remembered_only`), given
+#: the pod's UID and name (the name is what a PodGroup membership read asks the apiserver for)
+Confirm = Callable[[ClaimBinding, str, str], ClaimBinding]
 
 _log = get_logger("pinning.nri")
 
@@ -148,7 +151,7 @@ class NeedsRead(Exception):  # noqa: N818  control flow, not an error
 def _remembered_only(check: ConsumerCheck) -> Confirm:
     """The read-free path's :data:`Confirm`: what ``check`` remembers, else :class:`NeedsRead`."""
 
-    def confirm(binding: ClaimBinding, pod_uid: str) -> ClaimBinding:
+    def confirm(binding: ClaimBinding, pod_uid: str, _pod_name: str) -> ClaimBinding:
         known = check.remembered(binding, pod_uid)
         if known is None:
             raise NeedsRead(binding)
@@ -758,7 +761,7 @@ class PinningHandlers:
             and binding.in_namespace(pod.namespace)
         ):
             try:
-                binding = confirm(binding, pod.uid)
+                binding = confirm(binding, pod.uid, pod.name)
             except ConsumersUnknownError as exc:
                 message = (
                     f"{who} carries the pinning marker of {describe_binding(binding)}; its pod is "

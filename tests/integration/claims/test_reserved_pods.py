@@ -122,3 +122,24 @@ def test_gpu_only_claim_binding_has_the_devices_nodes(world: World) -> None:
     assert binding.pinning is None
     assert binding.mems == frozenset({0, 1})
     assert binding.pods == frozenset({POD_1})
+
+
+def _group(name: str) -> dict[str, str]:
+    return {"apiGroup": "scheduling.k8s.io", "resource": "podgroups", "name": name, "uid": f"pg-{name}"}
+
+
+def test_prepare_records_the_claims_podgroups_and_a_repeat_adds_new_ones(world: World) -> None:
+    """The kubelet prepares a PodGroup's claim for the group's first pod: the journal keeps the
+    group beside the (here empty) pods, pinning's view carries it, a repeat adds a later group."""
+    ref = world.getter.add(_cpu_claim([_group("train")]))
+    drv = world.driver()
+    assert drv.prepare_claims([ref])[UID].ok
+    entry = _entry(world)
+    assert entry.reserved_pods == ()
+    assert [(g.name, g.uid) for g in entry.reserved_groups] == [("train", "pg-train")]
+    assert claim_binding(prepared_view(entry)).group_names == frozenset({"train"})
+    world.getter.add(_cpu_claim([_group("train"), *_reserved(POD_1), _group("eval")]))
+    assert drv.prepare_claims([ref])[UID].ok
+    again = _entry(world)
+    assert [g.name for g in again.reserved_groups] == ["train", "eval"]
+    assert again.reserved_pods == (POD_1,)

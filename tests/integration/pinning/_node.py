@@ -2,7 +2,8 @@
 
 The claims driver writes real CDI specs, metadata and journal (``tests.integration.claims._world``);
 the prepared-claims index feeds the NRI plugin's claim lookup; claims live on the fake apiserver
-(real HTTP), read by the real client through :class:`~driver.claims.consumers.ApiConsumerReader`;
+(real HTTP), read by the real client through :class:`~driver.claims.consumers.ApiConsumerReader`
+(a pod's PodGroup through :class:`~driver.claims.consumers.ApiPodGroupReader`);
 learned consumers are written back by :class:`~driver.claims.consumers.ConsumerRecords` under a
 real ``flock`` (the serialize lock); the NRI plugin talks to the fake runtime over a unix socket.
 """
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from driver.claims.consumers import ApiConsumerReader, ConsumerRecords
+from driver.claims.consumers import ApiConsumerReader, ApiPodGroupReader, ConsumerRecords
 from driver.kube.client import KubeClient
 from driver.kubelet.serialize import SerializeLock
 from driver.pinning.binding import binding_lookup
@@ -104,7 +105,12 @@ class PinningNode:
     ) -> tuple[NriPlugin, FakePluginConnection]:
         """An NRI plugin over the driver's index (with the consumer check unless told not to)."""
         assert self.index is not None and self.records is not None
-        self.check = ConsumerCheck(ApiConsumerReader(self.kube()), self.records.record) if consumers else None
+        self.check = None
+        if consumers:
+            kube = self.kube()
+            self.check = ConsumerCheck(
+                ApiConsumerReader(kube), self.records.record, pod_groups=ApiPodGroupReader(kube)
+            )
         inventory = self.world.inventory
         kwargs.setdefault("on_failure", self.failures.append)
         plugin = NriPlugin(

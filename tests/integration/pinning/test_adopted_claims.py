@@ -221,7 +221,8 @@ def test_an_entry_without_a_name_is_held_and_never_read(node: PinningNode) -> No
 
 
 def test_the_reader_tells_gone_from_unknown(node: PinningNode) -> None:
-    """404 naming the claim: gone; another UID: gone; unreachable: ConsumersUnknownError."""
+    """404 naming the claim: gone; another UID: gone; unreachable: ConsumersUnknownError; a
+    PodGroup in reservedFor is one of its groups."""
     reader = ApiConsumerReader(node.kube())
     assert reader("ml", "nope", VICTIM).gone == "not_found"
     node.api.put_object(claim(OTHER, "taken", "ml"))
@@ -232,7 +233,7 @@ def test_the_reader_tells_gone_from_unknown(node: PinningNode) -> None:
         {"apiGroup": "scheduling.k8s.io", "resource": "podgroups", "name": "g", "uid": "g1"},
     ]
     node.api.put_object(obj)
-    assert reader("ml", "live", VICTIM) == ClaimConsumers(pods=frozenset({POD_A}), others=1)
+    assert reader("ml", "live", VICTIM) == ClaimConsumers(pods=frozenset({POD_A}), groups=frozenset({"g"}))
     node.api.stop()
     with pytest.raises(ConsumersUnknownError, match="cannot read claim ml/live"):
         reader("ml", "live", VICTIM)

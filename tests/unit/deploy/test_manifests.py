@@ -362,6 +362,7 @@ def test_helm_values_default_to_the_kustomize_base() -> None:
     assert c["resources"] == values["resources"]
     assert spec["tolerations"] == values["tolerations"]
     assert values["rbac"]["listClaims"] is False  # the base grants get only
+    assert values["rbac"]["readPods"] is False  # the base reads no pods
 
 
 def test_list_claims_component_adds_only_list_to_the_claims_rule() -> None:
@@ -410,3 +411,16 @@ def test_no_gpus_component_serves_no_gpu_and_installs_no_gpu_class() -> None:
     }
     assert deleted == gpu_classes
     assert mapped <= deleted
+
+
+def test_read_pods_component_adds_only_get_on_pods() -> None:
+    """The opt-in read-pods component (PodGroup claims' pinning) appends one rule: get pods."""
+    component = ROOT / "deploy" / "kustomize" / "components" / "read-pods" / "kustomization.yaml"
+    patches = yaml.safe_load(component.read_text())["patches"]
+    assert [p["target"] for p in patches] == [{"kind": "ClusterRole", "name": "numadra-kubeletplugin"}]
+    ops = yaml.safe_load(patches[0]["patch"])
+    rule = {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}
+    assert ops == [{"op": "add", "path": "/rules/-", "value": rule}]
+    assert not [r for r in _one("ClusterRole")["rules"] if "pods" in r["resources"]]
+    overlay = ROOT / "deploy" / "kustomize" / "overlays" / "read-pods" / "kustomization.yaml"
+    assert yaml.safe_load(overlay.read_text())["components"] == ["../../components/read-pods"]

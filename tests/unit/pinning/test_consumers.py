@@ -14,7 +14,7 @@ import pytest
 
 from driver.errors import ConsumersUnknownError, PinRefusedError
 from driver.pinning.consumers import GONE_NOT_FOUND, ClaimConsumers, ConsumerCheck
-from driver.pinning.types import ClaimBinding, ClaimPinning, CpuAssignment, CpuMode
+from driver.pinning.types import ClaimBinding, ClaimPinning, CpuAssignment, CpuMode, PodGroupRef
 
 PIN = ClaimPinning("u1", (CpuAssignment("main", CpuMode.EXCLUSIVE, frozenset({2, 3}), frozenset({0})),))
 CPUS = ClaimBinding("u1", "ml", "cpus", frozenset({"pod-a"}), PIN)
@@ -215,3 +215,126 @@ def test_remembered_answers_without_a_read_or_says_a_read_is_needed() -> None:
     with pytest.raises(ConsumersUnknownError, match="unreachable"):
         check2.remembered(CPUS, "pod-b")
     assert len(failing.reads) == 1
+
+
+@dataclass
+class FakePodGroups:
+    """Stands in for the pod read: the PodGroup each pod UID names, counts reads, may fail."""
+
+    groups: dict[str, str] = field(default_factory=dict)
+    failing: bool = False
+    reads: list[tuple[str, str, str]] = field(default_factory=list)
+    #: pod UID -> an event its read waits for (and ``started`` is set when it began)
+    gates: dict[str, threading.Event] = field(default_factory=dict)
+    started: threading.Event = field(default_factory=threading.Event)
+
+    def __call__(self, namespace: str, name: str, pod_uid: str, /) -> str:
+        self.reads.append((namespace, name, pod_uid))
+        gate = self.gates.get(pod_uid)
+        if gate is not None:
+            self.started.set()
+            gate.wait(5)
+        if self.failing:
+            raise ConsumersUnknownError(f"cannot read pod {namespace}/{name}: apiserver unreachable")
+        return self.groups.get(pod_uid, "")
+
+
+GANG = ClaimBinding("u1", "ml", "cpus", frozenset(), PIN, pod_groups=(PodGroupRef("train", "pg-1"),))
+
+
+def _group_check(
+    reader: FakeReader, pods: FakePodGroups | None, clock: Clock | None = None
+) -> tuple[ConsumerCheck, list[tuple[str, frozenset[str]]]]:
+    recorded: list[tuple[str, frozenset[str]]] = []
+    check = ConsumerCheck(
+        reader, lambda uid, got: recorded.append((uid, got)), pod_groups=pods, clock=clock or Clock()
+    )
+    return check, recorded
+
+
+def test_a_member_of_a_recorded_group_costs_one_pod_read_and_is_recorded() -> None:
+    """The group is recorded: no read of the claim, one read of the pod, then none."""
+    reader, pods = FakeReader(), FakePodGroups({"pod-b": "train"})
+    check, recorded = _group_check(reader, pods)
+    for _ in range(3):
+        assert check.confirm(GANG, "pod-b", "worker-1").reserved_for("pod-b", "ml")
+    assert reader.reads == [] and pods.reads == [("ml", "worker-1", "pod-b")]
+    assert recorded == [("u1", frozenset({"pod-b"}))]
+    assert check.remembered(GANG, "pod-b") is not None
+
+
+@pytest.mark.parametrize("named", ["", "other"], ids=["no-group", "another-group"])
+def test_a_pod_outside_the_group_is_not_a_consumer_for_a_while(named: str) -> None:
+    """Not a member: not a consumer, nothing recorded, the answer kept for the pod a while."""
+    reader, pods = FakeReader(), FakePodGroups({"pod-x": named})
+    clock = Clock()
+    check, recorded = _group_check(reader, pods, clock)
+    for _ in range(3):
+        assert not check.confirm(GANG, "pod-x", "x").reserved_for("pod-x", "ml")
+    assert len(pods.reads) == 1 and recorded == []
+    clock.now += 60
+    check.confirm(GANG, "pod-x", "x")
+    assert len(pods.reads) == 2
+
+
+def test_groups_read_from_the_claim_send_the_next_pods_to_the_pod_read_only() -> None:
+    """An entry that does not record the group (rebuilt, say): the claim's read finds it, then
+    each pod of the group costs only its own read."""
+    reader = FakeReader({"u1": ClaimConsumers(groups=frozenset({"train"}))})
+    pods = FakePodGroups({"pod-a": "train", "pod-b": "train"})
+    check, _ = _group_check(reader, pods)
+    unrecorded = ClaimBinding("u1", "ml", "cpus", None, PIN)
+    assert check.confirm(unrecorded, "pod-a", "worker-0").reserved_for("pod-a", "ml")
+    assert check.confirm(unrecorded, "pod-b", "worker-1").reserved_for("pod-b", "ml")
+    assert len(reader.reads) == 1 and len(pods.reads) == 2
+
+
+def test_a_listed_pod_of_a_claim_with_groups_needs_no_pod_read() -> None:
+    reader = FakeReader({"u1": ClaimConsumers(pods=frozenset({"pod-a"}), groups=frozenset({"train"}))})
+    pods = FakePodGroups()
+    check, _ = _group_check(reader, pods)
+    assert check.confirm(ClaimBinding("u1", "ml", "cpus", None, PIN), "pod-a", "a").reserved_for(
+        "pod-a", "ml"
+    )
+    assert pods.reads == []
+
+
+@pytest.mark.parametrize(
+    ("pods", "name", "match"),
+    [
+        pytest.param(
+            FakePodGroups(failing=True), "worker-1", "cannot read pod ml/worker-1", id="unreachable"
+        ),
+        pytest.param(None, "worker-1", "cannot read pods", id="no-pod-reader"),
+        pytest.param(FakePodGroups({"pod-b": "train"}), "", "did not name the pod", id="no-pod-name"),
+    ],
+)
+def test_a_membership_that_cannot_be_read_is_unknown(
+    pods: FakePodGroups | None, name: str, match: str
+) -> None:
+    """Never taken as an answer either way: the NRI plugin fails closed on it."""
+    check, recorded = _group_check(FakeReader(), pods)
+    with pytest.raises(ConsumersUnknownError, match=match):
+        check.confirm(GANG, "pod-b", name)
+    assert recorded == [] and check.learned("u1") == frozenset()
+
+
+def test_the_pods_of_a_known_group_are_read_side_by_side() -> None:
+    """Pod A's read hangs; pod B of the same group gets its own read and its answer meanwhile
+    (a read per claim at a time would make B wait for A, then refuse it)."""
+    gate = threading.Event()
+    pods = FakePodGroups({"pod-a": "train", "pod-b": "train"}, gates={"pod-a": gate})
+    check, _ = _group_check(FakeReader(), pods)
+    answers: list[bool] = []
+    slow = threading.Thread(
+        target=lambda: answers.append(check.confirm(GANG, "pod-a", "a").reserved_for("pod-a", "ml"))
+    )
+    slow.start()
+    try:
+        assert pods.started.wait(5)
+        assert check.confirm(GANG, "pod-b", "b").reserved_for("pod-b", "ml")
+        assert not gate.is_set() and answers == []  # A's read is still in flight
+    finally:
+        gate.set()
+        slow.join(5)
+    assert answers == [True]

@@ -18,7 +18,7 @@ from driver.pinning.hook import (
     parse_oci_state,
     run_create_runtime,
 )
-from driver.pinning.types import ClaimBinding, ClaimPinning, CpuAssignment, CpuMode
+from driver.pinning.types import ClaimBinding, ClaimPinning, CpuAssignment, CpuMode, PodGroupRef
 
 
 @pytest.mark.parametrize(
@@ -167,6 +167,23 @@ def test_env_mode_entry_without_recorded_pods_binds_no_pod(
         run_create_runtime(_env_bundle(tmp_path, env, annotations), lookup={"claim-a": unknown}.get)
     assert err.value.reason == "consumers_unknown"
     assert "cannot ask the apiserver" in str(err.value) and "--cpus/--mems" in str(err.value)
+
+
+def test_env_mode_refuses_an_unrecorded_pod_of_a_podgroup_and_says_why(tmp_path: Path) -> None:
+    """A claim reserved for a PodGroup: the hook cannot read which group a pod belongs to (a pod's
+    annotations are its own words), so an unrecorded pod is refused, naming the group."""
+    pinning = ClaimPinning(
+        "claim-a", (CpuAssignment("main", CpuMode.EXCLUSIVE, frozenset({1}), frozenset()),)
+    )
+    gang = ClaimBinding(
+        "claim-a", "ml", "cpus", frozenset(), pinning, pod_groups=(PodGroupRef("train", "pg-1"),)
+    )
+    env = ["NUMADRA_CPUS=0-255", "NUMADRA_CLAIM_UID=claim-a", "NUMADRA_REQUEST=main"]
+    annotations = {"io.kubernetes.cri.sandbox-uid": "pod-b", "io.kubernetes.cri.sandbox-namespace": "ml"}
+    with pytest.raises(PinRefusedError, match="PodGroup train") as err:
+        run_create_runtime(_env_bundle(tmp_path, env, annotations), lookup={"claim-a": gang}.get)
+    assert err.value.reason == "not_reserved"
+    assert "cannot read which group a pod belongs to" in str(err.value)
 
 
 def test_env_mode_pins_a_pod_the_driver_recorded_since(tmp_path: Path) -> None:
