@@ -210,7 +210,7 @@ def build(front: Front, *, on_fatal: Callable[[str], None]) -> Core:
         warnings=claim_events,
         withheld=owners.withheld,
     )
-    index = PreparedIndex(claims.prepared_claims)
+    index = PreparedIndex(claims.prepared_claims, claims.journal_changes)
     housekeeping = Housekeeping(index=index, rescan=inventory.rescan, rescan_interval=cfg.rescan_interval)
     plugin = MeteredPlugin(claims, partial(_journal_changed, index, housekeeping))
     monitor = _health_monitor(cfg, inventory.current(), index)

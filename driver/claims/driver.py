@@ -66,7 +66,7 @@ from driver.pinning.types import ClaimPinning, PodGroupRef
 from driver.plugin import Claim, ClaimRef, PreparedDevice, PrepareResult, describe_claim
 from driver.slices.ownership import Owner
 from driver.state.entry import JournalEntry, StoredFile
-from driver.state.journal import Journal
+from driver.state.journal import ChangeMark, Journal
 from driver.untrusted.files import read_file
 from driver.untrusted.values import loads_json
 
@@ -343,6 +343,22 @@ class ClaimsDriver:
             self._journal.put(replace(entry, reserved_pods=merged))
             self._journal.save()
             return True
+
+    def journal_changes(
+        self, mark: ChangeMark | None
+    ) -> tuple[ChangeMark, Mapping[str, JournalEntry | None] | None]:
+        """What changed in the journal since ``mark``: each changed claim's entry (None: gone), or
+        None for a reader that must take every entry (:meth:`prepared_claims`); and the new mark.
+
+        The prepared-claims index catches up with this after every call, so its work follows the
+        claims a call changed, not the claims the node holds.
+        """
+        with self._lock:
+            self._journal.load(persist=False)  # no cross-process lock here: never write
+            now, uids = self._journal.changes_since(mark)
+            if uids is None:
+                return now, None
+            return now, {uid: self._journal.get(uid) for uid in uids}
 
     def prepared_claims(self) -> list[JournalEntry]:
         """The journal's entries (for inspection and health: CDI IDs of prepared devices)."""

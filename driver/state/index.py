@@ -12,8 +12,7 @@ here by :func:`prepared_view`: pinning sits below state and must not know the jo
 from __future__ import annotations
 
 import threading
-from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from driver.pinning.types import PreparedClaimView
@@ -21,6 +20,10 @@ from driver.pinning.types import PreparedClaimView
 if TYPE_CHECKING:
     from driver.pinning.types import ClaimPinning
     from driver.state.entry import JournalEntry
+    from driver.state.journal import ChangeMark
+
+    #: ``ClaimsDriver.journal_changes``: (the new mark, the changed entries or None for "read all")
+    ChangeFeed = Callable[[ChangeMark | None], tuple[ChangeMark, Mapping[str, JournalEntry | None] | None]]
 
 __all__ = ["PreparedIndex", "prepared_view"]
 
@@ -53,8 +56,17 @@ class PreparedIndex:
     after its prepare.
     """
 
-    def __init__(self, source: Callable[[], Sequence[JournalEntry]]) -> None:
+    def __init__(
+        self,
+        source: Callable[[], Sequence[JournalEntry]],
+        changes: ChangeFeed | None = None,
+    ) -> None:
+        """``source``: every journaled entry; ``changes``: the journal's change feed
+        (``ClaimsDriver.journal_changes``), so a refresh reads only the claims that changed
+        (without it, each refresh reads every entry and re-indexes the changed ones)."""
         self._source = source
+        self._changes = changes
+        self._mark: ChangeMark | None = None
         self._lock = threading.Lock()
         #: one refresh at a time: otherwise a refresh that read the journal earlier could store
         #: its older copy over a later one's, and the index would stay behind until the next change
@@ -69,7 +81,7 @@ class PreparedIndex:
         # CDI IDs per claim, and how many claims hold each CPU
         self._indexed: dict[str, JournalEntry] = {}
         self._device_uses: dict[str, dict[str, tuple[str, ...]]] = {}
-        self._cpu_holds: Counter[int] = Counter()
+        self._cpu_holds: dict[int, int] = {}
 
     @property
     def stale(self) -> bool:
@@ -85,54 +97,91 @@ class PreparedIndex:
 
         Only the entries that changed since the last refresh are indexed again: a refresh follows
         every prepare and unprepare, and rebuilding every claim's view each time made a call's
-        cost grow with the claims the node holds (bench/fill.py draws it). The journal hands out
-        the same entry object while an entry is unchanged, so finding the changed ones is one
-        identity test per claim.
+        cost grow with the claims the node holds (bench/fill.py draws it). With the journal's
+        change feed a refresh reads just the changed claims; without it, or when the feed cannot
+        say (the first refresh, the journal read anew), it reads every entry and finds the changed
+        ones by identity (the journal hands out the same entry object while it is unchanged).
         """
         with self._refresh_lock:
             self._stale = False
-            current = {entry.uid: entry for entry in self._source()}
-            gone = [old for uid, old in self._indexed.items() if current.get(uid) is not old]
-            new = [entry for uid, entry in current.items() if self._indexed.get(uid) is not entry]
-            if not gone and not new:
-                return
-            views, pinning = dict(self._views), dict(self._pinning)
-            touched: set[str] = set()
-            for old in gone:
-                views.pop(old.uid, None)
-                pinning.pop(old.uid, None)
-                for dev in old.devices:
-                    self._device_uses.get(dev.device_name, {}).pop(old.uid, None)
-                    touched.add(dev.device_name)
-                if old.pinning is not None:
-                    self._cpu_holds.subtract(old.pinning.cpus)
-            for entry in new:
-                views[entry.uid] = prepared_view(entry)
-                pinning[entry.uid] = entry.pinning
-                ids: dict[str, list[str]] = {}
-                for dev in entry.devices:
-                    ids.setdefault(dev.device_name, []).extend(dev.cdi_device_ids)
-                for name, found in ids.items():
-                    self._device_uses.setdefault(name, {})[entry.uid] = tuple(found)
-                    touched.add(name)
-                if entry.pinning is not None:
-                    self._cpu_holds.update(entry.pinning.cpus)
-            by_device = dict(self._by_device)
-            for name in touched:
-                uses = self._device_uses.get(name)
-                if uses:
-                    by_device[name] = tuple(i for ids in uses.values() for i in ids)
+            delta: dict[str, JournalEntry | None] = {}
+            if self._changes is not None:
+                self._mark, fed = self._changes(self._mark)
+                if fed is not None:
+                    delta = dict(fed)
                 else:
-                    by_device.pop(name, None)
-                    self._device_uses.pop(name, None)
-            self._cpu_holds = +self._cpu_holds  # drop the CPUs no claim holds any more
-            claimed = frozenset(self._cpu_holds)
-            self._indexed = current
-            with self._lock:
-                self._by_device = by_device
-                self._pinning = pinning
-                self._views = views
-                self._claimed = claimed
+                    self._mark, delta = self._everything(self._mark)
+            else:
+                delta = self._everything(None)[1]
+            changed = [(uid, entry) for uid, entry in delta.items() if self._indexed.get(uid) is not entry]
+            if changed:
+                self._apply(changed)
+
+    def _everything(
+        self, mark: ChangeMark | None
+    ) -> tuple[ChangeMark | None, dict[str, JournalEntry | None]]:
+        """Every entry as a change (the gone ones as None), and the feed's mark read before them:
+        a change made meanwhile is fed again next time, which the identity test makes harmless."""
+        if self._changes is not None:
+            mark, _ = self._changes(None)
+        current: dict[str, JournalEntry | None] = {entry.uid: entry for entry in self._source()}
+        for uid in self._indexed:
+            current.setdefault(uid, None)
+        return mark, current
+
+    def _apply(self, changed: list[tuple[str, JournalEntry | None]]) -> None:
+        views, pinning = dict(self._views), dict(self._pinning)
+        touched: set[str] = set()
+        claimed = set(self._claimed)
+        for uid, entry in changed:
+            old = self._indexed.pop(uid, None)
+            if old is not None:
+                views.pop(uid, None)
+                pinning.pop(uid, None)
+                touched.update(self._forget(old, claimed))
+            if entry is not None:
+                self._indexed[uid] = entry
+                views[uid] = prepared_view(entry)
+                pinning[uid] = entry.pinning
+                touched.update(self._learn(entry, claimed))
+        by_device = dict(self._by_device)
+        for name in touched:
+            uses = self._device_uses.get(name)
+            if uses:
+                by_device[name] = tuple(i for ids in uses.values() for i in ids)
+            else:
+                by_device.pop(name, None)
+                self._device_uses.pop(name, None)
+        with self._lock:
+            self._by_device = by_device
+            self._pinning = pinning
+            self._views = views
+            self._claimed = frozenset(claimed)
+
+    def _forget(self, old: JournalEntry, claimed: set[int]) -> set[str]:
+        """Take ``old``'s devices and CPUs out of the counts; the device names it touched."""
+        for cpu in old.pinning.cpus if old.pinning is not None else ():
+            left = self._cpu_holds.get(cpu, 0) - 1
+            if left > 0:
+                self._cpu_holds[cpu] = left
+            else:
+                self._cpu_holds.pop(cpu, None)
+                claimed.discard(cpu)
+        for dev in old.devices:
+            self._device_uses.get(dev.device_name, {}).pop(old.uid, None)
+        return {dev.device_name for dev in old.devices}
+
+    def _learn(self, entry: JournalEntry, claimed: set[int]) -> set[str]:
+        """Count ``entry``'s devices and CPUs in; the device names it touched."""
+        for cpu in entry.pinning.cpus if entry.pinning is not None else ():
+            self._cpu_holds[cpu] = self._cpu_holds.get(cpu, 0) + 1
+            claimed.add(cpu)
+        ids: dict[str, list[str]] = {}
+        for dev in entry.devices:
+            ids.setdefault(dev.device_name, []).extend(dev.cdi_device_ids)
+        for name, found in ids.items():
+            self._device_uses.setdefault(name, {})[entry.uid] = tuple(found)
+        return set(ids)
 
     def cdi_ids(self, device_name: str) -> tuple[str, ...]:
         """CDI IDs of every prepared use of a device (cached; the health stream calls this)."""

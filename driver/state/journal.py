@@ -39,7 +39,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -67,9 +67,11 @@ __all__ = [
     "JOURNAL_FILE",
     "JOURNAL_KIND",
     "JOURNAL_VERSION",
+    "MAX_FED_CHANGES",
     "RECOVERIES_FILE",
     "STATE_RECOVERY_REASONS",
     "V1_JOURNAL_FILE",
+    "ChangeMark",
     "Journal",
     "journal_path",
     "read_recoveries",
@@ -77,6 +79,10 @@ __all__ = [
 ]
 
 JOURNAL_KIND = "NumadraJournal"
+#: the changes :meth:`Journal.changes_since` keeps; a reader further behind reads every entry
+MAX_FED_CHANGES = 4096
+#: where a reader of the change feed stands: (the entries' epoch, the number of its last change)
+ChangeMark = tuple[int, int]
 JOURNAL_VERSION = 2
 JOURNAL_FILE = "journal.log"
 #: the version 1 journal of unreleased builds: refused, not read
@@ -164,8 +170,41 @@ class Journal:
         #: CPU -> how many entries pin it (a multiset, so removing one entry is exact)
         self._cpu_users: dict[int, int] = {}
         self._taken: frozenset[int] | None = frozenset()  # the keys of _cpu_users; None: stale
+        #: the change feed (:meth:`changes_since`): the entries' epoch (bumped when they are
+        #: replaced wholesale), the number of the last change, and the last changes' claim UIDs
+        self._epoch = 0
+        self._seq = 0
+        self._changes: deque[tuple[int, str]] = deque(maxlen=MAX_FED_CHANGES)
+
+    def changes_since(self, mark: ChangeMark | None) -> tuple[ChangeMark, list[str] | None]:
+        """The UIDs whose entries changed (put, replaced or removed) since ``mark``, and the mark
+        of now; None for the UIDs when the caller must read every entry instead (no mark yet, the
+        entries were replaced wholesale since, or more changed than the feed keeps).
+
+        A reader that keeps a copy of the entries (``driver.state.index``) catches up with the
+        claims that changed alone, so its cost does not grow with the claims the node holds.
+        """
+        now = (self._epoch, self._seq)
+        if mark is None or mark[0] != self._epoch or mark[1] > self._seq:
+            return now, None
+        since = mark[1]
+        if since == self._seq:
+            return now, []
+        if not self._changes or self._changes[0][0] > since + 1:
+            return now, None  # the oldest change the caller needs fell off the feed
+        uids: list[str] = []
+        for seq, uid in reversed(self._changes):
+            if seq <= since:
+                break
+            uids.append(uid)
+        return now, list(dict.fromkeys(uids))
+
+    def _changed(self, uid: str) -> None:
+        self._seq += 1
+        self._changes.append((self._seq, uid))
 
     def _index(self, entry: JournalEntry) -> None:
+        self._changed(entry.uid)
         for held in entry.devices:
             if held.share_id is None and held.device_name not in entry.admin_devices:
                 self._holders.setdefault((held.pool_name, held.device_name), []).append(entry.uid)
@@ -175,6 +214,7 @@ class Journal:
             self._taken = None
 
     def _unindex(self, entry: JournalEntry) -> None:
+        self._changed(entry.uid)
         for held in entry.devices:
             if held.share_id is None and held.device_name not in entry.admin_devices:
                 uids = self._holders.get((held.pool_name, held.device_name))
@@ -192,6 +232,8 @@ class Journal:
             self._taken = None
 
     def _reset(self, entries: dict[str, JournalEntry], texts: dict[str, str]) -> None:
+        self._epoch += 1  # every reader of the change feed reads the entries anew
+        self._changes.clear()
         self._entries, self._text, self._dirty = entries, texts, {}
         self._holders, self._cpu_users, self._taken = {}, {}, frozenset()
         for entry in entries.values():

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import tempfile
 import threading
 from dataclasses import replace
+from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -12,6 +14,7 @@ from driver.pinning.types import ClaimPinning, CpuAssignment, CpuMode
 from driver.plugin import PreparedDevice
 from driver.state.entry import JournalEntry
 from driver.state.index import PreparedIndex, prepared_view
+from driver.state.journal import MAX_FED_CHANGES, ChangeMark, Journal, journal_path
 
 
 def _entry(uid: str, device: str, cpus: frozenset[int] = frozenset()) -> JournalEntry:
@@ -204,3 +207,64 @@ def test_a_refresh_reindexes_only_the_entries_that_changed() -> None:
     after = {v.claim_uid: v for v in index.views()}
     assert all(after[uid] is view for uid, view in before.items())
     assert after["new"].claim_uid == "new" and index.claimed_cpus() == frozenset({1})
+
+
+class _Fed:
+    """A real journal behind both of the index's sources, counting whole reads."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.journal = Journal(journal_path(tmp))
+        self.journal.load()
+        self.full_reads = 0
+
+    def entries(self) -> list[JournalEntry]:
+        self.full_reads += 1
+        return list(self.journal.entries())
+
+    def changes(self, mark: ChangeMark | None) -> tuple[ChangeMark, dict[str, JournalEntry | None] | None]:
+        now, uids = self.journal.changes_since(mark)
+        return now, None if uids is None else {uid: self.journal.get(uid) for uid in uids}
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops=_ops)
+def test_an_index_fed_by_the_journals_changes_equals_one_built_afresh(
+    ops: list[tuple[str, str, str, frozenset[int]]],
+) -> None:
+    """With the journal's change feed a refresh reads only what changed, and still says what a new
+    index over the same journal says; it reads every entry only once, at its first refresh."""
+    with tempfile.TemporaryDirectory() as tmp:
+        fed = _Fed(Path(tmp))
+        kept = PreparedIndex(fed.entries, fed.changes)
+        kept.refresh()
+        for op, uid, device, cpus in ops:
+            if op == "put":
+                fed.journal.put(_entry(uid, device, cpus))
+            else:
+                fed.journal.remove(uid)
+            kept.invalidate()
+            kept.refresh()
+            fresh = PreparedIndex(lambda: list(fed.journal.entries()))
+            fresh.refresh()
+            assert _snapshot(kept) == _snapshot(fresh)
+        assert fed.full_reads == 1
+
+
+def test_a_reader_the_feed_left_behind_reads_every_entry(tmp_path: Path) -> None:
+    """More changes than the feed keeps, or entries replaced wholesale: the index reads them all."""
+    fed = _Fed(tmp_path)
+    index = PreparedIndex(fed.entries, fed.changes)
+    index.refresh()
+    for k in range(MAX_FED_CHANGES + 1):
+        fed.journal.put(_entry(f"u{k % 7}", "gpu-1", frozenset({k % 5})))
+    index.invalidate()
+    index.refresh()
+    assert fed.full_reads == 2
+    fresh = PreparedIndex(lambda: list(fed.journal.entries()))
+    fresh.refresh()
+    assert _snapshot(index) == _snapshot(fresh)
+    fed.journal.close()  # the next load reads the file from its start: the entries anew
+    fed.journal.load()
+    index.invalidate()
+    index.refresh()
+    assert fed.full_reads == 3
