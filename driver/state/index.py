@@ -72,13 +72,12 @@ class PreparedIndex:
         #: its older copy over a later one's, and the index would stay behind until the next change
         self._refresh_lock = threading.Lock()
         self._stale = True
-        self._by_device: dict[str, tuple[str, ...]] = {}
         self._pinning: dict[str, ClaimPinning | None] = {}
         self._views: dict[str, PreparedClaimView] = {}
-        self._claimed: frozenset[int] = frozenset()
-        # what the last refresh indexed, kept by the refresh alone (under its lock): each entry as
-        # it was (entries are immutable, so "the same object" means "unchanged"), each device's
-        # CDI IDs per claim, and how many claims hold each CPU
+        self._claimed: frozenset[int] | None = frozenset()  # the keys of _cpu_holds; None: stale
+        # what the last refresh indexed (changed under both locks, read under ``_lock``): each
+        # entry as it was (entries are immutable, so "the same object" means "unchanged"), each
+        # device's CDI IDs per claim, and how many claims hold each CPU
         self._indexed: dict[str, JournalEntry] = {}
         self._device_uses: dict[str, dict[str, tuple[str, ...]]] = {}
         self._cpu_holds: dict[int, int] = {}
@@ -130,63 +129,52 @@ class PreparedIndex:
         return mark, current
 
     def _apply(self, changed: list[tuple[str, JournalEntry | None]]) -> None:
-        views, pinning = dict(self._views), dict(self._pinning)
-        touched: set[str] = set()
-        claimed = set(self._claimed)
-        for uid, entry in changed:
-            old = self._indexed.pop(uid, None)
-            if old is not None:
-                views.pop(uid, None)
-                pinning.pop(uid, None)
-                touched.update(self._forget(old, claimed))
-            if entry is not None:
-                self._indexed[uid] = entry
-                views[uid] = prepared_view(entry)
-                pinning[uid] = entry.pinning
-                touched.update(self._learn(entry, claimed))
-        by_device = dict(self._by_device)
-        for name in touched:
-            uses = self._device_uses.get(name)
-            if uses:
-                by_device[name] = tuple(i for ids in uses.values() for i in ids)
-            else:
-                by_device.pop(name, None)
-                self._device_uses.pop(name, None)
+        """Index the changed entries, in place under the readers' lock: a change costs what its
+        claims cost, never a copy of every claim's view (the lock is held for those claims alone)."""
         with self._lock:
-            self._by_device = by_device
-            self._pinning = pinning
-            self._views = views
-            self._claimed = frozenset(claimed)
+            for uid, entry in changed:
+                old = self._indexed.pop(uid, None)
+                if old is not None:
+                    self._views.pop(uid, None)
+                    self._pinning.pop(uid, None)
+                    self._forget(old)
+                if entry is not None:
+                    self._indexed[uid] = entry
+                    self._views[uid] = prepared_view(entry)
+                    self._pinning[uid] = entry.pinning
+                    self._learn(entry)
+            self._claimed = None
 
-    def _forget(self, old: JournalEntry, claimed: set[int]) -> set[str]:
-        """Take ``old``'s devices and CPUs out of the counts; the device names it touched."""
+    def _forget(self, old: JournalEntry) -> None:
+        """Take ``old``'s devices and CPUs out of the counts."""
         for cpu in old.pinning.cpus if old.pinning is not None else ():
             left = self._cpu_holds.get(cpu, 0) - 1
             if left > 0:
                 self._cpu_holds[cpu] = left
             else:
                 self._cpu_holds.pop(cpu, None)
-                claimed.discard(cpu)
         for dev in old.devices:
-            self._device_uses.get(dev.device_name, {}).pop(old.uid, None)
-        return {dev.device_name for dev in old.devices}
+            uses = self._device_uses.get(dev.device_name)
+            if uses is not None:
+                uses.pop(old.uid, None)
+                if not uses:
+                    del self._device_uses[dev.device_name]
 
-    def _learn(self, entry: JournalEntry, claimed: set[int]) -> set[str]:
-        """Count ``entry``'s devices and CPUs in; the device names it touched."""
+    def _learn(self, entry: JournalEntry) -> None:
+        """Count ``entry``'s devices and CPUs in."""
         for cpu in entry.pinning.cpus if entry.pinning is not None else ():
             self._cpu_holds[cpu] = self._cpu_holds.get(cpu, 0) + 1
-            claimed.add(cpu)
         ids: dict[str, list[str]] = {}
         for dev in entry.devices:
             ids.setdefault(dev.device_name, []).extend(dev.cdi_device_ids)
         for name, found in ids.items():
             self._device_uses.setdefault(name, {})[entry.uid] = tuple(found)
-        return set(ids)
 
     def cdi_ids(self, device_name: str) -> tuple[str, ...]:
         """CDI IDs of every prepared use of a device (cached; the health stream calls this)."""
         with self._lock:
-            return self._by_device.get(device_name, ())
+            uses = self._device_uses.get(device_name)
+            return tuple(i for ids in uses.values() for i in ids) if uses else ()
 
     def pinning(self, claim_uid: str) -> ClaimPinning | None:
         """The pinning of a prepared claim; refreshes once when unknown or stale."""
@@ -221,6 +209,8 @@ class PreparedIndex:
         if self._stale:
             self.refresh()
         with self._lock:
+            if self._claimed is None:  # made once per change, when asked
+                self._claimed = frozenset(self._cpu_holds)
             return self._claimed
 
     def count(self) -> int:
