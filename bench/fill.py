@@ -11,8 +11,10 @@ how each cost grows with them, and draws each curve as an SVG beside its JSON:
   one-claim prepare and unprepare p50 (``--rounds`` cycles) and the process's CPU per cycle;
   its RSS; the journal's size; start-to-registered of a restart on that journal (median of 3);
   NRI CreateContainer p50 of a claim's container (the NRI plugin in this process over a real unix
-  socket, its claims read from the filled journal, as ``numadra run`` wires it); and the idle CPU
-  of the restarted process over ``--idle`` seconds, as seconds per hour.
+  socket, its claims read from the filled journal, as ``numadra run`` wires it); the idle CPU
+  of the restarted process over ``--idle`` seconds, as seconds per hour; and the driver's own CPU
+  per cycle in this process (``driver_cpu``: the kubelet layer, ``ClaimsDriver`` and the index's
+  refresh after each call, thread CPU time: the figure a loaded machine bends least).
 * **devices** (``--devices``, default 8, 128, 1024 NIC devices: PFs, then 15 VFs each): the
   slices' bytes, and the time of the first publish (every slice created) and of a re-publish
   that changes nothing, through the real client and publisher to the fake apiserver. The fake
@@ -256,6 +258,51 @@ def claims_level(base: str, prepared: int, rounds: int, idle_s: float, env: dict
         shutil.rmtree(root, ignore_errors=True)
 
 
+def driver_cpu_level(base: str, prepared: int, rounds: int) -> dict[str, Any]:
+    """The driver's own CPU per one-claim prepare+unprepare cycle at ``prepared`` claims, in this
+    process: the kubelet layer's prepare, ``ClaimsDriver`` and the prepared-claims index's refresh
+    after each call (as ``numadra run`` wires it), no gRPC or HTTP. Thread CPU time, so it is the
+    figure a loaded machine bends least."""
+    from bench._common import in_memory_driver
+    from driver.inventory.discovery import discover
+    from driver.kubelet import claims as layer
+    from driver.plugin import ClaimRef
+    from driver.state.index import PreparedIndex
+    from harness.hosttree import write_host_tree
+
+    root = Path(tempfile.mkdtemp(prefix="filldrv", dir=base))
+    try:
+        write_host_tree(root / "host", _fill_topology(1024))
+        inventory = discover(root / "host", use_nvml=False)
+        fill = [_claim(i, "fill") for i in range(prepared)]
+        probes = [_claim(i, "probe") for i in range(rounds + 20)]
+        store = {(NAMESPACE, obj["metadata"]["name"]): obj for _, _, obj in (*fill, *probes)}
+        driver, fetcher = in_memory_driver(
+            inventory, store, driver=DRIVER, node=NODE, cdi_dir=root / "cdi", plugin_dir=root / "plugin"
+        )
+        index = PreparedIndex(driver.prepared_claims, driver.journal_changes)
+        refs = [ClaimRef(NAMESPACE, obj["metadata"]["name"], uid) for uid, _, obj in fill]
+        for start in range(0, len(refs), 32):
+            layer.prepare(driver, fetcher, None, refs[start : start + 32])
+        index.refresh()
+        spent: list[float] = []
+        for k, (uid, _, obj) in enumerate(probes):
+            ref = ClaimRef(NAMESPACE, obj["metadata"]["name"], uid)
+            t0 = time.thread_time()
+            layer.prepare(driver, fetcher, None, [ref])
+            index.invalidate()
+            index.refresh()
+            driver.unprepare_claims([ref])
+            index.invalidate()
+            index.refresh()
+            if k >= 20:  # the first 20 warm the caches
+                spent.append(time.thread_time() - t0)
+        driver.close()
+        return {"prepared": prepared, "driver_cpu_per_cycle_ms": _p50_ms(spent)}
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def devices_level(base: str, devices: int) -> dict[str, Any]:
     """Slice bytes, first publish and no-change re-publish at ``devices`` NIC devices."""
     from driver.inventory.discovery import discover
@@ -360,6 +407,9 @@ def _draw(out_dir: Path, result: dict[str, Any]) -> list[str]:
                 "unprepare p50 (ms)": [c["unprepare_p50_ms"] for c in claims],
                 "CPU per cycle (ms)": [c["cpu_per_cycle_ms"] for c in claims],
                 "NRI CreateContainer p50 (ms)": [c["nri_create_p50_ms"] for c in claims],
+                "driver's own CPU per cycle (ms)": [
+                    d["driver_cpu_per_cycle_ms"] for d in result["driver_cpu"]
+                ],
             },
             x_label="prepared claims",
             y_label="milliseconds",
@@ -434,11 +484,13 @@ def main() -> int:
         claims = [claims_level(args.base, n, args.rounds, args.idle, env) for n in args.claims]
     finally:
         shutil.rmtree(pycache, ignore_errors=True)
+    driver_cpu = [driver_cpu_level(args.base, n, args.rounds * 4) for n in args.claims]
     devices = [devices_level(args.base, n) for n in args.devices]
     cpus = [cpus_level(args.base, n) for n in args.cpus]
     result: dict[str, Any] = {
         "claims": claims,
         "claims_growth": _growth(claims, "claim", "prepared"),
+        "driver_cpu": driver_cpu,
         "devices": devices,
         "devices_growth": _growth(devices, "device", "devices"),
         "cpus": cpus,
@@ -448,6 +500,9 @@ def main() -> int:
     first, last = claims[0], claims[-1]
     result["targets"] = {
         "prepare_p50_growth<=1.2": round(last["prepare_p50_ms"] / first["prepare_p50_ms"], 2),
+        "driver_cpu_growth": round(
+            driver_cpu[-1]["driver_cpu_per_cycle_ms"] / driver_cpu[0]["driver_cpu_per_cycle_ms"], 2
+        ),
         "nri_p50_growth<=1.2": round(last["nri_create_p50_ms"] / first["nri_create_p50_ms"], 2),
         "rss_kib_per_claim<=4": round(
             (last["rss_mib"] - first["rss_mib"]) * 1024 / max(1, last["prepared"] - first["prepared"]), 2
