@@ -53,7 +53,7 @@ _MAX_TEXT = 64  # the API's string attribute limit: a longer value is not one
 #: a device count as a quantity, short and with a small exponent: "1e999999999" would take the
 #: exact parser minutes, and no node has more devices than fit in 18 digits
 _SHORT_QUANTITY = re.compile(
-    r"[+-]?\d{1,18}(?:\.\d{0,9})?(?:[eE][+-]?\d{1,2}|Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?"
+    r"[+-]?\d{1,18}(?:\.\d{0,9})?(?:[eE][+-]?\d{1,2}|Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?", re.ASCII
 )
 
 
