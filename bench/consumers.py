@@ -22,7 +22,6 @@ import shutil
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -48,7 +47,7 @@ def run(pods: int) -> dict[str, Any]:
     from driver.pinning.consumers import READ_DEADLINE_S, ConsumerCheck
     from driver.pinning.nri import NriPlugin
     from driver.pinning.types import ClaimBinding, ClaimPinning, CpuAssignment, CpuMode
-    from harness.fake_nri_runtime import FakeNriRuntime, container, pod
+    from harness.fake_nri_runtime import FakeNriRuntime, connect_plugin, container, pod
     from harness.fakeapiserver import FakeApiServer
 
     uid = "00000000-0000-4000-8000-0000000000b1"
@@ -75,10 +74,7 @@ def run(pods: int) -> dict[str, Any]:
     plugin = NriPlugin(claim_lookup={uid: binding}.get, consumers=check, socket_path=runtime.socket_path)
     out: dict[str, list[float]] = {"recorded": [], "first_of_new_pod": [], "next_of_that_pod": []}
     try:
-        connector = threading.Thread(target=plugin.connect)
-        connector.start()
-        conn = runtime.accept()
-        connector.join()
+        conn = connect_plugin(runtime, plugin.connect)
         conn.configure()
         conn.synchronize([])
 

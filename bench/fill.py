@@ -41,7 +41,6 @@ import shutil
 import statistics
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -128,7 +127,7 @@ def _nri_p50(root: Path, inventory: Any, claim_uid: str, pod_uid: str, rounds: i
     from driver.pinning.nri import NriPlugin
     from driver.pinning.types import marker_env
     from driver.state.index import PreparedIndex
-    from harness.fake_nri_runtime import FakeNriRuntime, container, pod
+    from harness.fake_nri_runtime import FakeNriRuntime, connect_plugin, container, pod
 
     claims = ClaimsDriver(
         driver_name=DRIVER,
@@ -153,10 +152,7 @@ def _nri_p50(root: Path, inventory: Any, claim_uid: str, pod_uid: str, rounds: i
     )
     samples: list[float] = []
     try:
-        connector = threading.Thread(target=plugin.connect)
-        connector.start()
-        conn = runtime.accept()
-        connector.join()
+        conn = connect_plugin(runtime, plugin.connect)
         conn.configure()
         conn.synchronize([])
         for i in range(rounds + 20):  # the first 20 warm the pools and protobuf

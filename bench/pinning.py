@@ -24,7 +24,6 @@ import shutil
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -89,7 +88,7 @@ def bench_nri(calls: int, *, device_pod: bool = False) -> dict[str, Any]:
     from driver.pinning.nri import NriPlugin
     from driver.pinning.planner import CpuPlanner
     from driver.pinning.types import ClaimBinding, ClaimPinning, CpuAssignment, CpuMode
-    from harness.fake_nri_runtime import POD, FakeNriRuntime, container
+    from harness.fake_nri_runtime import POD, FakeNriRuntime, connect_plugin, container
     from harness.synthetic import synthetic_inventory
 
     cpus = frozenset({4, 5, 6, 7, 116, 117, 118, 119})
@@ -106,10 +105,7 @@ def bench_nri(calls: int, *, device_pod: bool = False) -> dict[str, Any]:
         claim_lookup={"bench": binding, "gpu": gpu}.get, socket_path=runtime.socket_path, aligner=aligner
     )
     try:
-        connector = threading.Thread(target=plugin.connect)
-        connector.start()
-        conn = runtime.accept()
-        connector.join()
+        conn = connect_plugin(runtime, plugin.connect)
         conn.configure()
         conn.synchronize([])
         env = [
