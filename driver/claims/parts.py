@@ -125,7 +125,9 @@ class NoClaimStatus:
 
 
 class _NoHostEdits:
-    """A node whose GPUs and NICs get nothing from the host beyond their own device nodes."""
+    """Nothing from the host for a claim's GPUs and NICs, not even their device nodes: those are
+    host paths the runtime resolves, so they come from the host's edits, checked
+    (``driver.claims.hostedits.HostEdits``, which ``numadra run`` always wires)."""
 
     def for_devices(self, devices: Sequence[AllocatedDevice]) -> None:
         return None

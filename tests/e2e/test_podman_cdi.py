@@ -33,6 +33,7 @@ from pathlib import Path
 import pytest
 
 from driver.claims import ClaimsDriver, claims_journal
+from driver.claims.hostedits import HostEdits
 from driver.claims.metadata import CONTAINER_DIR
 from driver.kubelet.claims import ClaimFetcher
 from driver.pinning.planner import CpuPlanner
@@ -197,6 +198,11 @@ def test_podman_injects_numadra_cdi_devices(podman: Podman, cdi_dir: Path, tmp_p
                 cdi_dir=cdi_dir, plugin_dir=tmp_path / "plugin", driver_name=DRIVER, pool=NODE
             ),
             planner=CpuPlanner(lambda: inventory),
+            # the GPU's device node comes from the host's edits, checked as a host path the
+            # runtime will resolve (root's all the way down, under this machine's /)
+            host_edits=HostEdits(
+                host_root="/", driver_root="/", cdi_dir=str(cdi_dir), claim_kind=f"{DRIVER}/claim"
+            ),
         ),
         ClaimFetcher(getter),
     )
