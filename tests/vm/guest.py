@@ -18,7 +18,11 @@ What it records:
   backend, the guest's real cgroup v2) to a real cgroup holding a waiting process. Only then does
   that process exec a Python that maps and touches a 64 MiB anonymous buffer; its
   ``/proc/<pid>/numa_maps`` pages per node, ``Cpus_allowed_list`` and ``Mems_allowed_list`` are
-  recorded, with the node's ``meminfo`` before and after (the probe: :mod:`tests.vm.probe`).
+  recorded, with the node's ``meminfo`` before and after (the probe: :mod:`tests.vm.probe`);
+* ``plain_gpu``: a pod whose two containers ask for ``nvidia.com/gpu: 1`` each and no CPUs, on a
+  host tree of this kernel with two stand-in GPUs (node 0, node 1), each container's cpuset from
+  numadra's NRI plugin applied to a real cgroup, where the same probe runs
+  (:mod:`tests.vm.plain_gpu`).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.vm import probe
+from tests.vm.plain_gpu import plain_gpu_facts
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 POD_UID = "vm-pod-uid"
@@ -223,6 +228,8 @@ def main(out: Path) -> int:
     result["pins"] = {
         str(n): _step(result, f"pin node{n}", functools.partial(pin_facts, work, n)) for n in cpu_nodes
     }
+    # a plain GPU pod, placed by the NRI plugin on a host tree of this kernel with stand-in GPUs
+    result["plain_gpu"] = _step(result, "plain gpu pod", functools.partial(plain_gpu_facts, work))
     (out / "result.json").write_text(json.dumps(result, indent=1, sort_keys=True))
     return 0
 
