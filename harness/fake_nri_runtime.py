@@ -118,25 +118,26 @@ class FakePluginConnection:
             raise RuntimeError(f"{method}: code {resp.status.code}: {resp.status.message}")
         return response_type.FromString(resp.payload)
 
-    def configure(self, request_timeout_ms: int = 2000) -> nri.ConfigureResponse:
-        """The handshake's Configure call, as containerd sends it."""
+    def configure(self, request_timeout_ms: int = 2000, timeout: float = 5.0) -> nri.ConfigureResponse:
+        """The handshake's Configure call, as containerd sends it (``timeout``: how long to wait)."""
         req = nri.ConfigureRequest(
             runtime_name="fake-containerd",
             runtime_version="2.1.0",
             NRI_version="v0.11.0",
             request_timeout=request_timeout_ms,
         )
-        return self.call("Configure", req, nri.ConfigureResponse)
+        return self.call("Configure", req, nri.ConfigureResponse, timeout)
 
     def synchronize(
         self,
         containers: list[nri.Container],
         more: bool = False,
         pods: list[nri.PodSandbox] | None = None,
+        timeout: float = 5.0,
     ) -> nri.SynchronizeResponse:
         """Report existing pods (default: the one pod of :func:`container`'s default) and containers."""
         req = nri.SynchronizeRequest(pods=[POD] if pods is None else pods, containers=containers, more=more)
-        return self.call("Synchronize", req, nri.SynchronizeResponse)
+        return self.call("Synchronize", req, nri.SynchronizeResponse, timeout)
 
     def create_container(
         self, container: nri.Container, timeout: float = 5.0, pod: nri.PodSandbox | None = None

@@ -18,7 +18,11 @@ What it records:
   backend, the guest's real cgroup v2) to a real cgroup holding a waiting process. Only then does
   that process exec a Python that maps and touches a 64 MiB anonymous buffer; its
   ``/proc/<pid>/numa_maps`` pages per node, ``Cpus_allowed_list`` and ``Mems_allowed_list`` are
-  recorded, with the node's ``meminfo`` before and after.
+  recorded, with the node's ``meminfo`` before and after (the probe: :mod:`tests.vm.probe`);
+* ``plain_gpu``: a pod whose two containers ask for ``nvidia.com/gpu: 1`` each and no CPUs, on a
+  host tree of this kernel with two stand-in GPUs (node 0, node 1), each container's cpuset from
+  numadra's NRI plugin applied to a real cgroup, where the same probe runs
+  (:mod:`tests.vm.plain_gpu`).
 """
 
 from __future__ import annotations
@@ -28,7 +32,6 @@ import functools
 import io
 import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -37,25 +40,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-PROBE_BYTES = 64 << 20
-NODE_SYSFS = Path("/sys/devices/system/node")
+from tests.vm import probe
+from tests.vm.plain_gpu import plain_gpu_facts
+
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 POD_UID = "vm-pod-uid"
-
-#: run by the pinned process after its pin: map PROBE_BYTES private anonymous memory, write one
-#: byte per page (a mapping is only placed on a node when a page is first touched), print the
-#: mapping's address, then wait for stdin to close so the parent can read numa_maps
-_PROBE = """
-import ctypes, mmap, sys
-size = int(sys.argv[1])
-buf = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-for off in range(0, size, mmap.PAGESIZE):
-    buf[off] = 1
-print(hex(ctypes.addressof(ctypes.c_char.from_buffer(buf))), flush=True)
-sys.stdin.read()
-"""
-
-_NODE_PAGES = re.compile(r"\bN(\d+)=(\d+)\b")
 
 
 def _run(argv: list[str], stdin: str = "", timeout: float = 120) -> dict[str, Any]:
@@ -63,38 +52,20 @@ def _run(argv: list[str], stdin: str = "", timeout: float = 120) -> dict[str, An
     return {"argv": argv, "rc": done.returncode, "stdout": done.stdout, "stderr": done.stderr}
 
 
-def _meminfo_kb(node: int) -> dict[str, int]:
-    """``/sys/devices/system/node/nodeN/meminfo`` as {field: kB} ("Node 1 MemTotal: 123 kB")."""
-    out: dict[str, int] = {}
-    for line in (NODE_SYSFS / f"node{node}" / "meminfo").read_text().splitlines():
-        parts = line.split()
-        if len(parts) == 5 and parts[4] == "kB":
-            out[parts[2].rstrip(":")] = int(parts[3])
-    return out
-
-
 def _optional(path: Path) -> str | None:
     return path.read_text().strip() if path.exists() else None
-
-
-def _status(pid: int, field: str) -> str:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key == field:
-            return value.strip()
-    raise KeyError(field)
 
 
 def sysfs_facts() -> dict[str, Any]:
     """The kernel's own topology: what numadra is expected to report, read without numadra."""
     nodes: dict[str, Any] = {}
-    for entry in sorted(NODE_SYSFS.glob("node[0-9]*")):
+    for entry in sorted(probe.NODE_SYSFS.glob("node[0-9]*")):
         node = int(entry.name[4:])
         hp = entry / "hugepages"
         nodes[str(node)] = {
             "cpulist": (entry / "cpulist").read_text().strip(),
             "distance": (entry / "distance").read_text().split(),
-            "meminfo_kb": _meminfo_kb(node),
+            "meminfo_kb": probe.meminfo_kb(node),
             "hugepages": {d.name: int((d / "nr_hugepages").read_text()) for d in sorted(hp.iterdir())},
         }
     nics: dict[str, Any] = {}
@@ -195,10 +166,6 @@ def _bundle(work: Path, node: int, env: dict[str, str]) -> Path:
     return bundle
 
 
-def _page_counts(line: str) -> dict[str, int]:
-    return {node: int(pages) for node, pages in _NODE_PAGES.findall(line)}
-
-
 def pin_facts(work: Path, node: int) -> dict[str, Any]:
     """Pin a waiting process to a claim on ``node`` through ``numadra hook``, then let it allocate."""
     journal, env, plan = _journal_and_env(work, node)
@@ -207,66 +174,34 @@ def pin_facts(work: Path, node: int) -> dict[str, Any]:
     cgroup.mkdir()
     # the "container": a shell in its cgroup that waits for the hook, then execs the workload,
     # so every page the workload touches is allocated after the pin (as runc's init does)
-    child = subprocess.Popen(
-        ["sh", "-c", 'read go; exec python3 -c "$0" "$1"', _PROBE, str(PROBE_BYTES)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert child.stdin is not None and child.stdout is not None
+    child = probe.spawn()
     try:
         (cgroup / "cgroup.procs").write_text(str(child.pid))
-        unpinned = {f: _status(child.pid, f) for f in ("Cpus_allowed_list", "Mems_allowed_list")}
+        unpinned = probe.allowed(child.pid)
         state = {"ociVersion": "1.2.0", "id": f"vm-ctr-{node}", "status": "creating", "pid": child.pid}
         state["bundle"] = str(bundle)
         hook = _run(
             [sys.executable, "-m", "driver.cli", "hook", "create-runtime", "--journal", str(journal)],
             json.dumps(state),
         )
-        nodes = _nodes()
-        before = {n: _meminfo_kb(n)["MemUsed"] for n in nodes}
-        child.stdin.write("go\n")
-        child.stdin.flush()
-        address = int(child.stdout.readline().strip() or "0", 16)
-        after = {n: _meminfo_kb(n)["MemUsed"] for n in nodes}
-        numa_maps = Path(f"/proc/{child.pid}/numa_maps").read_text().splitlines()
-        probe = [line for line in numa_maps if int(line.split()[0], 16) <= address][-1] if address else ""
-        # pure anonymous mappings (heap, stack, mmap): a private file mapping's line also counts
-        # its page-cache pages, which other processes may have read in on any node
-        anonymous = [line for line in numa_maps if " anon=" in line and " file=" not in line]
-        anon: dict[str, int] = {}
-        for line in anonymous:
-            for n, pages in _page_counts(line).items():
-                anon[n] = anon.get(n, 0) + pages
+        nodes = probe.nodes()
+        before = {n: probe.meminfo_kb(n)["MemUsed"] for n in nodes}
+        probe.release(child)
+        measured = probe.measure(child)
+        after = {n: probe.meminfo_kb(n)["MemUsed"] for n in nodes}
         return {
             "plan": plan,
             "env": env,
             "hook": hook,
             "cgroup": {f: (cgroup / f).read_text().strip() for f in ("cpuset.cpus", "cpuset.mems")},
             "before_hook": unpinned,
-            "cpus_allowed_list": _status(child.pid, "Cpus_allowed_list"),
-            "mems_allowed_list": _status(child.pid, "Mems_allowed_list"),
-            "probe_address": hex(address),
-            "probe_line": probe,
-            "probe_pages": _page_counts(probe),
-            "anon_pages": anon,
-            "anon_lines": anonymous,
+            **measured,
             "mem_used_delta_kb": {str(n): after[n] - before[n] for n in nodes},
-            "page_kb": os.sysconf("SC_PAGESIZE") // 1024,
         }
     finally:
         child.kill()
         child.wait(timeout=30)
-        for _ in range(100):  # the kernel frees the cgroup shortly after its last task exits
-            try:
-                cgroup.rmdir()
-                break
-            except OSError:
-                time.sleep(0.05)
-
-
-def _nodes() -> list[int]:
-    return sorted(int(p.name[4:]) for p in NODE_SYSFS.glob("node[0-9]*"))
+        probe.remove_cgroup(cgroup)
 
 
 def _step(result: dict[str, Any], name: str, fn: Callable[[], Any]) -> Any:
@@ -289,10 +224,12 @@ def main(out: Path) -> int:
     result["sysfs"] = _step(result, "sysfs", sysfs_facts)
     result["discover"] = _step(result, "discover", discover_facts)
     # a claim needs CPUs: only nodes with CPUs get one (a memory-only node is the memory device)
-    cpu_nodes = [n for n in _nodes() if (NODE_SYSFS / f"node{n}" / "cpulist").read_text().strip()]
+    cpu_nodes = [n for n in probe.nodes() if (probe.NODE_SYSFS / f"node{n}" / "cpulist").read_text().strip()]
     result["pins"] = {
         str(n): _step(result, f"pin node{n}", functools.partial(pin_facts, work, n)) for n in cpu_nodes
     }
+    # a plain GPU pod, placed by the NRI plugin on a host tree of this kernel with stand-in GPUs
+    result["plain_gpu"] = _step(result, "plain gpu pod", functools.partial(plain_gpu_facts, work))
     (out / "result.json").write_text(json.dumps(result, indent=1, sort_keys=True))
     return 0
 
