@@ -8,7 +8,8 @@ and drakubelet; the Node declares the feature, as a kubelet with the gate does) 
 * **a GPU claim** (a pod's ResourceClaimTemplate, no CPUs asked): a pod requesting 2 CPUs stays
   Unschedulable, "Insufficient cpu" (2 + 2 > 3; without the overhead it would fit); one
   requesting 1 is bound (1 + 2 = 3), its ``status.nodeAllocatableResourceClaimStatuses`` holds
-  the overhead, and numadra prepares its claim with 2 exclusive CPUs on its GPU's NUMA node;
+  the overhead, which stays counted against the Node while it is bound (a pod of 1 CPU without a
+  GPU no longer fits), and numadra prepares its claim with 2 exclusive CPUs on its GPU's NUMA node;
 * **a plain ``nvidia.com/gpu: 1`` pod** (the scheduler's extended-resource claim): the overhead is
   counted in the same way (2 + 2 does not fit), but the pod that fits is never bound: the
   scheduler's PreBind writes the pod's ``nodeAllocatableResourceClaimStatuses`` with the
@@ -159,8 +160,12 @@ def test_the_scheduler_counts_the_gpus_aux_cpus_and_numadra_pins_them(
     assert len(cpus) == AUX
     assert {node_of[c] for c in cpus} == {gpu_node[result["device"]]}, (cpus, result)
 
-    # the bound pod's overhead stays counted: too-big still does not fit
+    # the bound pod's overhead stays counted against the Node: 221 + (1 + 2) + 1 > 224, while
+    # 221 + 1 + 1 would fit without it
     assert not cluster.pod(ns, "too-big")["spec"].get("nodeName")
-    _remove(cluster, ns, "too-big")
+    cluster.create_pod(ns, _pod("one-more", "1"))
+    cond = _not_scheduled(cluster, ns, "one-more", "Unschedulable")
+    assert "Insufficient cpu" in cond["message"], cond
+    _remove(cluster, ns, "too-big", "one-more")
     cluster.delete_pod(ns, "fits")
     assert claim["metadata"]["uid"] not in cluster.journal_uids()
