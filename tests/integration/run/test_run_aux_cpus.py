@@ -10,6 +10,7 @@ auxiliary CPUs, which no other claim gets while it is prepared and which come ba
 from __future__ import annotations
 
 import json
+import signal
 import uuid
 from typing import Any
 
@@ -18,6 +19,7 @@ from driver.pinning.types import ENV_CPU_MODE, ENV_CPUS, parse_cpulist
 from driver.plugin import ClaimRef
 from harness.fake_nri_runtime import FakeNriRuntime, pod
 from harness.fake_nri_runtime import container as nri_container
+from harness.kubeletclient import KubeletClient
 from harness.poll import wait_for
 from tests.integration.run.conftest import DRIVER, GPU, NODE, OTHER_GPU, RunNode, gpu_cpu_claim, load_slack
 
@@ -137,3 +139,30 @@ def test_too_few_cpus_left_is_a_per_claim_error_naming_the_aux_cpus(node: RunNod
     assert f"{gpu_ref.namespace}/{gpu_ref.name}" in error
     assert not (node.cdi_dir / claim_spec_file_name(DRIVER, gpu_uid)).exists()
     assert process.stop() == 0
+
+
+def test_a_kill_and_restart_keeps_the_aux_cpus_held(node: RunNode) -> None:
+    """kill -9 and restart: the journal still holds the GPU claim's 2 CPUs, so a claim asking
+    every other CPU is prepared and one asking one more is refused."""
+    process = node.spawn(*AUX)
+    node.register(process)
+    gpu_uid = _uid(node, "gpu")
+    gpu_ref = _put(node, _gpu_only(gpu_uid), POD_A)
+    assert node.kubelet.prepare(node.dra_socket, [gpu_ref]).claims[gpu_uid].error == ""
+    aux = parse_cpulist(_marker(_env(node, gpu_uid), ENV_CPUS))
+    stale = node.socket_identity()
+    process.stop(signal.SIGKILL)
+
+    restarted = node.spawn(*AUX)
+    node.kubelet.close()  # a fresh kubelet connection, as after a real restart
+    node.kubelet = KubeletClient()
+    node.register(restarted, stale=stale)
+    assert node.kubelet.prepare(node.dra_socket, [gpu_ref]).claims[gpu_uid].error == ""
+    assert parse_cpulist(_marker(_env(node, gpu_uid), ENV_CPUS)) == aux
+    greedy_uid = _uid(node, "greedy")
+    greedy = _put(node, gpu_cpu_claim(greedy_uid, "greedy", cpus=13, gpu=OTHER_GPU), POD_B)  # 13 + 2 > 14
+    assert "auxiliary CPUs" in node.kubelet.prepare(node.dra_socket, [greedy]).claims[greedy_uid].error
+    rest_uid = _uid(node, "rest")
+    rest = _put(node, gpu_cpu_claim(rest_uid, "rest", cpus=12, gpu=OTHER_GPU), POD_B)  # 12 + 2 = 14
+    assert node.kubelet.prepare(node.dra_socket, [rest]).claims[rest_uid].error == ""
+    assert restarted.stop() == 0
