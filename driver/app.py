@@ -159,6 +159,7 @@ def build(front: Front, *, on_fatal: Callable[[str], None]) -> Core:
     from driver.kube.client import KubeClient
     from driver.kube.events import EventPoster
     from driver.observability.metered import MeteredPlugin
+    from driver.pinning.aux import NO_AUX_CPUS
     from driver.pinning.planner import CpuPlanner
     from driver.slices.foreign import ForeignOwners
     from driver.state.index import PreparedIndex
@@ -209,6 +210,7 @@ def build(front: Front, *, on_fatal: Callable[[str], None]) -> Core:
         host_edits=_host_edits(cfg),
         warnings=claim_events,
         withheld=owners.withheld,
+        aux_cpus=cfg.aux_cpus if cfg.node_allocatable else NO_AUX_CPUS,
     )
     index = PreparedIndex(claims.prepared_claims, claims.journal_changes)
     housekeeping = Housekeeping(index=index, rescan=inventory.rescan, rescan_interval=cfg.rescan_interval)
@@ -474,6 +476,7 @@ def _slices(
         node_allocatable=cfg.node_allocatable,
         numa_node_list=cfg.numa_node_list,
         kinds=cfg.devices,
+        aux_cpus=cfg.aux_cpus,
     )
 
 

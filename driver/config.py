@@ -30,6 +30,7 @@ from driver.inventory.model import DeviceKind, IsolatedCpus
 from driver.log import LogFormat
 from driver.names import is_dns_subdomain
 from driver.observability.address import parse_address
+from driver.pinning.aux import AuxCpus
 from driver.pinning.backend import PinningKind
 from driver.slices.limits import MAX_DRIVER_NAME
 
@@ -238,9 +239,20 @@ class RunConfig:
         metavar="KINDS",
     )
     node_allocatable: bool = flag(
-        "publish nodeAllocatableResources on cpu devices (KEP-5517, alpha)",
+        "publish nodeAllocatableResources on cpu devices, and with --aux-cpus on GPUs and NICs "
+        "(KEP-5517, alpha)",
         defaults.NODE_ALLOCATABLE,
         shared=True,
+    )
+    #: KEP-5517 overhead of GPUs and NICs, given out as exclusive CPUs (docs/pinning.md)
+    aux_cpus: AuxCpus = flag(
+        "exclusive CPUs per allocated GPU / NIC, e.g. gpu=2,nic=1 (only with --node-allocatable: "
+        "published as the device's cpu overhead, which the scheduler counts, and pinned on the "
+        "device's NUMA node)",
+        AuxCpus.parse(defaults.AUX_CPUS),
+        parse=AuxCpus.parse,
+        shared=True,
+        metavar="KIND=N,...",
     )
     #: resource.kubernetes.io/numaNode as the KEP-6072 list
     numa_node_list: bool = flag(

@@ -13,6 +13,7 @@ from typing import Final
 
 __all__ = [
     "ALIGN_DEVICE_PODS",
+    "AUX_CPUS",
     "CDI_DIR",
     "CLAIM_READ_TIMEOUT",
     "CLAIM_STATUS",
@@ -64,6 +65,8 @@ LOG_LEVEL: Final = "info"
 ISOLATED_CPUS: Final = "include"
 #: publish nodeAllocatableResources on cpu devices (an alpha API field)
 NODE_ALLOCATABLE: Final = False
+#: exclusive CPUs per allocated GPU / NIC (``gpu=N,nic=M``), with --node-allocatable; "": none
+AUX_CPUS: Final = ""
 #: publish resource.kubernetes.io/numaNode as the KEP-6072 list (needs the DRAListTypeAttributes gate)
 NUMA_NODE_LIST: Final = False
 #: the host path of the NVIDIA driver's files that CUDA containers get without the toolkit's spec

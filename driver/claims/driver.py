@@ -56,12 +56,21 @@ from driver.claims.parts import (
 from driver.claims.paths import dir_prefix
 from driver.claims.render import CpuHook, claim_spec, claim_spec_file_name
 from driver.claims.reservedfor import reserved_pod_groups, reserved_pods
-from driver.claims.selection import SHAREABLE_KINDS, ClaimView, cpu_requests, memory_nodes, select_devices
-from driver.errors import ClaimError, PinningError, is_recoverable
+from driver.claims.selection import (
+    SHAREABLE_KINDS,
+    ClaimView,
+    aux_demand,
+    cpu_requests,
+    memory_nodes,
+    select_devices,
+    with_aux_cpus,
+)
+from driver.errors import ClaimError, CpuExhaustedError, PinningError, is_recoverable
 from driver.inventory.model import DeviceKind, Inventory
 from driver.kube.types import JsonObject
 from driver.log import get_logger
 from driver.names import check_claim_uid
+from driver.pinning.aux import NO_AUX_CPUS, AuxCpus
 from driver.pinning.types import ClaimPinning, PodGroupRef
 from driver.plugin import Claim, ClaimRef, PreparedDevice, PrepareResult, describe_claim
 from driver.slices.ownership import Owner
@@ -132,12 +141,14 @@ class ClaimsDriver:
         host_edits: DeviceHostEdits = NO_HOST_EDITS,
         warnings: UserspaceWarner = NO_WARNINGS,
         withheld: Callable[[], Mapping[str, Owner]] = dict,
+        aux_cpus: AuxCpus = NO_AUX_CPUS,
     ) -> None:
         """Every part is made by the caller (the builder); the optional ones default to the null
         objects of :mod:`driver.claims.parts`. ``journal``: :func:`~driver.claims.parts.claims_journal`
         of the same dirs; ``cpu_hook``: the CDI hook that applies pinning (``--pinning hook``);
         ``withheld``: the devices another driver or a device plugin owns now
-        (:mod:`driver.slices.foreign`), which no new claim gets."""
+        (:mod:`driver.slices.foreign`), which no new claim gets; ``aux_cpus``: the exclusive CPUs
+        each GPU or NIC of a claim brings (``--aux-cpus``, :mod:`driver.pinning.aux`)."""
         self.driver_name = driver_name
         self.node_name = node_name
         self.cdi_dir = cdi_dir
@@ -152,6 +163,7 @@ class ClaimsDriver:
         #: the metadata dir, checked as a host path for containers at its first use
         self._metadata_dir: CheckedHostPath | None = None
         self._withheld = withheld
+        self._aux_cpus = aux_cpus
         #: files and directories are written below these without following symbolic links
         self._dirs = DirsUnder((str(cdi_dir), str(plugin_dir)))
         self._journal = journal
@@ -495,11 +507,21 @@ class ClaimsDriver:
         )
         self._check_not_withheld(view)
         self._check_not_in_use(view)
-        requests = cpu_requests(view)
+        demand = aux_demand(view, self._aux_cpus, inventory) if self._aux_cpus else None
+        requests = with_aux_cpus(cpu_requests(view), demand)
         pinning = None
         if requests:
             taken = self._journal.taken_cpus(except_uid=ref.uid)
-            pinning = self._planner.plan(ref.uid, requests, taken, memory_nodes=memory_nodes(view))
+            try:
+                pinning = self._planner.plan(ref.uid, requests, taken, memory_nodes=memory_nodes(view))
+            except CpuExhaustedError as exc:
+                if demand is None:
+                    raise
+                raise CpuExhaustedError(
+                    f"{exc}; {demand.count} of the CPUs asked are the auxiliary CPUs of device(s) "
+                    f"{demand.devices} (--aux-cpus {self._aux_cpus}, the devices' cpu overhead that "
+                    "the scheduler counted against node allocatable)"
+                ) from exc
         # the "prepared" line names the pods; none (not from a kubelet) means NRI pins nothing
         extras = self._extras(view)
         entry = self._render(

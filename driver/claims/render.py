@@ -21,7 +21,9 @@ applies several devices of one request does not matter):
 * cpu: the pinning markers (driver/pinning/types.py): ``NUMADRA_CPUS`` (when pinned), ``NUMADRA_MEMS``,
   ``NUMADRA_CPU_MODE``, ``NUMADRA_CLAIM_UID``, ``NUMADRA_REQUEST``.
 * gpu/nic of a claim without cpu devices: ``NUMADRA_MEMS`` (NUMA nodes of the claim's devices) and
-  ``NUMADRA_CLAIM_UID``, so memory can follow the devices.
+  ``NUMADRA_CLAIM_UID``, so memory can follow the devices; when the request got auxiliary CPUs
+  (``--aux-cpus``, :func:`driver.claims.selection.with_aux_cpus`) the pinning markers instead, as
+  a cpu device's, and the CDI hook with ``--pinning hook``.
 * then the ``env`` of the effective opaque config (user values win).
 
 What the host adds at prepare (:class:`~driver.claims.hostedits.DeviceExtras`, read by
@@ -193,7 +195,10 @@ def claim_spec(
                 shared_env = _cpu_env(view, base, group, pinning)
             else:
                 shared_env = _request_env(group)
-                if not has_cpu and claim_nodes:
+                aux = None if has_cpu else _assignment(pinning, base)
+                if aux is not None:  # auxiliary CPUs: pinned as a cpu request is
+                    shared_env.update(marker_env(aux, view.uid))
+                elif not has_cpu and claim_nodes:
                     shared_env[ENV_MEMS] = format_cpulist(claim_nodes)
                     shared_env[ENV_CLAIM_UID] = view.uid
                     shared_env[holds_env_name(base)] = "1"  # which devices: see pinning/align.py
@@ -210,6 +215,8 @@ def claim_spec(
                 files = extras.mounts.get(dev.device_name, ())
                 gids = extras.gids.get(dev.device_name, ())
                 foreign = extras.cdi_ids.get(dev.device_name, ())
+            aux = None if has_cpu or cpu_hook is None else _assignment(pinning, base)
+            hooks = (cpu_hook(aux),) if aux is not None and cpu_hook is not None else ()
         elif cpu_hook is not None:
             assignment = _assignment(pinning, base)
             hooks = (cpu_hook(assignment),) if assignment is not None else ()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeGuard
 
 from driver.claims.config import (
@@ -22,6 +22,7 @@ from driver.errors import ClaimError, ConfigDecodeError, UntrustedValueError
 from driver.inventory.model import DeviceKind, Gpu, Inventory, InventoryDevice, Nic, NumaNode
 from driver.kube.types import JsonObject
 from driver.names import base_request_name, check_request_name, is_claim_uid
+from driver.pinning.aux import AuxCpus
 from driver.pinning.types import CpuMode, CpuRequest
 from driver.plugin import ClaimRef
 from driver.slices.features import CONSUMABLE_CAPACITY
@@ -33,12 +34,15 @@ __all__ = [
     "POD_CLAIM_NAME_ANNOTATION",
     "SHAREABLE_KINDS",
     "AllocatedDevice",
+    "AuxDemand",
     "ClaimView",
+    "aux_demand",
     "cpu_requests",
     "device_kind",
     "memory_nodes",
     "parse_cpu_quantity",
     "select_devices",
+    "with_aux_cpus",
 ]
 
 #: AllocationResultsMaxSize of resource.k8s.io/v1
@@ -318,3 +322,67 @@ def memory_nodes(view: ClaimView) -> frozenset[int]:
         for dev in view.devices
         if dev.kind is DeviceKind.MEMORY and isinstance(dev.device, NumaNode) and not dev.admin_access
     )
+
+
+@dataclass(frozen=True, slots=True)
+class AuxDemand:
+    """The auxiliary CPUs a claim's GPUs and NICs bring (``--aux-cpus``), and where they go."""
+
+    #: CPUs in all: the per-kind count summed over the claim's devices of that kind
+    count: int
+    #: the NUMA nodes to take them from: the devices' nodes that have CPUs (every node with CPUs
+    #: for a device whose node the kernel does not report)
+    numa_nodes: tuple[int, ...]
+    #: the base requests holding GPUs or NICs, in result order: all of them get the CPUs
+    requests: tuple[str, ...]
+    #: "gpu-0, nic-1" for the error texts
+    devices: str
+
+
+def aux_demand(view: ClaimView, aux: AuxCpus, inventory: Inventory) -> AuxDemand | None:
+    """What ``view``'s devices bring under ``aux``; None when they bring nothing.
+
+    Admin access (monitoring) devices bring nothing, as they take nothing.
+    """
+    holders = [d for d in view.devices if d.kind in (DeviceKind.GPU, DeviceKind.NIC) and not d.admin_access]
+    bringing = [d for d in holders if aux.of(d.kind) > 0]
+    if not bringing:
+        return None
+    with_cpus = {n.id for n in inventory.numa_nodes if n.cpus}
+    nodes: set[int] = set()
+    for dev in bringing:
+        pci = dev.device.pci if isinstance(dev.device, (Gpu, Nic)) else None
+        if pci is not None and pci.numa_node in with_cpus:
+            nodes.add(pci.numa_node)
+        else:  # no node reported, or a node without CPUs: any node serves as well as another
+            nodes |= with_cpus
+    return AuxDemand(
+        count=sum(aux.of(d.kind) for d in bringing),
+        numa_nodes=tuple(sorted(nodes)),
+        requests=tuple(dict.fromkeys(d.base_request for d in holders)),
+        devices=", ".join(f"{d.device_name} ({aux.of(d.kind)})" for d in bringing),
+    )
+
+
+def with_aux_cpus(requests: list[CpuRequest], demand: AuxDemand | None) -> list[CpuRequest]:
+    """``requests`` (:func:`cpu_requests`) with the auxiliary CPUs of ``demand`` added.
+
+    * A claim that asks for numadra's CPUs too: the auxiliary ones add to its first CPU request
+      (its containers get one cpuset, the claim's CPUs and the devices' together, where the claim's
+      cpu devices are; with ``matchAttribute: numaNode`` that is the devices' node).
+    * Otherwise every GPU and NIC request of the claim becomes a ``shared`` request on the
+      devices' nodes: the planner takes the CPUs once (the claim's pod shared pool) and every
+      such request gets the same set, so each container holding any of the claim's devices runs
+      on them, exclusive against every other claim.
+    """
+    if demand is None:
+        return requests
+    if requests:
+        first = requests[0]
+        return [replace(first, count=first.count + demand.count), *requests[1:]]
+    counts = dict.fromkeys(demand.requests, 0)
+    counts[demand.requests[0]] = demand.count
+    return [
+        CpuRequest(request=base, numa_nodes=demand.numa_nodes, count=count, mode=CpuMode.SHARED)
+        for base, count in counts.items()
+    ]

@@ -25,6 +25,7 @@ def register(sub: Any) -> None:
         "--isolated-cpus",
         "--devices",
         "--node-allocatable",
+        "--aux-cpus",
         "--numa-node-list",
         "--cdi-dir",
         "--nvidia-driver-root",
@@ -48,6 +49,7 @@ def register(sub: Any) -> None:
 def _run(args: argparse.Namespace) -> int:
     from driver.inventory.discovery import discover
     from driver.inventory.model import kept_out_cpus
+    from driver.pinning.aux import AuxCpus
     from driver.presentation.table import render_table
     from driver.slices.builder import build_slices
 
@@ -89,6 +91,7 @@ def _run(args: argparse.Namespace) -> int:
         node_allocatable=args.node_allocatable,
         numa_node_list=args.numa_node_list,
         kinds=kinds,
+        aux_cpus=AuxCpus.parse(args.aux_cpus or ""),
     )
     doc = {"apiVersion": "v1", "kind": "List", "items": slices}
     if args.output == "json":

@@ -109,9 +109,21 @@ def _check_cluster_access(kubeconfig: str | None, env: Mapping[str, str]) -> Non
         )
 
 
+def _check_aux_cpus(config: RunConfig) -> None:
+    """``--aux-cpus`` only with ``--node-allocatable``: CPUs the scheduler does not count are not ours."""
+    if config.aux_cpus and not config.node_allocatable:
+        where = next(o.where for o in OPTIONS if o.dest == "aux_cpus")
+        raise ConfigError(
+            f"{where} {config.aux_cpus} needs --node-allocatable: without the device's cpu overhead "
+            "in its slice the scheduler does not count those CPUs, and numadra would hand out CPUs "
+            "that pods placed by requests alone also count on"
+        )
+
+
 def config_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> RunConfig:
     """Flags + environment -> a checked :class:`~driver.config.RunConfig`; ConfigError names the bad one."""
     env = os.environ if env is None else env
     config = read_config(RunConfig, RUN_OPTIONS, args, env)
+    _check_aux_cpus(config)
     _check_cluster_access(config.kubeconfig, env)
     return config

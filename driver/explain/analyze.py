@@ -130,8 +130,10 @@ def usage_from_journal(
         for dev in entry.devices:
             if dev.device_name not in shared and dev.device_name not in entry.admin_devices:
                 held[dev.device_name] = f"{entry.namespace}/{entry.name}"
+        counted: set[int] = set()  # a pod shared pool (aux CPUs too) is in each of its requests
         for a in entry.pinning.assignments if entry.pinning else ():
-            for cpu in a.cpus:
+            for cpu in a.cpus - counted:
+                counted.add(cpu)
                 node = cpu_numa.get(cpu) if cpu_numa is not None else None
                 if node is None and len(a.mems) == 1:
                     node = next(iter(a.mems))

@@ -26,6 +26,13 @@ A NUMA node without CPUs (GPU memory, a CXL expander) is a ``memory`` device, na
 and no ``cpus``: a separate type, so that no ``cpu`` request (``allocationMode: All`` included)
 can be handed it, and so its memory reaches a claim's ``cpuset.mems`` only when the claim asks
 for that device.
+
+With ``node_allocatable`` and ``aux_cpus`` (``--aux-cpus gpu=N,nic=M``), a GPU or NIC carries
+``nodeAllocatableResources: {cpu: {overhead: {perPod: "N"}}}`` (KEP-5517, 1.37 shape): the
+scheduler counts N CPUs of node allocatable for every pod referencing a claim that holds it, and
+numadra gives the claim that many exclusive CPUs on the device's node
+(:mod:`driver.pinning.aux`). ``perPod``, not ``perContainer``: numadra pins one set per claim,
+which every container of the claim's pods shares.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ from driver.errors import SliceError
 from driver.inventory.model import DeviceKind, Gpu, Inventory, Nic, NumaNode
 from driver.kube.quantity import format_quantity
 from driver.names import is_dns_subdomain
+from driver.pinning.aux import NO_AUX_CPUS, AuxCpus
 from driver.slices.attributes import ATTR_NUMA_NODE, ATTR_PCI_BUS_ID, ATTR_PCIE_ROOT, device_attributes
 from driver.slices.limits import (
     MAX_DEVICES_PER_SLICE,
@@ -78,6 +86,7 @@ def build_slices(
     node_allocatable: bool = False,
     numa_node_list: bool = False,
     kinds: Collection[DeviceKind] = frozenset(DeviceKind),
+    aux_cpus: AuxCpus = NO_AUX_CPUS,
 ) -> list[dict[str, Any]]:
     """All ResourceSlices of this node's pool, split to respect the per-slice device limit.
 
@@ -89,19 +98,21 @@ def build_slices(
     ``DRAListTypeAttributes``); a slice with list attributes holds at most 64 devices. Only devices
     of ``kinds`` (``--devices``) are published; the publisher leaves out the devices another driver
     or a device plugin owns before it calls this (:func:`driver.slices.ownership.without`).
+    ``aux_cpus`` (with ``node_allocatable`` only) adds the cpu overhead on GPUs and NICs.
 
     Raises :class:`SliceError` for a node or driver name the API can never accept, a generation
     below 1 or more than 16 taints on one device: those come from configuration, not the host.
     """
     _check_arguments(node_name, driver_name, generation)
     devices: list[Device] = []
+    overhead = aux_cpus if node_allocatable else NO_AUX_CPUS
     for kind, dev in inventory.devices():
         if kind not in kinds:
             continue
         if isinstance(dev, Gpu):
-            devices.append(_gpu_device(dev, inventory, numa_node_list))
+            devices.append(_with_overhead(_gpu_device(dev, inventory, numa_node_list), overhead.of(kind)))
         elif isinstance(dev, Nic):
-            devices.append(_nic_device(dev, inventory, numa_node_list))
+            devices.append(_with_overhead(_nic_device(dev, inventory, numa_node_list), overhead.of(kind)))
         else:
             devices.append(_numa_device(dev, inventory, reserved_cpus, node_allocatable, numa_node_list))
     advanced = _apply_taints(devices, taints or {}) or numa_node_list
@@ -149,6 +160,13 @@ def _gpu_device(gpu: Gpu, inventory: Inventory, numa_node_list: bool) -> Device:
 
 def _nic_device(nic: Nic, inventory: Inventory, numa_node_list: bool) -> Device:
     return {"name": nic.name, "attributes": device_attributes(nic, inventory, numa_node_list=numa_node_list)}
+
+
+def _with_overhead(device: Device, cpus: int) -> Device:
+    """``device`` with its KEP-5517 cpu overhead of ``cpus`` per pod (none for 0)."""
+    if cpus > 0:
+        device["nodeAllocatableResources"] = {"cpu": {"overhead": {"perPod": str(cpus)}}}
+    return device
 
 
 def _numa_device(

@@ -41,6 +41,7 @@ __all__ = [
     "FEATURES",
     "FEATURE_NAMES",
     "LIST_TYPE_ATTRIBUTES",
+    "NODE_ALLOCATABLE",
     "UNKNOWN",
     "DroppedField",
     "Feature",
@@ -48,6 +49,7 @@ __all__ = [
     "dropped_fields",
     "feature",
     "feature_of",
+    "refused_by_node",
     "refused_fields",
 ]
 
@@ -56,6 +58,7 @@ Obj = dict[str, Any]
 CONSUMABLE_CAPACITY = "DRAConsumableCapacity"
 DEVICE_TAINTS = "DRADeviceTaints"
 LIST_TYPE_ATTRIBUTES = "DRAListTypeAttributes"
+NODE_ALLOCATABLE = "DRANodeAllocatableResources"
 #: the cause of a lost field that no gate of the table guards
 UNKNOWN = "unknown"
 
@@ -94,12 +97,12 @@ FEATURES: tuple[Feature, ...] = (
         "out of its slices until the device is healthy again, and nothing is evicted",
     ),
     Feature(
-        "DRANodeAllocatableResources",
+        NODE_ALLOCATABLE,
         ("devices[].nodeAllocatableResources",),
         "1.36",
         "alpha, off by default",
-        "--node-allocatable has no effect: the scheduler does not count claimed CPUs and memory "
-        "against the node's allocatable",
+        "--node-allocatable has no effect: the scheduler does not count claimed CPUs and memory, "
+        "nor the GPUs' and NICs' --aux-cpus, against the node's allocatable",
     ),
     Feature(
         LIST_TYPE_ATTRIBUTES,
@@ -309,6 +312,28 @@ def refused_fields(sent: Mapping[str, Any], message: str) -> tuple[DroppedField,
                     )
                 )
     return tuple(out)
+
+
+#: the 403 of the apiserver's NodeDeclaredFeatures admission for a slice with node allocatable
+#: resources whose Node does not declare the feature (its kubelet runs without the gate)
+_NODE_LACKS = f"does not support {NODE_ALLOCATABLE} feature"
+
+
+def refused_by_node(sent: Mapping[str, Any], status: int, message: str) -> tuple[DroppedField, ...]:
+    """The ``nodeAllocatableResources`` of ``sent`` when a 403 ``message`` says its Node lacks them.
+
+    kube-apiserver 1.37 admits such a slice only for a Node whose ``status.declaredFeatures``
+    lists ``DRANodeAllocatableResources`` (the kubelet declares it when its gate is on); any other
+    answer gives ``()``.
+    """
+    if status != 403 or _NODE_LACKS not in message:
+        return ()
+    pattern = "devices[].nodeAllocatableResources"
+    return tuple(
+        DroppedField(f"spec.devices[{d.get('name')}].nodeAllocatableResources", pattern, NODE_ALLOCATABLE)
+        for d in (sent.get("spec") or {}).get("devices") or ()
+        if isinstance(d, Mapping) and d.get("nodeAllocatableResources")
+    )
 
 
 def _strip(node: Any, segments: Sequence[str]) -> None:

@@ -41,7 +41,14 @@ from cdi.io import atomic_write_bytes
 from driver.errors import UntrustedValueError
 from driver.kube.events import EventPoster, InvolvedObject, warning_event
 from driver.log import get_logger
-from driver.slices.features import FEATURE_NAMES, LIST_TYPE_ATTRIBUTES, UNKNOWN, DroppedField, feature
+from driver.slices.features import (
+    FEATURE_NAMES,
+    LIST_TYPE_ATTRIBUTES,
+    NODE_ALLOCATABLE,
+    UNKNOWN,
+    DroppedField,
+    feature,
+)
 from driver.untrusted.files import read_file
 from driver.untrusted.values import loads_json
 
@@ -120,6 +127,13 @@ def cause_message(cause: MissingFeature, *, node_name: str) -> str:
         if cause.refused
         else f"the apiserver dropped {fields} from ResourceSlice {cause.slice} (node {node_name})"
     )
+    if cause.refused and entry.name == NODE_ALLOCATABLE:  # the Node's admission, not a dropped field
+        return (
+            f"the apiserver refused ResourceSlice {cause.slice} because node {node_name} does not "
+            f"declare {entry.name} (status.declaredFeatures: the kubelet declares it when its gate "
+            f"is on); published without {fields}. Effect: {entry.effect}. Remedy: enable "
+            f"{entry.name} on this node's kubelet too, then restart numadra on this node"
+        )
     remedy = (
         f"enable {entry.name} on kube-apiserver, kube-scheduler and kube-controller-manager, then "
         "restart numadra on this node"

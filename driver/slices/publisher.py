@@ -46,7 +46,14 @@ from driver.inventory.model import Inventory
 from driver.kube.backoff import RetryPolicy
 from driver.kube.client import SliceWatch, error_kind, slice_field_selector
 from driver.log import get_logger
-from driver.slices.features import UNKNOWN, DroppedField, adapt, dropped_fields, refused_fields
+from driver.slices.features import (
+    UNKNOWN,
+    DroppedField,
+    adapt,
+    dropped_fields,
+    refused_by_node,
+    refused_fields,
+)
 from driver.slices.missingfeatures import MissingFeatures
 from driver.slices.ownership import without
 from driver.slices.plan import SlicePlan, plan_sync, slice_content
@@ -374,15 +381,15 @@ class SlicePublisher:
         return plan
 
     def _write(self, call: Callable[[Obj], Obj], obj: Obj) -> Obj:
-        """One create or update; a 422 that a gate explains is named (then raised as any error)."""
+        """One create or update; a 422 or 403 that a gate explains is named (then raised as any error)."""
         try:
             return call(obj)
         except KubeError as err:
-            if err.status == 422:
-                refused = refused_fields(obj, str(err))
-                if refused:
-                    name = str(obj["metadata"]["name"])
-                    self.features.observe(name, refused, node_uid=self._node_uid, refused=True)
+            refused = refused_fields(obj, str(err)) if err.status == 422 else ()
+            refused = refused or refused_by_node(obj, err.status or 0, str(err))
+            if refused:
+                name = str(obj["metadata"]["name"])
+                self.features.observe(name, refused, node_uid=self._node_uid, refused=True)
             raise
 
     def _count(self, verb: str) -> None:

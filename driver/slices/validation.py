@@ -116,15 +116,39 @@ def _check_device(where: str, device: Mapping[str, Any]) -> list[str]:
         problems.extend(f"{at}: capacity {key!r} {p}" for p in _check_qualified_name(key))
         problems.extend(f"{at}: capacity {key!r} {p}" for p in _check_capacity(cap))
     for resource, entry in (device.get("nodeAllocatableResources") or {}).items():
-        cap_key = (entry.get("mapping") or {}).get("capacityKey")
-        if cap_key is not None and cap_key not in capacity:
-            problems.append(f"{at}: nodeAllocatableResources[{resource}] names unknown capacity {cap_key!r}")
+        problems.extend(
+            f"{at}: nodeAllocatableResources[{resource}] {p}"
+            for p in _check_node_allocatable(resource, entry, capacity)
+        )
     taints = device.get("taints") or []
     if len(taints) > MAX_TAINTS:
         problems.append(f"{at}: {len(taints)} taints, at most {MAX_TAINTS}")
     for taint in taints:
         if not taint.get("key") or taint.get("effect") not in ("None", "NoSchedule", "NoExecute"):
             problems.append(f"{at}: taint {taint!r} needs a key and an effect None|NoSchedule|NoExecute")
+    return problems
+
+
+def _check_node_allocatable(
+    resource: str, entry: Mapping[str, Any], capacity: Mapping[str, Any]
+) -> list[str]:
+    """The apiserver's checks of one ``nodeAllocatableResources`` entry (KEP-5517, 1.37)."""
+    problems: list[str] = []
+    if resource not in ("cpu", "memory") and not resource.startswith("hugepages-"):
+        problems.append("is not a node allocatable resource (cpu, memory, hugepages-<size>)")
+    mapping, overhead = entry.get("mapping"), entry.get("overhead")
+    if mapping is None and overhead is None:
+        problems.append("has neither mapping nor overhead")
+    cap_key = (mapping or {}).get("capacityKey")
+    if cap_key is not None and cap_key not in capacity:
+        problems.append(f"names unknown capacity {cap_key!r}")
+    if overhead is not None:
+        amounts = {k: overhead.get(k) for k in ("perPod", "perContainer") if overhead.get(k) is not None}
+        if not amounts:
+            problems.append("overhead has neither perPod nor perContainer")
+        for key, amount in amounts.items():
+            if not isinstance(amount, str) or not QUANTITY.fullmatch(amount) or amount.startswith("-"):
+                problems.append(f"overhead.{key} {amount!r} is not a non-negative quantity")
     return problems
 
 

@@ -399,8 +399,9 @@ def _apply_deploy(admin: ApiClient) -> None:
         admin.create(collection_path(obj), obj, fieldValidation="Strict")
 
 
-def _ready_node(admin: ApiClient) -> None:
-    """Create the Node as upstream's DRA integration tests do: Ready, capacity, no taints."""
+def _ready_node(admin: ApiClient, declared_features: Sequence[str] = ()) -> None:
+    """Create the Node as upstream's DRA integration tests do: Ready, capacity, no taints; with
+    ``declared_features`` in ``status.declaredFeatures``, as a kubelet with those gates on says."""
     admin.create(
         "/api/v1/nodes",
         {"metadata": {"name": NODE, "labels": {"kubernetes.io/hostname": NODE, "kubernetes.io/os": "linux"}}},
@@ -411,6 +412,7 @@ def _ready_node(admin: ApiClient) -> None:
         "capacity": capacity,
         "allocatable": capacity,
         "phase": "Running",
+        **({"declaredFeatures": list(declared_features)} if declared_features else {}),
         "conditions": [
             {
                 "type": "Ready",
@@ -482,6 +484,7 @@ def start_cluster(
     driver_args: Sequence[str] = (),
     drakubelet_args: Sequence[str] = (),
     slices_expected: bool = True,
+    declared_features: Sequence[str] = (),
 ) -> Iterator[Cluster]:
     """A whole cluster (control plane, deploy/, Ready Node, drakubelet, ``numadra run``) until exit.
 
@@ -489,7 +492,9 @@ def start_cluster(
     configured otherwise (``feature_gates`` for the apiserver, scheduler and controller-manager,
     ``extra_args`` per component, see :class:`ControlPlane`) or the driver run with other flags
     (``driver_args``; ``slices_expected`` False where that apiserver is meant to refuse them), or
-    drakubelet with more flags (``drakubelet_args``),
+    drakubelet with more flags (``drakubelet_args``), or the Node declaring features
+    (``declared_features``: the apiserver takes a slice with ``nodeAllocatableResources`` only
+    for a Node that declares ``DRANodeAllocatableResources``),
     starts its own with this, module-scoped so its start is paid once; it costs
     a control plane's start (see the tier summary's timings). Skips when the binaries are missing.
     """
@@ -508,7 +513,7 @@ def start_cluster(
         assert plane.admin is not None
         admin = plane.admin
         _apply_deploy(admin)
-        _ready_node(admin)
+        _ready_node(admin, declared_features)
         token, pod_uid = _driver_token(admin)
         cluster = Cluster(
             plane,

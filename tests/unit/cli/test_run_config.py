@@ -14,6 +14,7 @@ from driver.cli.run import OPTIONS, config_from_args
 from driver.config import RunConfig
 from driver.errors import ConfigError
 from driver.health.taints import TAINT_EFFECTS
+from driver.pinning.aux import AuxCpus
 from driver.pinning.backend import PinningKind
 
 _KUBECONFIG: dict[str, str] = {}
@@ -75,6 +76,12 @@ def test_plugin_dir_default_follows_the_driver_name() -> None:
             {"NUMADRA_CLAIM_READ_TIMEOUT": "2.5"}, "claim_read_timeout", 2.5, id="claim-read-timeout"
         ),
         pytest.param({"NUMADRA_METRICS_ADDRESS": ":8080"}, "metrics_address", ":8080", id="metrics"),
+        pytest.param(
+            {"NUMADRA_NODE_ALLOCATABLE": "true", "NUMADRA_AUX_CPUS": "gpu=2,nic=1"},
+            "aux_cpus",
+            AuxCpus(gpu=2, nic=1),
+            id="aux-cpus",
+        ),
     ],
 )
 def test_environment_sets_what_no_flag_sets(env: dict[str, str], field: str, expected: object) -> None:
@@ -121,6 +128,12 @@ def test_a_flag_beats_its_environment_variable(
         pytest.param([], {"NUMADRA_TAINT_UNHEALTHY": "Evict"}, ("NUMADRA_TAINT_UNHEALTHY",), id="taint-env"),
         pytest.param(["--hook-path", "bin/numadra"], {}, ("--hook-path",), id="hook-path-relative"),
         pytest.param(["--claim-read-timeout", "0"], {}, ("--claim-read-timeout",), id="read-timeout-zero"),
+        pytest.param(
+            ["--aux-cpus", "gpu=2"], {}, ("--aux-cpus", "needs --node-allocatable"), id="aux-without-gate"
+        ),
+        pytest.param(
+            ["--node-allocatable", "--aux-cpus", "gpu=many"], {}, ("--aux-cpus", "gpu=many"), id="aux-junk"
+        ),
         pytest.param(
             [],
             {"NUMADRA_CLAIM_READ_TIMEOUT": "45"},

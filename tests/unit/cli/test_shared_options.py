@@ -17,6 +17,7 @@ TAKES = {
         "--isolated-cpus",
         "--devices",
         "--node-allocatable",
+        "--aux-cpus",
         "--numa-node-list",
         "--cdi-dir",
         "--nvidia-driver-root",

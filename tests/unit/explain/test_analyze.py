@@ -159,6 +159,22 @@ def _holding(
     )
 
 
+def test_a_pool_shared_by_several_requests_counts_once(dgx: list[DeviceView]) -> None:
+    """A GPU and a NIC request sharing their claim's 2 auxiliary CPUs (one pod shared pool): 2 taken."""
+    pool = frozenset({0, 1})
+    entry = JournalEntry(
+        namespace="ml",
+        name="gpu-and-nic",
+        uid="uid-aux",
+        devices=(),
+        pinning=ClaimPinning(
+            "uid-aux",
+            tuple(CpuAssignment(r, CpuMode.SHARED, pool, frozenset({0})) for r in ("gpu", "nic")),
+        ),
+    )
+    assert usage_from_journal([entry], dgx).taken_cpus == {0: 2}
+
+
 def test_cpus_taken_on_node0_push_the_whole_claim_to_node1(dgx: list[DeviceView], dgx_root: Path) -> None:
     """6 of 8 CPUs held on node 0: cpu-numa0 cannot give 4, so node-0 GPUs/NICs fail the NUMA constraint."""
     cpu_numa = {c.id: c.numa_node for c in discover(str(dgx_root), use_nvml=False).cpus}
