@@ -26,12 +26,14 @@ from driver._proto.nri import api_pb2 as nri
 from driver.inventory.discovery import discover
 from driver.pinning.align import ALIGN_ANNOTATION, DeviceAligner
 from driver.pinning.failures import REASON_DEVICES_UNPLACED, REASON_DEVICES_UNREAD, PinFailure
+from driver.pinning.nri.readslots import ReadSlots
 from driver.pinning.otherdevices import OtherDevices, SysfsPciNodes
 from driver.pinning.planner import CpuPlanner
 from driver.slices.foreign import ForeignOwners
 from harness.fake_nri_runtime import FakePluginConnection, container, pod
 from harness.fakeapiserver import Fault
 from harness.hosttree import GpuSpec, Topology, write_host_tree
+from harness.poll import wait_for
 from tests.integration.claims._world import DRIVER, NODE, claim
 from tests.integration.pinning._node import PinningNode, cpuset, reserved
 
@@ -439,3 +441,30 @@ def test_concurrent_containers_of_one_pod_cost_one_read(other: OtherDriverNode) 
         t.join(10)
     assert got == {"app": ("8-15", "1"), "sidecar": ("8-15", "1")}
     assert len(_reads(node, "pods")) == 1
+
+
+def test_busy_reads_and_a_spent_time_box_create_the_containers_unconfined(other: OtherDriverNode) -> None:
+    """One read slot; the pod GET outlasts the NRI time box. The first container's answer is
+    the fallback when its box runs out; a second pod's container, while that read still holds
+    the slot, gets it at once: both created unconfined, neither refused (a claim container
+    would be refused here: these hold nothing of numadra's to protect)."""
+    node = other.node
+    node.put_claim(_other_claim("c-ext-1", "gpu-ext", TRAINER, ("container-0-request-0", "gpu-1")))
+    node.api.put_object(_extended_pod(TRAINER, "gpu-ext"))
+    node.api.put_object(_extended_pod(SECOND, "gpu-ext"))
+    node.api.add_latency(1.5, method="GET", path_contains="/pods/")
+    conn = other.start(read_deadline=3.0, read_slots=ReadSlots(per_namespace=1, total=1))
+    plugin = node.plugins[-1]
+    first: list[nri.CreateContainerResponse] = []
+    thread = threading.Thread(
+        target=lambda: first.append(conn.create_container(_ctr("c-a", "app", TRAINER), pod=TRAINER))
+    )
+    thread.start()
+    wait_for(lambda: plugin.read_slots.in_flight("ml") == 1, 5.0, "the first pod's read to hold its slot")
+    second = conn.create_container(_ctr("c-b", "app", SECOND), pod=SECOND)
+    thread.join(10)
+    assert cpuset(second) == ("", "") and cpuset(first[0]) == ("", "")
+    messages = sorted(f.message for f in node.failures)
+    assert [f.reason for f in node.failures] == [REASON_DEVICES_UNREAD] * 2
+    assert any("reads of the apiserver in flight" in m for m in messages)
+    assert any("time box" in m for m in messages)
