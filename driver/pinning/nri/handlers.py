@@ -88,6 +88,7 @@ from driver.pinning.failures import (
     REASON_DEVICES_UNREAD,
     REASON_LOOKUP_FAILED,
     REASON_POOL_EMPTY,
+    REASON_TIMEOUT,
     REASON_UNKNOWN_CLAIM,
     PinFailure,
     PinFailureSink,
@@ -408,7 +409,9 @@ class PinningHandlers:
                 continue
             try:
                 placed = (
-                    self._alignment(pod, ctr, marker, report=False)
+                    self._alignment(
+                        pod, ctr, marker, report=False, others=self._remembered_other_nodes(pod, ctr)
+                    )
                     if marker is not None
                     else self._other_alignment(pod, ctr, self._remembered_other_nodes(pod, ctr))
                 )
@@ -459,16 +462,26 @@ class PinningHandlers:
     def _create_container(
         self, req: nri.CreateContainerRequest, confirm: Confirm | None, *, reading: bool
     ) -> nri.CreateContainerResponse:
-        pod, ctr = req.pod, req.container
+        return self._create_reported(req.pod, req.container, confirm, reading=reading)
+
+    def _create_reported(
+        self,
+        pod: nri.PodSandbox,
+        ctr: nri.Container,
+        confirm: Confirm | None,
+        *,
+        reading: bool,
+        others: bool = True,
+    ) -> nri.CreateContainerResponse:
         try:
-            return self._create(pod, ctr, confirm, reading=reading)
+            return self._create(pod, ctr, confirm, reading=reading, others=others)
         except PinningError as exc:
             reason = exc.reason if isinstance(exc, PinRefusedError) else REASON_BAD_MARKER
             self.report(pod, ctr, reason, ACTION_REFUSED, str(exc))
             raise
 
     def _create(
-        self, pod: nri.PodSandbox, ctr: nri.Container, confirm: Confirm | None, *, reading: bool
+        self, pod: nri.PodSandbox, ctr: nri.Container, confirm: Confirm | None, *, reading: bool, others: bool
     ) -> nri.CreateContainerResponse:
         marker = self._resolve(pod, ctr, confirm)
         if marker is None:
@@ -493,7 +506,13 @@ class PinningHandlers:
             adjust = nri.ContainerAdjustment(linux=nri.LinuxContainerAdjustment(resources=_resources(want)))
             return nri.CreateContainerResponse(adjust=adjust)
         want = marker
-        placed = self._alignment(pod, ctr, marker, report=True)
+        extra: frozenset[int] = frozenset()
+        if others and self._aligner is not None and not marker.cpus and marker.mems:
+            try:  # a claim of numadra's devices only: other drivers' devices of the pod count too
+                extra = self._other_nodes(pod, ctr, reading=reading)
+            except NeedsRead as need:
+                raise NeedsRead(str(need), partial(self._claim_fallback, pod, ctr)) from None
+        placed = self._alignment(pod, ctr, marker, report=True, others=extra)
         if placed is not None:  # a claim without CPUs: on its devices' node(s)
             want = self._aligned_marker(marker, placed.placed)
             with self._lock:
@@ -631,12 +650,19 @@ class PinningHandlers:
     # -- plain device pods ----------------------------------------------------------------------
 
     def _alignment(
-        self, pod: nri.PodSandbox, ctr: nri.Container, marker: Marker, *, report: bool
+        self,
+        pod: nri.PodSandbox,
+        ctr: nri.Container,
+        marker: Marker,
+        *,
+        report: bool,
+        others: frozenset[int] = frozenset(),
     ) -> _AlignedContainer | None:
         """Where a container of a claim without CPUs runs (None: alignment does not apply to it).
 
         ``report``: hand a widened or unconfined placement and a bad annotation to the failure
-        sink (at creation; a Synchronize after a restart does not report them again).
+        sink (at creation; a Synchronize after a restart does not report them again). ``others``:
+        the nodes of other DRA drivers' devices the container also holds (their union is placed).
         """
         if self._aligner is None or marker.cpus or not marker.mems:
             return None
@@ -647,7 +673,7 @@ class PinningHandlers:
         if not wanted:
             return None
         need = container_need(ctr.linux.resources)
-        device_nodes = marker.device_mems or marker.mems
+        device_nodes = (marker.device_mems or marker.mems) | others
         placed, generation = self._place(self._observe(self._aligner), device_nodes, need)
         if not placed.cpus and self._pool is not None:
             raise PinRefusedError(
@@ -748,6 +774,27 @@ class PinningHandlers:
             event=False,
         )
         return self._create_other(pod, ctr)
+
+    def _claim_fallback(self, pod: nri.PodSandbox, ctr: nri.Container, why: str) -> Message:
+        """When the pod read for a numadra device claim's container cannot run: placed by
+        numadra's devices alone (its claim's consumers are known: they were checked first)."""
+        self.report(
+            pod,
+            ctr,
+            REASON_DEVICES_UNREAD,
+            ACTION_UNPINNED,
+            f"{_describe(pod, ctr)}: {_UNREAD} ({why}); placed by numadra's devices alone",
+            event=False,
+        )
+        try:
+            return self._create_reported(pod, ctr, self._read_free, reading=False, others=False)
+        except NeedsRead as need:  # its consumers were not learned in time either: as a time box
+            message = (
+                f"{_describe(pod, ctr)}: its pinning was not decided ({why}): refusing it "
+                "(the kubelet retries the container)"
+            )
+            self.report(pod, ctr, REASON_TIMEOUT, ACTION_REFUSED, message)
+            raise PinRefusedError(message, reason=REASON_TIMEOUT) from need
 
     def _report_placement(self, pod: nri.PodSandbox, ctr: nri.Container, placed: Alignment) -> None:
         who = _describe(pod, ctr)

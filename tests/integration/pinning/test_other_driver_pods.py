@@ -34,8 +34,8 @@ from harness.fake_nri_runtime import FakePluginConnection, container, pod
 from harness.fakeapiserver import Fault
 from harness.hosttree import GpuSpec, Topology, write_host_tree
 from harness.poll import wait_for
-from tests.integration.claims._world import DRIVER, NODE, claim
-from tests.integration.pinning._node import PinningNode, cpuset, reserved
+from tests.integration.claims._world import DRIVER, GPU0, NODE, claim, result
+from tests.integration.pinning._node import PinningNode, claim_env, cpuset, reserved
 
 OTHER = "gpu.example.com"
 POOL = NODE
@@ -44,6 +44,7 @@ TRAINER = pod("sb-t", "7c1d0e4a-1111-4c3a-9e8f-00000000000a", name="trainer", na
 SECOND = pod("sb-s", "7c1d0e4a-2222-4c3a-9e8f-00000000000b", name="second", namespace="ml")
 PLAIN = pod("sb-p", "7c1d0e4a-3333-4c3a-9e8f-00000000000c", name="plain", namespace="ml")
 GiB = 1 << 30
+NUMADRA_GPU_CLAIM = "7c1d0e4a-5555-4c3a-9e8f-0000000000e1"
 
 
 def _host(root: Path) -> Path:
@@ -143,10 +144,18 @@ def _extended_pod(sandbox: nri.PodSandbox, claim_name: str, **kwargs: Any) -> di
 class OtherDriverNode:
     """The pinning node beside another DRA driver: its slices watched, pods read on the NRI path."""
 
-    def __init__(self, node: PinningNode, host: Path, *, slices: Sequence[Mapping[str, Any]] = ()) -> None:
+    def __init__(
+        self,
+        node: PinningNode,
+        host: Path,
+        *,
+        slices: Sequence[Mapping[str, Any]] = (),
+        inventory_from_host: bool = True,
+    ) -> None:
         self.node = node
         self.host = host
-        node.world.inventory = discover(host)
+        if inventory_from_host:  # else the world's own: the same 2 x 8 CPUs, numadra's GPUs
+            node.world.inventory = discover(host)
         for obj in slices or (_slice(STANDARD_GPUS),):
             node.api.put_object(dict(obj))
         inventory = node.world.inventory
@@ -468,3 +477,32 @@ def test_busy_reads_and_a_spent_time_box_create_the_containers_unconfined(other:
     assert [f.reason for f in node.failures] == [REASON_DEVICES_UNREAD] * 2
     assert any("reads of the apiserver in flight" in m for m in messages)
     assert any("time box" in m for m in messages)
+
+
+def test_a_numadra_gpu_claims_container_with_another_drivers_gpu_gets_both_nodes(
+    node: PinningNode, tmp_path: Path
+) -> None:
+    """numadra's GPU0 (node 0) through a GPU-only claim and the other driver's gpu-1 (node 1)
+    in one container: the union of their nodes. Before, numadra's GPU's node alone."""
+    other = OtherDriverNode(node, _host(tmp_path / "host"), inventory_from_host=False)
+    gpu0 = claim(NUMADRA_GPU_CLAIM, "gpu0", "ml", results=[result("gpu", GPU0)])
+    gpu0["status"]["reservedFor"] = reserved(TRAINER.uid)
+    ref = node.put_claim(gpu0)
+    node.put_claim(_other_claim("c-other", "other-gpu", TRAINER, ("gpu", "gpu-1")))
+    node.api.put_object(
+        _pod_object(
+            TRAINER,
+            {"app": [{"name": "mine"}, {"name": "theirs"}]},
+            resource_claims=[
+                {"name": "mine", "resourceClaimName": "gpu0"},
+                {"name": "theirs", "resourceClaimName": "other-gpu"},
+            ],
+        )
+    )
+    conn = other.start()
+    assert node.driver is not None and node.index is not None
+    assert node.driver.prepare_claims([ref])[ref.uid].ok
+    node.index.invalidate()
+    ctr = container("c-app", "app", claim_env(node.world, NUMADRA_GPU_CLAIM), sandbox=TRAINER.id)
+    assert cpuset(conn.create_container(ctr, pod=TRAINER)) == ("0-15", "0-1")
+    assert node.failures == []
