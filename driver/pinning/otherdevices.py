@@ -22,7 +22,9 @@ so the NRI plugin learns what it holds from the apiserver, once per pod:
 Everything read here was written by others (the pod by its owner, slices by another driver), so
 each field is checked for its type and every list is bounded; what cannot be used is a
 *problem* (a text naming the field), never an exception. The reads run only on the NRI plugin's
-read pool, under one deadline for the pod and its claims (:data:`READ_DEADLINE_S` in all), and
+read pool, under one deadline for the pod and its claims (the shared-claim read's
+:data:`~driver.pinning.consumers.READ_DEADLINE_S` in all; a failure is kept for
+:data:`~driver.pinning.consumers.FAILURE_TTL_S`), and
 the answer is kept per pod UID (a pod's claims and their allocations do not change while it
 runs), so a pod costs one pod GET and one GET per claim, however many containers it has. A
 failed read is kept a moment for the pod, so its other containers do not wait again; a read the
@@ -48,12 +50,11 @@ from driver.inventory.sysfs import read_int
 from driver.kube.status import is_not_found
 from driver.kube.types import ClaimGetter, PodGetter, allocation_results
 from driver.log import get_logger
+from driver.pinning.consumers import FAILURE_TTL_S, READ_DEADLINE_S
 
 __all__ = [
-    "FAILURE_TTL_S",
     "FORBIDDEN_RETRY_S",
     "MAX_CLAIMS",
-    "READ_DEADLINE_S",
     "ContainerDevices",
     "DeviceKey",
     "DevicePlace",
@@ -65,11 +66,6 @@ __all__ = [
     "pod_devices",
 ]
 
-#: seconds the pod read and its claim reads may take together: half of the NRI time box, so the
-#: answer (unconfined, with its reason) still reaches the runtime inside it
-READ_DEADLINE_S = 0.5
-#: seconds a failed read is kept for the pod (its other containers do not wait again)
-FAILURE_TTL_S = 1.0
 #: seconds after a 403 before any pod is read again (the grant is an operator's change)
 FORBIDDEN_RETRY_S = 60.0
 #: pods whose answer is kept (least recently used dropped first)
