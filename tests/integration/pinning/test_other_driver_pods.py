@@ -506,3 +506,25 @@ def test_a_numadra_gpu_claims_container_with_another_drivers_gpu_gets_both_nodes
     ctr = container("c-app", "app", claim_env(node.world, NUMADRA_GPU_CLAIM), sandbox=TRAINER.id)
     assert cpuset(conn.create_container(ctr, pod=TRAINER)) == ("0-15", "0-1")
     assert node.failures == []
+
+
+def test_a_resize_and_a_runtime_resync_keep_the_container_on_its_gpus_node(other: OtherDriverNode) -> None:
+    """An UpdateContainer (in-place resize) is answered with the aligned cpuset, not the
+    update's; a Synchronize (the runtime reconnected) puts a drifted container back, from the
+    pod read before: no read again."""
+    node = other.node
+    node.put_claim(_other_claim("c-ext-1", "gpu-ext", TRAINER, ("container-0-request-0", "gpu-1")))
+    node.api.put_object(_extended_pod(TRAINER, "gpu-ext"))
+    conn = other.start()
+    assert cpuset(conn.create_container(_ctr("c-app", "app", TRAINER), pod=TRAINER)) == ("8-15", "1")
+    resized = nri.LinuxResources(cpu=nri.LinuxCPU(cpus="0-15", mems="0-1"))
+    update = conn.update_container(_ctr("c-app", "app", TRAINER), resized, pod=TRAINER).update
+    assert [(u.container_id, u.linux.resources.cpu.cpus, u.linux.resources.cpu.mems) for u in update] == [
+        ("c-app", "8-15", "1")
+    ]
+    drifted = container("c-app", "app", ["PATH=/bin"], cpus="0-15", mems="0-1", sandbox=TRAINER.id)
+    synced = conn.synchronize([drifted], pods=[TRAINER]).update
+    assert [(u.container_id, u.linux.resources.cpu.cpus, u.linux.resources.cpu.mems) for u in synced] == [
+        ("c-app", "8-15", "1")
+    ]
+    assert len(_reads(node, "pods")) == 1
