@@ -38,6 +38,13 @@ decisions can be tested without a runtime, and the transport (``plugin.py``) sta
   (``--no-align-device-pods``), keeps the memory nodes only (with the node shared pool on, the
   whole pool). When the shared set changes, the next claim container's CreateContainer carries
   updates for the aligned containers, as for the pool's.
+* **Other DRA drivers' devices** (``driver.pinning.otherdevices``): a container without
+  numadra's marker whose pod holds another driver's GPUs or NICs (read once per pod from the
+  apiserver, only while another driver publishes devices for this node) is placed as a plain
+  device pod's, on those devices' node(s); a claim without CPUs adds them to its own devices'.
+  The read runs on the plugin's read pool; whatever cannot be known (no read allowed, too slow,
+  the reads busy, no node known) leaves the container as it would be without it, reported,
+  never refused (:class:`NeedsRead` carries that fallback answer).
 * Fail closed: a malformed marker, a marker that names no claim or an unknown one, or a claim
   without records to check against (no lookup) is an error, so the runtime refuses the
   container instead of running it on CPUs it was not given.
