@@ -30,8 +30,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import signal
+import sys
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -46,13 +48,16 @@ from driver.kube.client import KubeClient
 from driver.plugin import Claim, ClaimRef, PreparedDevice, PrepareResult
 
 __all__ = [
+    "READY_EVENT",
     "STANDIN_DRIVER",
     "STANDIN_ENV",
     "STANDIN_EXTENDED_RESOURCE",
     "StandinGpu",
     "StandinPlugin",
+    "command",
     "device_class",
     "device_name",
+    "logged_ready",
     "main",
     "resource_slice",
     "slice_name",
@@ -64,6 +69,8 @@ STANDIN_DRIVER = "gpu.example.com"
 STANDIN_EXTENDED_RESOURCE = "example.com/gpu"
 #: the env its CDI edits set in a container, to the GPU's bus ID
 STANDIN_ENV = "STANDIN_GPU"
+#: the JSON log line's ``event`` once it is registered and its slice is stored
+READY_EVENT = "standin ready"
 _CDI_KIND = "example.com/gpu"
 _NUMA = "resource.kubernetes.io/numaNode"
 _BUS_ID = "resource.kubernetes.io/pciBusID"
@@ -191,6 +198,42 @@ class StandinPlugin:
         self.errors.append(f"{msg}: {err!r}")
 
 
+def command(
+    *,
+    node_name: str,
+    kubeconfig: Path,
+    registrar_dir: Path,
+    plugin_dir: Path,
+    cdi_dir: Path,
+    gpus: Sequence[str],
+    host_root: Path | None = None,
+) -> list[str]:
+    """The argv that runs it (``gpus``: ``<bus id>[=<numa node>]`` each)."""
+    argv = [
+        sys.executable, "-m", "harness.standin_gpu_driver",
+        "--node-name", node_name,
+        "--kubeconfig", str(kubeconfig),
+        "--registrar-dir", str(registrar_dir),
+        "--plugin-dir", str(plugin_dir),
+        "--cdi-dir", str(cdi_dir),
+    ]  # fmt: skip
+    if host_root is not None:
+        argv += ["--host-root", str(host_root)]
+    return argv + [f"--gpu={gpu}" for gpu in gpus]
+
+
+def logged_ready(log: Path) -> bool:
+    """Whether its JSON log at ``log`` says it is registered and its slice is stored."""
+    if not log.exists():
+        return False
+    for line in log.read_text(errors="replace").splitlines():
+        with contextlib.suppress(ValueError):
+            obj = json.loads(line)
+            if isinstance(obj, dict) and obj.get("event") == READY_EVENT:
+                return True
+    return False
+
+
 def publish(kube: KubeClient, obj: Mapping[str, Any]) -> None:
     """Create the slice, or replace a stored one of the same name (left by an earlier run)."""
     try:
@@ -247,7 +290,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             log.error("standin not registered", registrar_dir=str(args.registrar_dir))
             return 1
         publish(kube, resource_slice(args.node_name, gpus, args.driver_name))
-        log.info("standin ready", slice=name, gpus=[g.bus_id for g in gpus])
+        log.info(READY_EVENT, slice=name, gpus=[g.bus_id for g in gpus])
         while not done.wait(3600):
             pass
     finally:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -43,8 +42,10 @@ from harness.standin_gpu_driver import (
     STANDIN_DRIVER,
     STANDIN_ENV,
     STANDIN_EXTENDED_RESOURCE,
+    command,
     device_class,
     device_name,
+    logged_ready,
 )
 from tests.node.conftest import DEFAULT_DRIVER_FLAGS, DRIVER, NODE, RESOURCE, NodeCluster, busybox_pod
 
@@ -94,22 +95,21 @@ class Beside:
         node = self.node
         self.standins += 1
         n = self.standins
-        argv = [
-            sys.executable, "-m", "harness.standin_gpu_driver",
-            "--node-name", NODE,
-            "--kubeconfig", str(node.plane.root / "admin.kubeconfig"),
-            "--registrar-dir", str(node.kubelet.registry_dir),
-            "--plugin-dir", str(node.kubelet.plugins_dir / STANDIN_DRIVER),
-            "--cdi-dir", str(node.cdi_dir),
-            "--host-root", str(self.tree),
-            "--gpu", THEIRS,
-        ]  # fmt: skip
+        argv = command(
+            node_name=NODE,
+            kubeconfig=node.plane.root / "admin.kubeconfig",
+            registrar_dir=node.kubelet.registry_dir,
+            plugin_dir=node.kubelet.plugins_dir / STANDIN_DRIVER,
+            cdi_dir=node.cdi_dir,
+            gpus=[THEIRS],
+            host_root=self.tree,
+        )
         proc = Process(f"standin-{n}", argv, node.root / f"standin-{n}.out", node.root / f"standin-{n}.log")
         proc.start(env={"PYTHONPATH": str(REPO)}, cwd=REPO)
 
         def ready() -> bool:
             proc.check_running()
-            return bool(node.driver_events(proc, "standin ready"))
+            return logged_ready(proc.stderr_path)
 
         wait_for(ready, 60, "the stand-in driver to register and publish", interval=0.2)
         return proc
