@@ -45,7 +45,7 @@ import structlog
 from cdi import ContainerEdits, Device, Spec, remove_file, transient_spec_file_name, write_spec
 from driver.errors import KubeError
 from driver.kube.client import KubeClient
-from driver.plugin import Claim, ClaimRef, PreparedDevice, PrepareResult
+from driver.plugin import Claim, ClaimRef, PreparedDevice, PrepareResult, describe_claim
 
 __all__ = [
     "READY_EVENT",
@@ -167,7 +167,7 @@ class StandinPlugin:
             bus_id = self._bus_ids.get(name)
             if bus_id is None:
                 return PrepareResult(
-                    error=f"claim {claim.ref.uid}: device {name!r} is not one of this driver's"
+                    error=f"{describe_claim(claim.ref)}: device {name!r} is not one of {self.driver_name}'s"
                 )
             cdi_name = f"{claim.ref.uid}-{name}"
             cdi_devices.append(Device(cdi_name, ContainerEdits(env=(f"{STANDIN_ENV}={bus_id}",))))
