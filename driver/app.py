@@ -489,6 +489,7 @@ def _nri_steps(core: Core, metrics: Metrics) -> list[Step]:
     from driver.pinning.consumers import READ_DEADLINE_S, ConsumerCheck
     from driver.pinning.factory import nri_service
     from driver.pinning.nri.plugin import PINNER_LOCK_NAME
+    from driver.pinning.otherdevices import OtherDevices, SysfsPciNodes
 
     cfg, index, planner = core.config, core.index, core.planner
     changed = partial(_journal_changed, index, core.housekeeping)
@@ -501,6 +502,16 @@ def _nri_steps(core: Core, metrics: Metrics) -> list[Step]:
 
     shared = node_shared if cfg.nri_shared_pool else None
     aligner = DeviceAligner(core.inventory.current, node_shared) if cfg.align_device_pods else None
+    # containers holding another DRA driver's devices: the pod and its claims read once per pod
+    # (get on pods: the opt-in rbac.readPods), the devices' nodes from the slices the foreign
+    # watcher keeps, a pciBusID through this host's sysfs
+    other_devices = OtherDevices(
+        core.kube,
+        core.kube,
+        places=core.owners.device_places,
+        pci_nodes=SysfsPciNodes(cfg.host_root),
+        own_driver=cfg.driver_name,
+    )
     service = nri_service(
         socket=cfg.nri_socket,
         claim_lookup=binding_lookup(index.view, core.inventory.current),
@@ -514,6 +525,7 @@ def _nri_steps(core: Core, metrics: Metrics) -> list[Step]:
         ),
         on_failure=reports,
         aligner=aligner,
+        other_devices=other_devices,
     )
     planner.watch_pool(service.plugin.handlers.pool_users)
     return [

@@ -131,7 +131,7 @@ class PinningReports:
             self.totals[(failure.reason, failure.action)] += 1
             if self._metrics is not None:
                 self._metrics.count_pinning_failure(failure.reason, failure.action)
-            if self._events is None or self._closed or not self._admit(failure):
+            if self._events is None or self._closed or not failure.event or not self._admit(failure):
                 return
             event = pin_failure_event(failure, node_name=self._node, component=self._component)
         # outside the lock: post() may log a drop, and _written takes the lock on the poster's thread

@@ -21,6 +21,7 @@ from driver.pinning.consumers import ConsumerCheck
 from driver.pinning.failures import PinFailureSink
 from driver.pinning.nri import ClaimLookup, NriPlugin, SharedPool
 from driver.pinning.nri.plugin import ENV_PLUGIN_SOCKET
+from driver.pinning.otherdevices import OtherDevices
 from driver.supervise import supervised
 from driver.untrusted.values import ascii_int
 
@@ -59,6 +60,7 @@ def nri_service(
     consumers: ConsumerCheck | None = None,
     on_failure: PinFailureSink | None = None,
     aligner: DeviceAligner | None = None,
+    other_devices: OtherDevices | None = None,
     plugin_name: str = "numadra",
     environ: Mapping[str, str] = os.environ,
 ) -> NriService:
@@ -69,8 +71,9 @@ def nri_service(
     numadra as an NRI plugin, ``NRI_PLUGIN_SOCKET`` names the inherited socket fd and the plugin
     uses it instead of dialing ``socket``. ``consumers`` and ``on_failure``: the handlers'
     reads of a shared claim's consumers and where refused or unpinned containers are reported;
-    ``aligner``: where containers of claims without CPUs run (None: ``--no-align-device-pods``)
-    (:class:`~driver.pinning.nri.handlers.PinningHandlers`).
+    ``aligner``: where containers of claims without CPUs run (None: ``--no-align-device-pods``);
+    ``other_devices``: which other DRA drivers' devices a pod holds, so its containers run on
+    their nodes too (:class:`~driver.pinning.nri.handlers.PinningHandlers`).
     """
     raw_fd = environ.get(ENV_PLUGIN_SOCKET)
     try:  # below 2**31: socket(fileno=) would raise OverflowError
@@ -87,5 +90,6 @@ def nri_service(
         consumers=consumers,
         on_failure=on_failure,
         aligner=aligner,
+        other_devices=other_devices,
     )
     return NriService(plugin)

@@ -26,6 +26,8 @@ __all__ = [
     "REASON_BAD_ANNOTATION",
     "REASON_BAD_MARKER",
     "REASON_CONSUMERS_UNKNOWN",
+    "REASON_DEVICES_UNPLACED",
+    "REASON_DEVICES_UNREAD",
     "REASON_LOOKUP_FAILED",
     "REASON_NOT_PINNER",
     "REASON_NOT_RESERVED",
@@ -63,6 +65,12 @@ REASON_ALIGN_WIDENED = "align_widened"
 REASON_ALIGN_UNCONFINED = "align_unconfined"
 #: the pod's ``numadra.dev/align`` annotation is neither "on" nor "off"
 REASON_BAD_ANNOTATION = "bad_annotation"
+#: a container without numadra's marker whose pod could not be read for the devices of other
+#: DRA drivers it holds (no RBAC to get pods, a slow apiserver, the reads busy): left unconfined
+REASON_DEVICES_UNREAD = "devices_unread"
+#: a container holding other DRA drivers' devices none of which has a NUMA node known on this
+#: host (a junk numaNode and no pciBusID here, a claim on another node's pool): left unconfined
+REASON_DEVICES_UNPLACED = "devices_unplaced"
 PIN_FAILURE_REASONS = (
     REASON_NOT_RESERVED,
     REASON_CONSUMERS_UNKNOWN,
@@ -76,6 +84,8 @@ PIN_FAILURE_REASONS = (
     REASON_ALIGN_WIDENED,
     REASON_ALIGN_UNCONFINED,
     REASON_BAD_ANNOTATION,
+    REASON_DEVICES_UNREAD,
+    REASON_DEVICES_UNPLACED,
 )
 
 #: the runtime was told to refuse the container
@@ -104,6 +114,8 @@ class PinFailure:
     claim_uid: str
     #: the same text the log line and the refusal carry (names claim, pod and container)
     message: str
+    #: False: count it, but write no Event (a cause said once for the node, not on every pod)
+    event: bool = True
 
     def __post_init__(self) -> None:
         if self.reason not in PIN_FAILURE_REASONS:

@@ -43,7 +43,9 @@ from driver.errors import KubeError
 from driver.inventory.model import Inventory
 from driver.kube.client import SliceWatch
 from driver.log import get_logger
+from driver.pinning.otherdevices import DevicePlaces
 from driver.slices.ownership import MAX_FOREIGN_DEVICES, Owner, Ownership, find_owners
+from driver.slices.places import device_places
 from driver.slices.publisher import jittered, watch_timeout_seconds  # one draw for both watches
 from driver.supervise import SupervisedThread, supervised
 
@@ -106,6 +108,9 @@ class ForeignOwners:
         self._slices: dict[str, Obj] = {}
         self._node: Obj | None = None
         self._ownership = Ownership()
+        #: bumped at every change of ``_slices``; the places below are of version ``_places[0]``
+        self._version = 0
+        self._places: tuple[int, DevicePlaces] = (-1, DevicePlaces())
         self._said: set[str] = set()  # problems and truncation already logged
         self._stopping = False
         self._watch: SliceWatch | None = None
@@ -127,6 +132,24 @@ class ForeignOwners:
         """The last recompute in full."""
         with self._lock:
             return self._ownership
+
+    def device_places(self) -> DevicePlaces:
+        """Where the other drivers' devices of this node are (:mod:`driver.slices.places`), from
+        the slices kept here: no read of its own. Built when first asked after a change."""
+        with self._lock:
+            version, built = self._places
+            if version == self._version:
+                return built
+            version, slices = self._version, list(self._slices.values())
+        places = device_places(
+            slices, node_name=self.node_name, own_driver=self.driver_name, limit=self._limit
+        )
+        if places.truncated:
+            self._say_once("places", "too many other drivers' devices on this node: the rest are not placed")
+        with self._lock:
+            if version == self._version:
+                self._places = (version, places)
+        return places
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self) -> None:
@@ -179,6 +202,7 @@ class ForeignOwners:
             )
         with self._lock:
             self._slices = {_name(o): o for o in kept[: self._limit]}
+            self._version += 1
         first = not self.known.is_set()
         self.known.set()
         self._recompute(tell=first)  # the first answer is news even when nothing is withheld
@@ -244,6 +268,7 @@ class ForeignOwners:
                 self._slices.pop(name, None)
             elif kind in ("ADDED", "MODIFIED") and (name in self._slices or len(self._slices) < self._limit):
                 self._slices[name] = dict(obj)  # at most ``limit`` slices kept (each has a device or none)
+            self._version += 1
         self._recompute()
         return rv
 

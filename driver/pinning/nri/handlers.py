@@ -55,6 +55,9 @@ import math
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
+from functools import partial
+
+from google.protobuf.message import Message
 
 from driver._proto.nri import api_pb2 as nri
 from driver.errors import ConsumersUnknownError, DriverError, PinningError, PinRefusedError
@@ -81,12 +84,15 @@ from driver.pinning.failures import (
     REASON_BAD_ANNOTATION,
     REASON_BAD_MARKER,
     REASON_CONSUMERS_UNKNOWN,
+    REASON_DEVICES_UNPLACED,
+    REASON_DEVICES_UNREAD,
     REASON_LOOKUP_FAILED,
     REASON_POOL_EMPTY,
     REASON_UNKNOWN_CLAIM,
     PinFailure,
     PinFailureSink,
 )
+from driver.pinning.otherdevices import OtherDevices
 from driver.pinning.types import (
     ENV_CLAIM_UID,
     ENV_CPU_MODE,
@@ -137,15 +143,19 @@ _log = get_logger("pinning.nri")
 
 
 class NeedsRead(Exception):  # noqa: N818  control flow, not an error
-    """The read-free path met a container whose answer needs a read of its claim's consumers.
+    """The read-free path met a container whose answer needs a read: of its claim's consumers,
+    or of its pod (the devices of other drivers it holds).
 
     Raised only by the ``*_read_free`` handlers, before they change any bookkeeping; the plugin
-    then hands the request to its bounded reads (:mod:`driver.pinning.nri.plugin`).
+    then hands the request to its bounded reads (:mod:`driver.pinning.nri.plugin`). ``fallback``,
+    when set, is the answer to give when the read cannot run (the reads are busy, the time box
+    ran out), given why: a container that must never be refused for a read (one without a numadra
+    marker) gets what it would get without it.
     """
 
-    def __init__(self, binding: ClaimBinding) -> None:
-        super().__init__(f"the consumers of {describe_binding(binding)} must be read from the apiserver")
-        self.binding = binding
+    def __init__(self, what: str, fallback: Callable[[str], Message] | None = None) -> None:
+        super().__init__(f"{what} must be read from the apiserver")
+        self.fallback = fallback
 
 
 def _remembered_only(check: ConsumerCheck) -> Confirm:
@@ -154,7 +164,7 @@ def _remembered_only(check: ConsumerCheck) -> Confirm:
     def confirm(binding: ClaimBinding, pod_uid: str, _pod_name: str) -> ClaimBinding:
         known = check.remembered(binding, pod_uid)
         if known is None:
-            raise NeedsRead(binding)
+            raise NeedsRead(f"the consumers of {describe_binding(binding)}")
         return known
 
     return confirm
@@ -240,6 +250,11 @@ def _update(container_id: str, marker: Marker) -> nri.ContainerUpdate:
     )
 
 
+_UNREAD = "the pod could not be read for other DRA drivers' devices"
+#: the marker of a container aligned without a claim of numadra's (its cpuset is the placement's)
+_SHARED = Marker(cpus=frozenset(), mems=frozenset(), mode=CpuMode.SHARED)
+
+
 def _pool_marker(pool: frozenset[int]) -> Marker:
     """The node shared pool expressed as a marker (CPUs only: memory stays unrestricted)."""
     return Marker(cpus=pool, mems=frozenset(), mode=CpuMode.SHARED)
@@ -276,10 +291,14 @@ class PinningHandlers:
         consumers: ConsumerCheck | None = None,
         on_failure: PinFailureSink | None = None,
         aligner: DeviceAligner | None = None,
+        other_devices: OtherDevices | None = None,
     ) -> None:
         self._lookup = claim_lookup
         self._pool = node_shared_pool
         self._aligner = aligner
+        #: reads which other DRA drivers' devices a pod holds (None: containers without numadra's
+        #: marker are never aligned)
+        self._other_devices = other_devices if aligner is not None else None
         #: how a pod that is not a recorded consumer is checked: with a read, or without (None: no
         #: check at all, only recorded pods bind)
         self._reads: Confirm | None = None if consumers is None else consumers.confirm
@@ -388,12 +407,16 @@ class PinningHandlers:
             if stopped:
                 continue
             try:
-                placed = self._alignment(pod, ctr, marker, report=False) if marker is not None else None
+                placed = (
+                    self._alignment(pod, ctr, marker, report=False)
+                    if marker is not None
+                    else self._other_alignment(pod, ctr, self._remembered_other_nodes(pod, ctr))
+                )
             except PinRefusedError:  # an empty pool: it keeps running as it runs, on the pool's terms
                 placed = None
-            if placed is not None and marker is not None:
+            if placed is not None:
                 aligned[ctr.id] = placed
-                want: Marker | None = self._aligned_marker(marker, placed.placed)
+                want: Marker | None = self._aligned_marker(marker or _SHARED, placed.placed)
             else:
                 if self._pool is not None and (marker is None or not marker.cpus):
                     others[ctr.id] = pool  # it runs on the pool (counted even while the pool is empty)
@@ -427,29 +450,48 @@ class PinningHandlers:
         A refusal (:class:`~driver.errors.PinningError`) is reported to the failure sink, then
         raised: the runtime fails the container. May read the claim's consumers (see the class).
         """
-        return self._create_container(req, self._reads)
+        return self._create_container(req, self._reads, reading=True)
 
     def create_container_read_free(self, req: nri.CreateContainerRequest) -> nri.CreateContainerResponse:
         """:meth:`create_container` without a read: :class:`NeedsRead` when the answer needs one."""
-        return self._create_container(req, self._read_free)
+        return self._create_container(req, self._read_free, reading=False)
 
     def _create_container(
-        self, req: nri.CreateContainerRequest, confirm: Confirm | None
+        self, req: nri.CreateContainerRequest, confirm: Confirm | None, *, reading: bool
     ) -> nri.CreateContainerResponse:
         pod, ctr = req.pod, req.container
         try:
-            return self._create(pod, ctr, confirm)
+            return self._create(pod, ctr, confirm, reading=reading)
         except PinningError as exc:
             reason = exc.reason if isinstance(exc, PinRefusedError) else REASON_BAD_MARKER
             self.report(pod, ctr, reason, ACTION_REFUSED, str(exc))
             raise
 
     def _create(
-        self, pod: nri.PodSandbox, ctr: nri.Container, confirm: Confirm | None
+        self, pod: nri.PodSandbox, ctr: nri.Container, confirm: Confirm | None, *, reading: bool
     ) -> nri.CreateContainerResponse:
         marker = self._resolve(pod, ctr, confirm)
         if marker is None:
-            return self._create_other(pod, ctr)
+            nodes = self._other_nodes(pod, ctr, reading=reading)
+            placed = self._other_alignment(pod, ctr, nodes, report=True)
+            if placed is None:
+                return self._create_other(pod, ctr)
+            with self._lock:
+                self._aligned[ctr.id] = placed
+                self._others.pop(ctr.id, None)
+                if placed.generation != self._generation:
+                    self._checked_generation = -1
+            want = self._aligned_marker(_SHARED, placed.placed)
+            _log.info(
+                "container of other drivers' devices aligned",
+                container=ctr.id,
+                pod_uid=pod.uid,
+                cpus=format_cpulist(want.cpus),
+                mems=format_cpulist(want.mems),
+                outcome=placed.placed.outcome.value,
+            )
+            adjust = nri.ContainerAdjustment(linux=nri.LinuxContainerAdjustment(resources=_resources(want)))
+            return nri.CreateContainerResponse(adjust=adjust)
         want = marker
         placed = self._alignment(pod, ctr, marker, report=True)
         if placed is not None:  # a claim without CPUs: on its devices' node(s)
@@ -549,11 +591,11 @@ class PinningHandlers:
                     error=str(exc),
                 )
                 marker = None
-        if marker is None and not on_pool:
+        if marker is None and not on_pool and aligned is None:
             return nri.UpdateContainerResponse()
         pool = self._pool() if self._pool is not None else frozenset()
-        if aligned is not None and marker is not None:
-            want: Marker | None = self._aligned_marker(marker, aligned.placed)
+        if aligned is not None:
+            want: Marker | None = self._aligned_marker(marker or _SHARED, aligned.placed)
         else:
             want = self._wanted(marker, pool)
         if want is None:
@@ -613,11 +655,106 @@ class PinningHandlers:
                 f"{who}, whose claim holds no CPUs; it would run on every CPU",
                 reason=REASON_POOL_EMPTY,
             )
-        if report and placed.outcome is AlignOutcome.WIDENED:
-            self.report(pod, ctr, REASON_ALIGN_WIDENED, ACTION_WIDENED, f"{who}: {placed.why}")
-        elif report and placed.outcome is AlignOutcome.UNCONFINED:
-            self.report(pod, ctr, REASON_ALIGN_UNCONFINED, ACTION_UNPINNED, f"{who}: {placed.why}")
+        if report:
+            self._report_placement(pod, ctr, placed)
         return _AlignedContainer(device_nodes, need, placed, generation)
+
+    # -- containers of other DRA drivers' devices -----------------------------------------------
+
+    def _other_nodes(self, pod: nri.PodSandbox, ctr: nri.Container, *, reading: bool) -> frozenset[int]:
+        """The NUMA nodes of the other drivers' devices ``ctr`` holds (empty: none, or not
+        known; never an exception but :class:`NeedsRead` on the read-free path).
+
+        Asked only for a container without numadra's marker, and only while another driver
+        publishes devices for this node; a pod read once (:class:`OtherDevices`). What cannot be
+        known leaves the container as it would be without this (fail open), reported.
+        """
+        other = self._other_devices
+        if other is None or not (pod.uid and pod.namespace and pod.name):
+            return frozenset()
+        who = _describe(pod, ctr)
+        try:
+            if not other.active() or not align_wanted(pod.annotations)[0]:
+                return frozenset()
+            found = other.remembered(pod.uid)
+            if found is None:
+                if not reading:
+                    raise NeedsRead(
+                        f"the devices of other drivers in pod {pod.namespace}/{pod.name}",
+                        partial(self._unread_fallback, pod, ctr),
+                    )
+                found = other.read(pod.namespace, pod.name, pod.uid)
+        except NeedsRead:
+            raise
+        except Exception as exc:  # never refuse a container for this: leave it as it would be
+            _log.exception("placing a container of other drivers' devices failed", container=ctr.id)
+            self.report(pod, ctr, REASON_DEVICES_UNREAD, ACTION_UNPINNED, f"{who}: {exc}", event=False)
+            return frozenset()
+        if found.unread:
+            message = f"{who}: {_UNREAD} ({found.unread}); left unconfined"
+            self.report(pod, ctr, REASON_DEVICES_UNREAD, ACTION_UNPINNED, message, event=False)
+            return frozenset()
+        held = found.containers.get(ctr.name)
+        if held is None or not (held.devices or held.problems):
+            return frozenset()
+        problem = align_wanted(pod.annotations)[1]
+        if problem:
+            self.report(pod, ctr, REASON_BAD_ANNOTATION, ACTION_DEFAULTED, f"{who}: {problem}")
+        if held.problems and not held.nodes:
+            problems = "; ".join(held.problems[:4])
+            message = f"{who}: no NUMA node is known for its other DRA drivers' devices ({problems})"
+            message += "; left unconfined"
+            self.report(pod, ctr, REASON_DEVICES_UNPLACED, ACTION_UNPINNED, message)
+        elif held.problems:
+            _log.warning(
+                "some of a container's other-driver devices have no known NUMA node; placed by the others",
+                container=ctr.id,
+                pod_uid=pod.uid,
+                problems=list(held.problems[:8]),
+            )
+        return held.nodes
+
+    def _remembered_other_nodes(self, pod: nri.PodSandbox, ctr: nri.Container) -> frozenset[int]:
+        """:meth:`_other_nodes` from what was read before only (Synchronize reads no pod)."""
+        other = self._other_devices
+        if other is None or not pod.uid or not align_wanted(pod.annotations)[0]:
+            return frozenset()
+        found = other.remembered(pod.uid)
+        held = found.containers.get(ctr.name) if found is not None else None
+        return held.nodes if held is not None else frozenset()
+
+    def _other_alignment(
+        self, pod: nri.PodSandbox, ctr: nri.Container, nodes: frozenset[int], *, report: bool = False
+    ) -> _AlignedContainer | None:
+        """Where a container of other drivers' devices on ``nodes`` runs (None: as any other)."""
+        if self._aligner is None or not nodes:
+            return None
+        need = container_need(ctr.linux.resources)
+        placed, generation = self._place(self._observe(self._aligner), nodes, need)
+        if not placed.cpus:
+            return None  # no shared CPU at all: handled as any container (the pool's rules)
+        if report:
+            self._report_placement(pod, ctr, placed)
+        return _AlignedContainer(nodes, need, placed, generation)
+
+    def _unread_fallback(self, pod: nri.PodSandbox, ctr: nri.Container, why: str) -> Message:
+        """The answer when the pod's read cannot run (reads busy, time box): as without it."""
+        self.report(
+            pod,
+            ctr,
+            REASON_DEVICES_UNREAD,
+            ACTION_UNPINNED,
+            f"{_describe(pod, ctr)}: {_UNREAD} ({why}); left unconfined",
+            event=False,
+        )
+        return self._create_other(pod, ctr)
+
+    def _report_placement(self, pod: nri.PodSandbox, ctr: nri.Container, placed: Alignment) -> None:
+        who = _describe(pod, ctr)
+        if placed.outcome is AlignOutcome.WIDENED:
+            self.report(pod, ctr, REASON_ALIGN_WIDENED, ACTION_WIDENED, f"{who}: {placed.why}")
+        elif placed.outcome is AlignOutcome.UNCONFINED:
+            self.report(pod, ctr, REASON_ALIGN_UNCONFINED, ACTION_UNPINNED, f"{who}: {placed.why}")
 
     def _observe(self, aligner: DeviceAligner) -> tuple[NodeMap, frozenset[int], int]:
         """The node now, and its generation (a new one when it differs from the last seen)."""
@@ -809,14 +946,25 @@ class PinningHandlers:
             devices,
         )
 
-    def report(self, pod: nri.PodSandbox, ctr: nri.Container, reason: str, action: str, message: str) -> None:
+    def report(
+        self,
+        pod: nri.PodSandbox,
+        ctr: nri.Container,
+        reason: str,
+        action: str,
+        message: str,
+        *,
+        event: bool = True,
+    ) -> None:
         """Hand a claim container not pinned as its claim says to the failure sink (and log it).
 
+        ``event`` False: counted and logged (at info), no Event on the pod (a cause of the node,
+        such as a read it may not make, that would otherwise put an Event on every pod).
         Best effort and non-blocking: a failing sink is logged, never raised into the runtime's call.
         """
         claim_uid = env_markers(ctr.env).get(ENV_CLAIM_UID, "")[:128]
-        _log.error(
-            "claim container not pinned",
+        (_log.error if event else _log.info)(
+            "container not pinned",
             reason=reason,
             action=action,
             container=ctr.id,
@@ -838,6 +986,7 @@ class PinningHandlers:
                     container=ctr.name or ctr.id,
                     claim_uid=claim_uid,
                     message=message,
+                    event=event,
                 )
             )
         except Exception as exc:

@@ -89,6 +89,7 @@ from driver.pinning.nri.wire import (
     Frame,
     encode_frame,
 )
+from driver.pinning.otherdevices import OtherDevices
 from driver.pinning.types import CpuAssignment
 from driver.supervise import supervised
 from driver.untrusted.files import open_lock_file
@@ -170,11 +171,17 @@ class NriPlugin:
         on_failure: PinFailureSink | None = None,
         read_slots: ReadSlots | None = None,
         aligner: DeviceAligner | None = None,
+        other_devices: OtherDevices | None = None,
     ) -> None:
         if len(index) != 2 or index.strip("0123456789"):  # two ASCII digits, nothing else
             raise PinningError(f"NRI plugin index must be two digits, got {index!r}")
         self.handlers = handlers or PinningHandlers(
-            claim_lookup, node_shared_pool, consumers=consumers, on_failure=on_failure, aligner=aligner
+            claim_lookup,
+            node_shared_pool,
+            consumers=consumers,
+            on_failure=on_failure,
+            aligner=aligner,
+            other_devices=other_devices,
         )
         self._socket_path = socket_path
         self._socket_fd = socket_fd
@@ -472,19 +479,44 @@ class NriPlugin:
             if not isinstance(answered, NeedsRead):
                 self._reply(stream_id, answered)
                 return
+            need = answered
+        else:
+            need = None
         namespace = _read_namespace(call.request)
         if namespace is not None and not self.read_slots.take(namespace):
-            self._reply(stream_id, self._reads_busy(call, self.read_slots.why_not(namespace)))
+            why = self.read_slots.why_not(namespace)
+            if need is not None and need.fallback is not None:
+                self._reply(stream_id, self._fallback(call, need, why))
+            else:
+                self._reply(stream_id, self._reads_busy(call, why))
             return
         try:
-            self._read_waits.submit(self._serve_read, stream_id, call, namespace)
+            self._read_waits.submit(self._serve_read, stream_id, call, namespace, need)
         except RuntimeError:
             if namespace is not None:
                 self.read_slots.give_back(namespace)
 
-    def _serve_read(self, stream_id: int, call: _Call, namespace: str | None) -> None:
+    def _fallback(self, call: _Call, need: NeedsRead, why: str) -> ttrpc.Response:
+        """The answer a handler gave for when its read cannot run (see :class:`NeedsRead`)."""
+        assert need.fallback is not None
+        try:
+            result = need.fallback(why)
+        except PinningError as exc:
+            _log.error("NRI request refused", method=call.name, error=str(exc))
+            return _status(_FAILED_PRECONDITION, str(exc))
+        except Exception as exc:  # a handler bug must not kill the connection
+            _log.exception("NRI fallback failed", method=call.name)
+            return _status(_INTERNAL, f"{call.name} failed: {exc}")
+        if call.name in _ADJUSTING:
+            return self._as_pinner(call.name, call.request, result)
+        return ttrpc.Response(payload=result.SerializeToString())
+
+    def _serve_read(
+        self, stream_id: int, call: _Call, namespace: str | None, need: NeedsRead | None = None
+    ) -> None:
         """Answer a request whose handler may read (on ``nri-read-wait``), within its time box;
-        the read's slot goes back when the handler returns, also after the box ran out."""
+        the read's slot goes back when the handler returns, also after the box ran out. When the
+        box runs out, the read-free handler's ``need`` gives the answer if it has one."""
         assert call.method.read is not None
         try:
             job = self._reads.submit(call.method.read, call.request)
@@ -494,7 +526,7 @@ class NriPlugin:
             return
         if namespace is not None:
             job.add_done_callback(lambda _job: self.read_slots.give_back(namespace))
-        answered = self._outcome(call, job)
+        answered = self._outcome(call, job, need)
         if isinstance(answered, NeedsRead):  # a reading handler reads instead; a bug if not
             _log.error("NRI handler asked for a read on the read path", method=call.name)
             answered = _status(_INTERNAL, f"{call.name} failed: {answered}")
@@ -508,15 +540,18 @@ class NriPlugin:
         except PinningError as exc:
             _log.warning("could not send NRI response", error=str(exc))
 
-    def _outcome(self, call: _Call, job: Future[Message]) -> ttrpc.Response | NeedsRead:
-        """The answer of a handler's ``job``, waited for within what is left of the time box."""
+    def _outcome(
+        self, call: _Call, job: Future[Message], need: NeedsRead | None = None
+    ) -> ttrpc.Response | NeedsRead:
+        """The answer of a handler's ``job``, waited for within what is left of the time box
+        (when it runs out: ``need``'s fallback if it has one, else :meth:`_timed_out`)."""
         started = time.monotonic()
         try:
             result = job.result(timeout=call.time_left())
         except concurrent.futures.TimeoutError:
-            return self._timed_out(call.name, call.request, call.budget)
-        except NeedsRead as need:
-            return need
+            return self._timed_out(call, need)
+        except NeedsRead as asked:
+            return asked
         except PinningError as exc:
             _log.error("NRI request refused", method=call.name, error=str(exc))
             return _status(_FAILED_PRECONDITION, str(exc))
@@ -566,10 +601,13 @@ class NriPlugin:
             return _status(_FAILED_PRECONDITION, message)
         return ttrpc.Response(payload=result.SerializeToString() if pinner else b"")
 
-    def _timed_out(self, method: str, request: Message, budget: float) -> ttrpc.Response:
-        """The answer when a handler exceeded its time box: no adjustment, or, for a container
-        that carries a pinning marker, a refusal (it is never created on CPUs it was not given;
-        the kubelet retries it)."""
+    def _timed_out(self, call: _Call, need: NeedsRead | None = None) -> ttrpc.Response:
+        """The answer when a handler exceeded its time box: ``need``'s fallback when the read-free
+        handler gave one; else no adjustment, or, for a container that carries a pinning marker,
+        a refusal (it is never created on CPUs it was not given; the kubelet retries it)."""
+        method, request, budget = call.name, call.request, call.budget
+        if need is not None and need.fallback is not None:
+            return self._fallback(call, need, f"not decided within the NRI time box of {budget:g} s")
         if self._is_claim_container(request):
             message = (
                 f"{_describe_request(request)}: its pinning was not decided within the NRI time "
