@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from driver.errors import ConfigError
+from driver.errors import ConfigError, UntrustedValueError
 from driver.inventory.model import DeviceKind
+from driver.untrusted.values import ascii_int
 
 __all__ = ["AUX_KINDS", "MAX_AUX_CPUS", "NO_AUX_CPUS", "AuxCpus"]
 
@@ -64,10 +65,11 @@ class AuxCpus:
                 raise ConfigError(f"{where} {text!r}: {item!r} is not gpu=N or nic=N")
             if name in counts:
                 raise ConfigError(f"{where} {text!r}: {name} is given twice")
-            value = value.strip()
-            if not (value.isascii() and value.isdigit()) or int(value) > MAX_AUX_CPUS:
-                raise ConfigError(f"{where} {text!r}: {name} must be a whole number 0..{MAX_AUX_CPUS}")
-            counts[name] = int(value)
+            try:
+                counts[name] = ascii_int(value.strip(), what=f"{where} {name}", lo=0, hi=MAX_AUX_CPUS)
+            except UntrustedValueError as err:
+                wanted = f"{name} must be a whole number 0..{MAX_AUX_CPUS}"
+                raise ConfigError(f"{where} {text!r}: {wanted}") from err
         return cls(gpu=counts.get("gpu", 0), nic=counts.get("nic", 0))
 
 
