@@ -44,8 +44,7 @@ from driver.inventory.model import Inventory
 from driver.kube.client import SliceWatch
 from driver.log import get_logger
 from driver.slices.ownership import MAX_FOREIGN_DEVICES, Owner, Ownership, find_owners
-from driver.slices.publisher import jittered, watch_timeout_seconds  # one draw for both watches
-from driver.slices.watchedloops import WatchedLoops
+from driver.slices.watchedloops import WatchedLoops, jittered, watch_timeout_seconds  # as the publisher's
 from driver.supervise import supervised
 
 __all__ = ["ForeignApi", "ForeignOwners"]

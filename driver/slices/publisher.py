@@ -50,7 +50,7 @@ from driver.slices.features import UNKNOWN, DroppedField, adapt, dropped_fields,
 from driver.slices.missingfeatures import MissingFeatures
 from driver.slices.ownership import without
 from driver.slices.plan import SlicePlan, plan_sync, slice_content
-from driver.slices.watchedloops import WatchedLoops
+from driver.slices.watchedloops import WatchedLoops, jittered, watch_timeout_seconds
 from driver.supervise import supervised
 
 __all__ = [
@@ -58,8 +58,6 @@ __all__ = [
     "SliceApi",
     "SlicePublisher",
     "Taints",
-    "jittered",
-    "watch_timeout_seconds",
 ]
 
 Obj = dict[str, Any]
@@ -69,22 +67,6 @@ _log = get_logger("slices.publisher")
 
 #: how far past ``resync_interval`` a fallback re-LIST may be pushed (client-go's wait.Jitter factor)
 RESYNC_JITTER = 0.5
-
-
-def watch_timeout_seconds(minimum: int, rng: random.Random) -> int:
-    """A watch timeout in ``[minimum, 2 * minimum)`` seconds, as client-go's reflector draws it.
-
-    Every renewal draws again, so nodes started in the same second drift apart within a few
-    renewals instead of reconnecting together for ever.
-    """
-    if minimum < 1:
-        raise ValueError(f"watch timeout must be at least 1 s, not {minimum}")
-    return min(2 * minimum - 1, int(minimum * (1.0 + rng.random()))) if minimum > 1 else 1
-
-
-def jittered(seconds: float, factor: float, rng: random.Random) -> float:
-    """``seconds`` stretched by a random fraction of up to ``factor`` (``[s, s * (1 + factor))``)."""
-    return seconds * (1.0 + factor * rng.random())
 
 
 class SliceApi(Protocol):

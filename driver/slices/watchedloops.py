@@ -12,17 +12,37 @@ watch of ResourceSlices. Stopping them is the same sequence, and its order matte
 A watch opened while the stop runs is closed by the loop that opened it (:meth:`WatchedLoops.opened`),
 so no stream outlives the stop. The owner passes its own condition: the flag and the watch are then
 read under the same lock as the owner's state, and the owner's waits wake on the stop.
+
+Both owners pace their loops with the same draws: :func:`watch_timeout_seconds` for each watch and
+:func:`jittered` for a periodic wait, so a fleet started together drifts apart.
 """
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from collections.abc import Callable, Iterable
 
 from driver.kube.client import SliceWatch
 
-__all__ = ["WatchedLoops"]
+__all__ = ["WatchedLoops", "jittered", "watch_timeout_seconds"]
+
+
+def watch_timeout_seconds(minimum: int, rng: random.Random) -> int:
+    """A watch timeout in ``[minimum, 2 * minimum)`` seconds, as client-go's reflector draws it.
+
+    Every renewal draws again, so nodes started in the same second drift apart within a few
+    renewals instead of reconnecting together for ever.
+    """
+    if minimum < 1:
+        raise ValueError(f"watch timeout must be at least 1 s, not {minimum}")
+    return min(2 * minimum - 1, int(minimum * (1.0 + rng.random()))) if minimum > 1 else 1
+
+
+def jittered(seconds: float, factor: float, rng: random.Random) -> float:
+    """``seconds`` stretched by a random fraction of up to ``factor`` (``[s, s * (1 + factor))``)."""
+    return seconds * (1.0 + factor * rng.random())
 
 
 class WatchedLoops:
