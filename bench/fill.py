@@ -139,7 +139,7 @@ def _nri_p50(root: Path, inventory: Any, claim_uid: str, pod_uid: str, rounds: i
             cdi_dir=root / "cdi", plugin_dir=root / "plugin", driver_name=DRIVER, pool=NODE
         ),
     )
-    index = PreparedIndex(claims.prepared_claims)
+    index = PreparedIndex(claims.prepared_claims, claims.journal_changes)
     index.refresh()
     binding = index.view(claim_uid)
     assert binding is not None and binding.pinning is not None, claim_uid

@@ -3,11 +3,10 @@
 This is what the Go ``kubeletplugin`` helper does around ``PrepareResourceClaims``, in one place
 and with one set of rules:
 
-1. the references are checked once: on the kubelet path by the protocol check
+1. the references are checked once, by the protocol check
    (:func:`driver.kubelet.translate.check_claims`: names, duplicate UIDs, batch size), before
-   :func:`prepare_checked`; a caller outside it (benchmarks, tests of a driver) calls
-   :func:`prepare`, whose :func:`admit` checks the names, drops exact duplicates and refuses a UID
-   named twice with other names;
+   :func:`prepare_checked`: on the kubelet path by the servicer, for a caller outside it
+   (benchmarks, tests of a driver) by :func:`prepare`, so both meet the same rules and messages;
 2. :class:`ClaimFetcher` reads the claims from the apiserver (one GET, or one LIST for many of a
    namespace, see below), *before* any lock is taken, so slow API calls never hold up other calls,
    also not those of the other process of a rolling update;
@@ -53,8 +52,8 @@ from typing import Any, Protocol, TypeGuard, runtime_checkable
 
 from driver.errors import KubeError
 from driver.kube.types import ClaimGetter, JsonObject
+from driver.kubelet.translate import check_claims
 from driver.log import get_logger
-from driver.names import check_claim_name, check_claim_uid, check_namespace
 from driver.plugin import Claim, ClaimRef, DriverPlugin, PrepareResult, ReadsAhead, describe_claim
 
 __all__ = [
@@ -62,7 +61,6 @@ __all__ = [
     "ClaimLister",
     "Fetched",
     "Hold",
-    "admit",
     "check_claim",
     "prepare",
     "prepare_checked",
@@ -289,36 +287,6 @@ def _uids(refs: Sequence[ClaimRef]) -> list[str]:
 # -- the call --------------------------------------------------------------------------------------
 
 
-def _ref_problem(ref: ClaimRef) -> str:
-    return check_claim_uid(ref.uid) or check_namespace(ref.namespace) or check_claim_name(ref.name)
-
-
-def admit(claims: Sequence[ClaimRef], fail: Callable[[ClaimRef, str], None]) -> list[ClaimRef]:
-    """Refs worth reading: valid names, exact duplicates dropped, conflicting UIDs refused.
-
-    The check of :func:`prepare`, for callers off the kubelet path; the kubelet's calls are checked
-    by :func:`driver.kubelet.translate.check_claims` instead, and not again here."""
-    by_uid: dict[str, ClaimRef] = {}
-    conflicting: set[str] = set()
-    for ref in claims:
-        seen = by_uid.get(ref.uid)
-        if seen is None:
-            by_uid[ref.uid] = ref
-        elif seen != ref:
-            conflicting.add(ref.uid)
-    todo: list[ClaimRef] = []
-    for uid, ref in by_uid.items():
-        if uid in conflicting:
-            fail(ref, f"{describe_claim(ref)}: the same claim UID appears more than once with other names")
-            continue
-        problem = _ref_problem(ref)
-        if problem:
-            fail(ref, f"{describe_claim(ref)}: {problem}")
-            continue
-        todo.append(ref)
-    return todo
-
-
 def check_claim(ref: ClaimRef, obj: JsonObject) -> str:
     """Why the object read for ``ref`` cannot be prepared by any driver, or "" when it can.
 
@@ -398,16 +366,17 @@ def prepare(
     refs: Sequence[ClaimRef],
     on_refused: Refused | None = None,
 ) -> dict[str, PrepareResult]:
-    """:func:`admit` the refs, then :func:`prepare_checked`: for a caller off the kubelet path.
+    """The kubelet path's reference check, then :func:`prepare_checked`: for a caller off that path.
 
-    A ref refused by :func:`admit` gets its error result and counts as refused.
+    A ref the check rejects (a bad name, a UID named more than once, too many claims) gets its
+    error result, as the kubelet would, and counts as refused.
     """
-    refused: dict[str, PrepareResult] = {}
     started = time.perf_counter()
-    todo = admit(refs, lambda ref, msg: refused.__setitem__(ref.uid, PrepareResult(error=msg)))
+    check = check_claims(refs)
+    refused = {uid: PrepareResult(error=error) for uid, error in check.rejected.items()}
     if refused and on_refused is not None:
         on_refused(len(refused), time.perf_counter() - started)
-    return {**refused, **prepare_checked(plugin, fetcher, hold, todo, on_refused)}
+    return {**refused, **prepare_checked(plugin, fetcher, hold, check.valid, on_refused)}
 
 
 def unprepare(plugin: DriverPlugin, hold: Hold, refs: Sequence[ClaimRef]) -> dict[str, str]:

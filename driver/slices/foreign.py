@@ -46,8 +46,8 @@ from driver.log import get_logger
 from driver.pinning.otherdevices import DevicePlaces
 from driver.slices.ownership import MAX_FOREIGN_DEVICES, Owner, Ownership, find_owners
 from driver.slices.places import device_places
-from driver.slices.publisher import jittered, watch_timeout_seconds  # one draw for both watches
-from driver.supervise import SupervisedThread, supervised
+from driver.slices.watchedloops import WatchedLoops, jittered, watch_timeout_seconds  # as the publisher's
+from driver.supervise import supervised
 
 __all__ = ["ForeignApi", "ForeignOwners"]
 
@@ -112,9 +112,8 @@ class ForeignOwners:
         self._version = 0
         self._places: tuple[int, DevicePlaces] = (-1, DevicePlaces())
         self._said: set[str] = set()  # problems and truncation already logged
-        self._stopping = False
-        self._watch: SliceWatch | None = None
-        self._threads: list[SupervisedThread] = []
+        #: the two loops, their open watch and their stop (which also ends the backoffs' waits)
+        self._loops = WatchedLoops(self._lock, wake=(self._slice_backoff.stop, self._node_backoff.stop))
         #: set once the first LIST was answered (or refused for good): the owners are known
         self.known = threading.Event()
 
@@ -156,25 +155,14 @@ class ForeignOwners:
         """Start the slices and node threads; returns at once."""
         # under the supervisor: an exception no loop expects is logged and counted, and the loop
         # runs again after a step of the policy (the watch is dropped; the LIST starts it anew)
-        self._threads = [
+        self._loops.start(
             supervised("foreign-slices", self._slices_loop, policy=self._policy),
             supervised("foreign-node", self._node_loop, policy=self._policy),
-        ]
-        for thread in self._threads:
-            thread.start()
+        )
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop both threads."""
-        with self._lock:
-            self._stopping = True
-            watch = self._watch
-            self._lock.notify_all()
-        self._slice_backoff.stop()
-        self._node_backoff.stop()
-        if watch is not None:
-            watch.close()
-        for thread in self._threads:
-            thread.join(timeout)
+        self._loops.stop(timeout)
 
     def refresh(self, _inventory: Inventory | None = None) -> None:
         """Recompute now (the inventory changed: a new device may be someone else's)."""
@@ -217,7 +205,7 @@ class ForeignOwners:
 
     # -- loops -----------------------------------------------------------------------------------
     def _slices_loop(self) -> None:
-        self._wait(self._rng.uniform(0.0, self._start_jitter))  # a restarted fleet: no LIST burst
+        self._loops.wait(self._rng.uniform(0.0, self._start_jitter))  # a restarted fleet: no LIST burst
         while self._slice_backoff.wait_turn():
             try:
                 rv = self.list_once()
@@ -228,13 +216,13 @@ class ForeignOwners:
             if rv:
                 self._watch_from(rv)
             else:  # refused for good (RBAC): look again rarely, a fleet must not LIST in a loop
-                self._wait(jittered(self._refused_interval, 0.5, self._rng))
-            if self._stopped():
+                self._loops.wait(jittered(self._refused_interval, 0.5, self._rng))
+            if self._loops.stopping:
                 return
 
     def _watch_from(self, rv: str) -> None:
         """Follow the watch until it ends; a watch that ended early waits its step."""
-        while not self._stopped():
+        while not self._loops.stopping:
             timeout = watch_timeout_seconds(self._watch_timeout, self._rng)
             opened = time.monotonic()
             error: KubeError | None = None
@@ -242,16 +230,12 @@ class ForeignOwners:
                 watch = self._api.watch_resource_slices(
                     field_selector=self._selector, resource_version=rv, timeout_seconds=timeout
                 )
-                with self._lock:
-                    self._watch = watch
-                    if self._stopping:
-                        watch.close()
+                self._loops.opened(watch)
                 for kind, obj in watch:
                     rv = self._on_event(kind, obj) or rv
             except KubeError as err:
                 error = err
-            with self._lock:
-                self._watch = None
+            self._loops.closed()
             delay = self._slice_backoff.watch_ended(time.monotonic() - opened, timeout, error)
             if delay > 0 or (error is not None and error.status == 410):
                 return  # wait_turn() waits the step, then a fresh LIST
@@ -273,8 +257,8 @@ class ForeignOwners:
         return rv
 
     def _node_loop(self) -> None:
-        self._wait(self._rng.uniform(0.0, self._start_jitter))
-        while not self._stopped():
+        self._loops.wait(self._rng.uniform(0.0, self._start_jitter))
+        while not self._loops.stopping:
             try:
                 self.read_node_once()
                 self._node_backoff.succeeded()
@@ -282,17 +266,7 @@ class ForeignOwners:
             except KubeError as err:
                 wait = self._node_backoff.failed(err)
                 _log.info("node read failed", error=str(err), retry_in=round(wait, 2), node=self.node_name)
-            self._wait(wait)
-
-    def _wait(self, seconds: float) -> None:
-        deadline = time.monotonic() + seconds
-        with self._lock:
-            while not self._stopping and (left := deadline - time.monotonic()) > 0:
-                self._lock.wait(left)
-
-    def _stopped(self) -> bool:
-        with self._lock:
-            return self._stopping
+            self._loops.wait(wait)
 
     # -- the pure part, and who hears of it -------------------------------------------------------
     def _recompute(self, *, tell: bool = False) -> None:

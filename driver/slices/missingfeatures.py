@@ -20,16 +20,14 @@ Why a file for ``numadra state``: it reads local state only, so that it answers 
 apiserver is unreachable and without credentials, and the metrics endpoint may be off. The
 journal is the claims' record (another format and version), and Events expire (the apiserver's
 ``--event-ttl``). The plugin dir is the driver's own directory, already holding its journal and
-health faults. The file is rewritten atomically (temp file, fsync, rename, mode 0600, no link followed) at the
-first write of each process and whenever a gate is added, so it describes the current process;
-it is read back through :mod:`driver.untrusted` (a regular file, capped, strict shape), as the
-plugin dir is a hostPath that others on the node could write into.
+health faults. The file is rewritten by :class:`~driver.slices.sayonce.SayOnce` (atomically, at
+the first write of each process and whenever a gate is added, so it describes the current
+process); it is read back through :mod:`driver.untrusted` (a regular file, capped, strict shape),
+as the plugin dir is a hostPath that others on the node could write into.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -37,9 +35,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from cdi.io import atomic_write_bytes
 from driver.errors import UntrustedValueError
-from driver.kube.events import EventPoster, InvolvedObject, warning_event
+from driver.kube.events import EventPoster
 from driver.log import get_logger
 from driver.slices.features import (
     FEATURE_NAMES,
@@ -49,6 +46,7 @@ from driver.slices.features import (
     DroppedField,
     feature,
 )
+from driver.slices.sayonce import SayOnce, node_warning
 from driver.untrusted.files import read_file
 from driver.untrusted.values import loads_json
 
@@ -107,10 +105,6 @@ class FeatureRecord:
     features: tuple[MissingFeature, ...]
 
 
-def _stamp(now: datetime) -> str:
-    return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def cause_message(cause: MissingFeature, *, node_name: str) -> str:
     """One cause as the operator reads it (the log's message detail and the Event's message)."""
     fields = ", ".join(cause.fields)
@@ -149,18 +143,13 @@ def cause_message(cause: MissingFeature, *, node_name: str) -> str:
 def node_event(
     cause: MissingFeature, *, node_name: str, node_uid: str, component: str, now: datetime | None = None
 ) -> dict[str, Any]:
-    """The core/v1 Warning Event of one cause, on the Node.
-
-    Without the Node's UID the Event carries the node name as its UID, as the kubelet's own
-    Events on its Node do; ``kubectl describe node`` looks for both.
-    """
-    node = InvolvedObject("Node", node_name, uid=node_uid or node_name)
-    return warning_event(
-        node,
+    """The core/v1 Warning Event of one cause, on the Node (:func:`~driver.slices.sayonce.node_warning`)."""
+    return node_warning(
+        node_name=node_name,
+        node_uid=node_uid,
         reason=EVENT_REASON,
         message=cause_message(cause, node_name=node_name),
         component=component,
-        host=node_name,
         now=now,
     )
 
@@ -182,12 +171,19 @@ class MissingFeatures:
     ) -> None:
         self.node_name = node_name
         self.driver_name = driver_name
-        self._events = events
-        self._record_path = record_path
-        self._clock = clock
+        self._say = SayOnce(
+            node_name=node_name,
+            component=driver_name,
+            event_reason=EVENT_REASON,
+            record_version=_RECORD_VERSION,
+            record_what="missing api features",
+            log=_log,
+            events=events,
+            record_path=record_path,
+            clock=clock,
+        )
         self._lock = threading.Lock()
         self._found: dict[str, MissingFeature] = {}
-        self._recorded = False
 
     def missing(self) -> frozenset[str]:
         """The gates found missing so far (never shrinks: module docstring)."""
@@ -216,13 +212,13 @@ class MissingFeatures:
         """
         new: list[MissingFeature] = []
         with self._lock:
-            changed = not self._recorded
+            changed = False
             for field in dropped:
                 name = field.feature if field.feature in FEATURE_NAMES else UNKNOWN
                 known = self._found.get(name)
                 if known is None:
                     cause = MissingFeature(
-                        name, (field.pattern,), field.path, slice_name, _stamp(self._clock()), refused
+                        name, (field.pattern,), field.path, slice_name, self._say.stamp(), refused
                     )
                     self._found[name] = cause
                     new.append(cause)
@@ -232,14 +228,14 @@ class MissingFeatures:
                     continue
                 changed = True
             new = [self._found[c.name] for c in new]  # with every field of this write
-            if changed:
-                self._write_record()
+            self._say.record(changed, self._record_body)
         for cause in new:
             self._announce(cause, node_uid)
         return new
 
     def _announce(self, cause: MissingFeature, node_uid: str) -> None:
         entry = feature(cause.name)
+        message = cause_message(cause, node_name=self.node_name)
         _log.warning(
             "apiserver refused a slice: feature gate off" if cause.refused else "apiserver dropped fields",
             feature=cause.name,
@@ -248,30 +244,13 @@ class MissingFeatures:
             slice=cause.slice,
             node=self.node_name,
             effect=entry.effect if entry else "unknown",
-            detail=cause_message(cause, node_name=self.node_name),
+            detail=message,
         )
-        if self._events is None:
-            return
-        event = node_event(cause, node_name=self.node_name, node_uid=node_uid, component=self.driver_name)
-        self._events.post(event)  # a dropped or failed post is logged there; the line above says it too
+        self._say.post(message, node_uid=node_uid)
 
-    def _write_record(self) -> None:
-        """Rewrite the record (under the lock: writes stay in order)."""
-        self._recorded = True
-        if self._record_path is None:
-            return
-        doc = {
-            "version": _RECORD_VERSION,
-            "checkedAt": _stamp(self._clock()),
-            "pid": os.getpid(),
-            "features": [c.to_json() for c in self._found.values()],
-        }
-        path = self._record_path
-        data = json.dumps(doc, indent=1).encode()
-        try:
-            atomic_write_bytes(path, data, 0o600, roots=(str(path.parent),))
-        except OSError as exc:
-            _log.error("cannot record missing api features", path=str(path), error=str(exc))
+    def _record_body(self) -> dict[str, object]:
+        """The record's gates (under the lock)."""
+        return {"features": [c.to_json() for c in self._found.values()]}
 
 
 def _with_field(cause: MissingFeature, pattern: str) -> MissingFeature:

@@ -57,6 +57,7 @@ from driver.slices.features import (
 from driver.slices.missingfeatures import MissingFeatures
 from driver.slices.ownership import without
 from driver.slices.plan import SlicePlan, plan_sync, slice_content
+from driver.slices.watchedloops import WatchedLoops, jittered, watch_timeout_seconds
 from driver.supervise import supervised
 
 __all__ = [
@@ -64,8 +65,6 @@ __all__ = [
     "SliceApi",
     "SlicePublisher",
     "Taints",
-    "jittered",
-    "watch_timeout_seconds",
 ]
 
 Obj = dict[str, Any]
@@ -75,22 +74,6 @@ _log = get_logger("slices.publisher")
 
 #: how far past ``resync_interval`` a fallback re-LIST may be pushed (client-go's wait.Jitter factor)
 RESYNC_JITTER = 0.5
-
-
-def watch_timeout_seconds(minimum: int, rng: random.Random) -> int:
-    """A watch timeout in ``[minimum, 2 * minimum)`` seconds, as client-go's reflector draws it.
-
-    Every renewal draws again, so nodes started in the same second drift apart within a few
-    renewals instead of reconnecting together for ever.
-    """
-    if minimum < 1:
-        raise ValueError(f"watch timeout must be at least 1 s, not {minimum}")
-    return min(2 * minimum - 1, int(minimum * (1.0 + rng.random()))) if minimum > 1 else 1
-
-
-def jittered(seconds: float, factor: float, rng: random.Random) -> float:
-    """``seconds`` stretched by a random fraction of up to ``factor`` (``[s, s * (1 + factor))``)."""
-    return seconds * (1.0 + factor * rng.random())
 
 
 class SliceApi(Protocol):
@@ -181,13 +164,11 @@ class SlicePublisher:
         self._synced_version = -1
         self._retry_at = 0.0
         self._resync_at = float("inf")
-        self._stopping = False
+        self._loops = WatchedLoops(self._cond)  # the sync loop and the watch, and their stop
         self._node_uid = ""
         self._list_rv = ""
         self._sent: dict[str, str] = {}  # name -> content of our last write ("" = we deleted it)
         self._accepted: dict[str, tuple[str, str]] = {}
-        self._watch: SliceWatch | None = None
-        self._threads: list[threading.Thread] = []
 
     def _default_build(self, inventory: Inventory, taints: Taints) -> list[Obj]:
         from driver.slices.builder import build_slices
@@ -243,23 +224,14 @@ class SlicePublisher:
             with self._cond:
                 self._not_before = time.monotonic() + self._rng.uniform(0.0, self._start_jitter)
         # core loops: while one keeps failing, /readyz names it
-        self._threads = [
+        self._loops.start(
             supervised("slice-publisher", self._run, core=True, policy=self._policy),
             supervised("slice-watch", self._watch_loop, core=True, policy=self._policy),
-        ]
-        for thread in self._threads:
-            thread.start()
+        )
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop both threads (pending work is dropped; slices stay, owned by the Node)."""
-        with self._cond:
-            self._stopping = True
-            watch = self._watch
-            self._cond.notify_all()
-        if watch is not None:
-            watch.close()
-        for thread in self._threads:
-            thread.join(timeout)
+        self._loops.stop(timeout)
 
     def wait_synced(self, timeout: float) -> bool:
         """Block until the API matches the latest desired state (tests, shutdown, CLI)."""
@@ -276,9 +248,9 @@ class SlicePublisher:
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._stopping and not self._due():
+                while not self._loops.stopping and not self._due():
                     self._cond.wait(self._idle_wait())
-                if self._stopping:
+                if self._loops.stopping:
                     return
                 desired, version = self._desired, self._version
             assert desired is not None
@@ -314,7 +286,7 @@ class SlicePublisher:
             self.stats.syncs += 1
             self.stats.last_sync_seconds = time.monotonic() - start
             self._synced_version = version
-            self._resync_at = float("inf") if self._watch is not None else self._next_resync()
+            self._resync_at = float("inf") if self._loops.watching else self._next_resync()
             self._cond.notify_all()
         self.published.set()
 
@@ -428,9 +400,9 @@ class SlicePublisher:
         """Watch from the last LIST's resourceVersion; every watch that ends early waits its step."""
         while True:
             with self._cond:
-                while not self._stopping and not self._list_rv:
+                while not self._loops.stopping and not self._list_rv:
                     self._cond.wait(1.0)
-                if self._stopping:
+                if self._loops.stopping:
                     return
                 rv = self._list_rv
             timeout = watch_timeout_seconds(self._watch_timeout, self._rng)
@@ -441,10 +413,8 @@ class SlicePublisher:
                     field_selector=self._selector, resource_version=rv, timeout_seconds=timeout
                 )
                 with self._cond:
-                    self._watch = watch
                     self._resync_at = float("inf")  # the watch keeps the view true from here
-                    if self._stopping:
-                        watch.close()
+                    self._loops.opened(watch)
                 for kind, obj in watch:
                     self._on_event(kind, obj)
             except KubeError as err:
@@ -460,15 +430,13 @@ class SlicePublisher:
         again and the next watch starts from that LIST, once per backoff step.
         """
         with self._cond:
-            self._watch = None
-            if self._stopping:
+            self._loops.closed()
+            if self._loops.stopping:
                 return
             if self._resync_at == float("inf"):
                 self._resync_at = self._next_resync()
             self.stats.errors[f"watch_{error_kind(error)}" if error else "watch_ended_early"] += 1
-            until = time.monotonic() + delay
-            while not self._stopping and (left := until - time.monotonic()) > 0:
-                self._cond.wait(left)  # other events wake this wait too: wait out the step
+            self._loops.wait(delay)  # other events wake the condition too: it waits out the step
             if error is not None and error.status == 410:
                 self._list_rv = ""
                 self._version += 1

@@ -11,6 +11,9 @@ more of our devices. When a cause appears, :class:`WithheldReport` says so where
   state only, so that it answers without the apiserver; same reasons as the missing-features
   record).
 
+The Event, the record's rewrites and the clock are :class:`~driver.slices.sayonce.SayOnce`'s, as
+for the missing features; this module says what a cause is and how it reads.
+
 A cause that goes (the other driver's slice deleted, the plugin's capacity back to 0) is logged
 once at info level ("given back") and drops out of the metric and the record; if it comes back
 it is said again, once.
@@ -18,19 +21,17 @@ it is said again, once.
 
 from __future__ import annotations
 
-import json
-import os
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from cdi.io import atomic_write_bytes
 from driver.errors import UntrustedValueError
-from driver.kube.events import EventPoster, InvolvedObject, warning_event
+from driver.kube.events import EventPoster
 from driver.log import get_logger
 from driver.slices.ownership import Owner, Ownership, Reason
+from driver.slices.sayonce import SayOnce
 from driver.untrusted.files import read_file
 from driver.untrusted.values import loads_json
 
@@ -88,14 +89,20 @@ class WithheldReport:
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.node_name = node_name
-        self._component = component
-        self._events = events
-        self._record_path = record_path
+        self._say = SayOnce(
+            node_name=node_name,
+            component=component,
+            event_reason=EVENT_REASON,
+            record_version=_RECORD_VERSION,
+            record_what="withheld devices",
+            log=_log,
+            events=events,
+            record_path=record_path,
+            clock=clock,
+        )
         self._node_uid = node_uid
-        self._clock = clock
         self._lock = threading.Lock()
         self._current: dict[str, Owner] = {}
-        self._recorded = False  # the first update rewrites the record of an earlier process
 
     def counts(self) -> dict[Owner, int]:
         """Each owner holding devices now -> how many."""
@@ -122,8 +129,7 @@ class WithheldReport:
             before = self._current
             self._current = new
             old_owners, new_owners = set(before.values()), set(new.values())
-            if new != before or not self._recorded:
-                self._write_record()
+            self._say.record(new != before, self._record_body)
         by_owner: dict[Owner, list[str]] = {}
         for device, owner in sorted(new.items()):
             by_owner.setdefault(owner, []).append(device)
@@ -143,33 +149,16 @@ class WithheldReport:
             node=self.node_name,
             detail=message,
         )
-        if self._events is None:
-            return
-        node = InvolvedObject("Node", self.node_name, uid=self._node_uid() or self.node_name)
-        event = warning_event(
-            node, reason=EVENT_REASON, message=message, component=self._component, host=self.node_name
-        )
-        self._events.post(event)  # a dropped or failed post is logged there; the line above says it too
+        self._say.post(message, node_uid=self._node_uid())
 
-    def _write_record(self) -> None:
-        """Rewrite the record (under the lock: writes stay in order)."""
-        self._recorded = True
-        if self._record_path is None:
-            return
-        doc = {
-            "version": _RECORD_VERSION,
-            "checkedAt": self._clock().astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "pid": os.getpid(),
+    def _record_body(self) -> dict[str, object]:
+        """The record's devices (under the lock)."""
+        return {
             "devices": [
                 {"device": d, "reason": o.reason.value, "owner": o.owner}
                 for d, o in sorted(self._current.items())
-            ],
+            ]
         }
-        path = self._record_path
-        try:
-            atomic_write_bytes(path, json.dumps(doc, indent=1).encode(), 0o600, roots=(str(path.parent),))
-        except OSError as exc:
-            _log.error("cannot record withheld devices", path=str(path), error=str(exc))
 
 
 def _text(value: object, what: str) -> str:

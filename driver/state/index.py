@@ -56,14 +56,10 @@ class PreparedIndex:
     after its prepare.
     """
 
-    def __init__(
-        self,
-        source: Callable[[], Sequence[JournalEntry]],
-        changes: ChangeFeed | None = None,
-    ) -> None:
+    def __init__(self, source: Callable[[], Sequence[JournalEntry]], changes: ChangeFeed) -> None:
         """``source``: every journaled entry; ``changes``: the journal's change feed
-        (``ClaimsDriver.journal_changes``), so a refresh reads only the claims that changed
-        (without it, each refresh reads every entry and re-indexes the changed ones)."""
+        (``ClaimsDriver.journal_changes``), so a refresh reads only the claims that changed, and
+        ``source`` only when the feed cannot say."""
         self._source = source
         self._changes = changes
         self._mark: ChangeMark | None = None
@@ -96,33 +92,26 @@ class PreparedIndex:
 
         Only the entries that changed since the last refresh are indexed again: a refresh follows
         every prepare and unprepare, and rebuilding every claim's view each time made a call's
-        cost grow with the claims the node holds (bench/fill.py draws it). With the journal's
-        change feed a refresh reads just the changed claims; without it, or when the feed cannot
-        say (the first refresh, the journal read anew), it reads every entry and finds the changed
-        ones by identity (the journal hands out the same entry object while it is unchanged).
+        cost grow with the claims the node holds (bench/fill.py draws it). The journal's change
+        feed names the changed claims; when it cannot say (the first refresh, the journal read
+        anew, more changes than it keeps), the refresh reads every entry and finds the changed ones
+        by identity (the journal hands out the same entry object while it is unchanged).
         """
         with self._refresh_lock:
             self._stale = False
-            delta: dict[str, JournalEntry | None] = {}
-            if self._changes is not None:
-                self._mark, fed = self._changes(self._mark)
-                if fed is not None:
-                    delta = dict(fed)
-                else:
-                    self._mark, delta = self._everything(self._mark)
+            self._mark, fed = self._changes(self._mark)
+            if fed is not None:
+                delta = dict(fed)
             else:
-                delta = self._everything(None)[1]
+                self._mark, delta = self._everything()
             changed = [(uid, entry) for uid, entry in delta.items() if self._indexed.get(uid) is not entry]
             if changed:
                 self._apply(changed)
 
-    def _everything(
-        self, mark: ChangeMark | None
-    ) -> tuple[ChangeMark | None, dict[str, JournalEntry | None]]:
+    def _everything(self) -> tuple[ChangeMark, dict[str, JournalEntry | None]]:
         """Every entry as a change (the gone ones as None), and the feed's mark read before them:
         a change made meanwhile is fed again next time, which the identity test makes harmless."""
-        if self._changes is not None:
-            mark, _ = self._changes(None)
+        mark, _ = self._changes(None)
         current: dict[str, JournalEntry | None] = {entry.uid: entry for entry in self._source()}
         for uid in self._indexed:
             current.setdefault(uid, None)

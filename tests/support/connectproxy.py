@@ -33,13 +33,10 @@ class ConnectProxy(LoopbackServer):
         self.start()
 
     def _serve(self, client: socket.socket) -> None:
-        head = b""
-        while b"\r\n\r\n" not in head:
-            data = client.recv(4096)
-            if not data:
-                return
-            head += data
-        head, _, early = head.partition(b"\r\n\r\n")
+        received = self._read_head(client)
+        if received is None:
+            return
+        head, _, early = received.partition(b"\r\n\r\n")
         lines = head.decode("latin-1").split("\r\n")
         method, target, _ = [*lines[0].split(" "), "", ""][:3]
         fields = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}

@@ -2,7 +2,9 @@
 
 Test-only. ``LoopbackServer`` owns the listener, the accept loop and the list of open connections,
 so ``close()`` ends every connection a test left hanging (a tunnel, a trickled answer). Subclasses
-write ``_serve(sock)``: what one connection gets.
+write ``_serve(sock)``: what one connection gets. Two steps most of them take are here once:
+``_read_head`` (a request head, read up to its empty line) and ``_trickle`` (an answer sent a chunk
+at a time until the server closes).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+from collections.abc import Iterable
 
 __all__ = ["LoopbackServer"]
 
@@ -51,6 +54,25 @@ class LoopbackServer:
 
     def _serve(self, sock: socket.socket) -> None:
         raise NotImplementedError
+
+    @staticmethod
+    def _read_head(sock: socket.socket) -> bytes | None:
+        """What the client sent up to the end of its request head (and any bytes that came with
+        it); None when it closed before the head ended."""
+        head = b""
+        while b"\r\n\r\n" not in head:
+            data = sock.recv(65536)
+            if not data:
+                return None
+            head += data
+        return head
+
+    def _trickle(self, sock: socket.socket, chunks: Iterable[bytes], interval: float) -> None:
+        """Send each chunk ``interval`` seconds after the last, until the chunks or the server end."""
+        for chunk in chunks:
+            if self._closed.wait(interval):
+                return
+            sock.sendall(chunk)
 
     def _accept(self) -> None:
         while not self._closed.is_set():

@@ -35,16 +35,8 @@ class HostileApiServer(LoopbackServer):
 
     def _serve(self, sock: socket.socket) -> None:
         try:
-            head = b""
-            while b"\r\n\r\n" not in head:
-                data = sock.recv(65536)
-                if not data:
-                    return
-                head += data
-            for chunk in self._chunks():
-                if self._closed.wait(self.interval):
-                    return
-                sock.sendall(chunk)
+            if self._read_head(sock) is not None:
+                self._trickle(sock, self._chunks(), self.interval)
         except OSError:
             return
 

@@ -36,12 +36,8 @@ class HostileProxy(LoopbackServer):
 
     def _serve(self, sock: socket.socket) -> None:
         try:
-            head = b""
-            while b"\r\n\r\n" not in head:
-                data = sock.recv(65536)
-                if not data:
-                    return
-                head += data
+            if self._read_head(sock) is None:
+                return
             if self.mode == "header-flood":
                 sock.sendall(b"HTTP/1.1 200 Connection established\r\n")
                 line = 0
@@ -53,10 +49,7 @@ class HostileProxy(LoopbackServer):
                 sock.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
                 if not sock.recv(65536):  # the client's hello
                     return
-            for chunk in self._chunks():
-                if self._closed.wait(self.interval):
-                    return
-                sock.sendall(chunk)
+            self._trickle(sock, self._chunks(), self.interval)
         except OSError:
             return
 

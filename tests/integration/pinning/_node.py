@@ -89,7 +89,7 @@ class PinningNode:
         drv.reconcile()
         self.closers.append(drv.close)
         self.driver = drv
-        self.index = PreparedIndex(drv.prepared_claims)
+        self.index = PreparedIndex(drv.prepared_claims, drv.journal_changes)
         self.index.refresh()
         self.world.plugin_dir.mkdir(parents=True, exist_ok=True)
         lock = SerializeLock(self.world.plugin_dir / "serialize.lock")

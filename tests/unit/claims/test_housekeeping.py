@@ -7,6 +7,13 @@ import threading
 from driver.claims.housekeeping import Housekeeping
 from driver.errors import DriverError
 from driver.state.index import PreparedIndex
+from driver.state.journal import ChangeMark
+
+
+def _cannot_say(mark: ChangeMark | None) -> tuple[ChangeMark, None]:
+    """No journal behind the index: a feed that cannot say, so the (empty) source is read."""
+    return (0, 0), None
+
 
 WAIT = 10.0  # generous upper bound on a round: the thread is woken, never polled
 
@@ -14,7 +21,7 @@ WAIT = 10.0  # generous upper bound on a round: the thread is woken, never polle
 def _started(
     fail_rescan: int = 0, failed: threading.Event | None = None
 ) -> tuple[Housekeeping, PreparedIndex, list[str], threading.Semaphore]:
-    index = PreparedIndex(list)
+    index = PreparedIndex(list, _cannot_say)
     calls: list[str] = []
     rounds = threading.Semaphore(0)
     failures = [fail_rescan]
@@ -78,7 +85,7 @@ def test_stop_ends_the_thread() -> None:
 def test_wakes_within_the_settle_time_share_one_round() -> None:
     """A busy node wakes the thread after every call: the wakes of the settle time make one round,
     and a rescan request does not wait for it."""
-    index = PreparedIndex(list)
+    index = PreparedIndex(list, _cannot_say)
     rounds: list[str] = []
     done = threading.Semaphore(0)
     pause = threading.Event()

@@ -64,6 +64,14 @@ def test_duplicate_uids_are_rejected() -> None:
     assert check.rejected == {"dup": "claim UID appears 2 times in one request"}
 
 
+def test_an_identical_repeat_is_rejected_too() -> None:
+    """The same reference twice is no dedup: both answers would share one map entry; the one check
+    (also of the benches' and the claims tests' calls) rejects it like any repeated UID."""
+    check = translate.check_claims([ref(name="a", uid="dup"), ref(name="a", uid="dup")])
+    assert check.valid == ()
+    assert check.rejected == {"dup": "claim UID appears 2 times in one request"}
+
+
 def test_oversized_batch_rejects_every_claim() -> None:
     """More claims than the limit: each claim gets the same clear error, none reaches the driver."""
     claims = [ref(name=f"c{i}", uid=f"u{i}") for i in range(translate.MAX_CLAIMS_PER_REQUEST + 1)]

@@ -10,7 +10,8 @@ from typing import Any, cast
 
 import pytest
 
-from driver.slices.publisher import SliceApi, SlicePublisher, jittered, watch_timeout_seconds
+from driver.slices.publisher import SliceApi, SlicePublisher
+from driver.slices.watchedloops import jittered, watch_timeout_seconds
 
 
 def test_watch_timeouts_fill_min_to_twice_min() -> None:

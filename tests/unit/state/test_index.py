@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -25,6 +26,12 @@ def _entry(uid: str, device: str, cpus: frozenset[int] = frozenset()) -> Journal
     return JournalEntry(namespace="ns", name=f"c-{uid}", uid=uid, devices=(dev,), pinning=pinning)
 
 
+def _cannot_say(mark: ChangeMark | None) -> tuple[ChangeMark, None]:
+    """A change feed that never knows what changed (as a journal just read anew): every refresh
+    reads every entry and finds the changed ones by identity."""
+    return (0, 0), None
+
+
 class _Journal:
     """A list of entries standing in for ClaimsDriver.prepared_claims, counting reads."""
 
@@ -37,10 +44,15 @@ class _Journal:
         return list(self.entries)
 
 
+def _index(source: Callable[[], list[JournalEntry]]) -> PreparedIndex:
+    """An index over a list of entries, whose feed cannot say (:func:`_cannot_say`)."""
+    return PreparedIndex(source, _cannot_say)
+
+
 def test_index_serves_cdi_ids_and_claimed_cpus_from_the_last_refresh() -> None:
     """Cached lookups do not read the journal; a refresh picks up changes."""
     journal = _Journal(_entry("a", "gpu-1", frozenset({2, 3})), _entry("b", "gpu-1"))
-    index = PreparedIndex(journal)
+    index = _index(journal)
     index.refresh()
     assert index.cdi_ids("gpu-1") == ("numadra.dev/claim=a-gpu-1", "numadra.dev/claim=b-gpu-1")
     assert index.cdi_ids("gpu-9") == ()
@@ -59,7 +71,7 @@ def test_index_serves_cdi_ids_and_claimed_cpus_from_the_last_refresh() -> None:
 def test_pinning_lookup_refreshes_on_a_miss() -> None:
     """A container may be created right after its prepare: an unknown claim triggers one refresh."""
     journal = _Journal()
-    index = PreparedIndex(journal)
+    index = _index(journal)
     index.refresh()
     journal.entries.append(_entry("new", "gpu-1", frozenset({7})))
     found = index.pinning("new")
@@ -74,7 +86,7 @@ def test_pinning_lookup_refreshes_on_a_miss() -> None:
 def test_pinning_lookup_refreshes_when_stale() -> None:
     """After an unprepare (stale), a known claim is looked up again rather than answered from cache."""
     journal = _Journal(_entry("gone", "gpu-1", frozenset({1})))
-    index = PreparedIndex(journal)
+    index = _index(journal)
     index.refresh()
     journal.entries.clear()
     index.invalidate()
@@ -96,7 +108,7 @@ def test_index_refreshes_never_let_an_older_read_win() -> None:
             release_first.wait(5)
         return snapshot
 
-    index = PreparedIndex(source)
+    index = _index(source)
     slow = threading.Thread(target=index.refresh)
     slow.start()
     assert first_read.wait(5)
@@ -117,7 +129,7 @@ def test_views_are_what_pinning_reads_of_each_entry() -> None:
     rebuilt = replace(_entry("b", "gpu-2"), reserved_pods=None, adopted=True)
     shared = replace(_entry("c", "gpu-3"), reserved_pods=("p1", "p2"))
     journal = _Journal(plain, rebuilt, shared)
-    index = PreparedIndex(journal)
+    index = _index(journal)
     index.refresh()
     view = index.view("b")
     assert view is not None
@@ -140,7 +152,7 @@ def test_claimed_cpus_refresh_a_stale_index() -> None:
     """The node's shared pool is every CPU no claim holds: a container started right after a
     prepare, before the housekeeping round, must not get the CPUs that prepare made exclusive."""
     journal = _Journal()
-    index = PreparedIndex(journal)
+    index = _index(journal)
     index.refresh()
     journal.entries.append(_entry("new", "gpu-1", frozenset({4, 5})))
     index.invalidate()  # what every prepare does
@@ -182,14 +194,14 @@ def test_an_index_kept_up_to_date_equals_one_built_afresh(
     """Refreshing after each change indexes only what changed; the result is what a new index
     built from the same entries says, whatever the changes were (puts over puts, removes)."""
     journal = _Journal()
-    kept = PreparedIndex(journal)
+    kept = _index(journal)
     for op, uid, device, cpus in ops:
         journal.entries = [e for e in journal.entries if e.uid != uid]
         if op == "put":
             journal.entries.append(_entry(uid, device, cpus))
         kept.invalidate()
         kept.refresh()
-        fresh = PreparedIndex(_Journal(*journal.entries))
+        fresh = _index(_Journal(*journal.entries))
         fresh.refresh()
         assert _snapshot(kept) == _snapshot(fresh)
 
@@ -198,7 +210,7 @@ def test_a_refresh_reindexes_only_the_entries_that_changed() -> None:
     """An unchanged entry keeps its view object: a refresh after one prepare does not rebuild the
     other claims' views (what made each call cost more as the node filled)."""
     journal = _Journal(*(_entry(f"u{k}", f"gpu-{k}") for k in range(50)))
-    index = PreparedIndex(journal)
+    index = _index(journal)
     index.refresh()
     before = {v.claim_uid: v for v in index.views()}
     journal.entries.append(_entry("new", "gpu-new", frozenset({1})))
@@ -244,7 +256,7 @@ def test_an_index_fed_by_the_journals_changes_equals_one_built_afresh(
                 fed.journal.remove(uid)
             kept.invalidate()
             kept.refresh()
-            fresh = PreparedIndex(lambda: list(fed.journal.entries()))
+            fresh = _index(lambda: list(fed.journal.entries()))
             fresh.refresh()
             assert _snapshot(kept) == _snapshot(fresh)
         assert fed.full_reads == 1
@@ -260,7 +272,7 @@ def test_a_reader_the_feed_left_behind_reads_every_entry(tmp_path: Path) -> None
     index.invalidate()
     index.refresh()
     assert fed.full_reads == 2
-    fresh = PreparedIndex(lambda: list(fed.journal.entries()))
+    fresh = _index(lambda: list(fed.journal.entries()))
     fresh.refresh()
     assert _snapshot(index) == _snapshot(fresh)
     fed.journal.close()  # the next load reads the file from its start: the entries anew
