@@ -30,6 +30,12 @@ RUNTIME_SERVICE = "nri.pkg.api.v1alpha1.Runtime"
 M = TypeVar("M", bound=Message)
 
 
+#: Seconds a call waits for the plugin's answer by default: a hang guard, never the time box
+#: under test (the plugin's own box answers within 1 s). Generous, because a loaded 2-core machine
+#: once took over 5 s to log a handler's traceback before answering.
+ANSWER_WAIT_S = 30.0
+
+
 class FakePluginConnection:
     """One accepted plugin connection: answers RegisterPlugin, calls Plugin methods."""
 
@@ -99,7 +105,7 @@ class FakePluginConnection:
                 fut.set_result(ttrpc.Response.FromString(payload))
 
     def call_raw(
-        self, method: str, request: Message, timeout: float = 5.0, service: str = PLUGIN_SERVICE
+        self, method: str, request: Message, timeout: float = ANSWER_WAIT_S, service: str = PLUGIN_SERVICE
     ) -> ttrpc.Response:
         """Call a Plugin method; return the ttrpc envelope (status and payload)."""
         fut: Future[ttrpc.Response] = Future()
@@ -111,14 +117,18 @@ class FakePluginConnection:
         self._send(PLUGIN_CONN, stream, 1, envelope.SerializeToString())
         return fut.result(timeout)
 
-    def call(self, method: str, request: Message, response_type: type[M], timeout: float = 5.0) -> M:
+    def call(
+        self, method: str, request: Message, response_type: type[M], timeout: float = ANSWER_WAIT_S
+    ) -> M:
         """Call a Plugin method and decode its response; a non-OK status raises RuntimeError."""
         resp = self.call_raw(method, request, timeout)
         if resp.status.code:
             raise RuntimeError(f"{method}: code {resp.status.code}: {resp.status.message}")
         return response_type.FromString(resp.payload)
 
-    def configure(self, request_timeout_ms: int = 2000, timeout: float = 5.0) -> nri.ConfigureResponse:
+    def configure(
+        self, request_timeout_ms: int = 2000, timeout: float = ANSWER_WAIT_S
+    ) -> nri.ConfigureResponse:
         """The handshake's Configure call, as containerd sends it (``timeout``: how long to wait)."""
         req = nri.ConfigureRequest(
             runtime_name="fake-containerd",
@@ -133,14 +143,14 @@ class FakePluginConnection:
         containers: list[nri.Container],
         more: bool = False,
         pods: list[nri.PodSandbox] | None = None,
-        timeout: float = 5.0,
+        timeout: float = ANSWER_WAIT_S,
     ) -> nri.SynchronizeResponse:
         """Report existing pods (default: the one pod of :func:`container`'s default) and containers."""
         req = nri.SynchronizeRequest(pods=[POD] if pods is None else pods, containers=containers, more=more)
         return self.call("Synchronize", req, nri.SynchronizeResponse, timeout)
 
     def create_container(
-        self, container: nri.Container, timeout: float = 5.0, pod: nri.PodSandbox | None = None
+        self, container: nri.Container, timeout: float = ANSWER_WAIT_S, pod: nri.PodSandbox | None = None
     ) -> nri.CreateContainerResponse:
         """Ask for the adjustment of a container being created (in ``pod``, default :data:`POD`)."""
         req = nri.CreateContainerRequest(pod=pod or POD, container=container)
@@ -182,7 +192,7 @@ class FakeNriRuntime:
         self._listener.bind(str(socket_path))
         self._listener.listen(4)
 
-    def accept(self, timeout: float = 5.0) -> FakePluginConnection:
+    def accept(self, timeout: float = ANSWER_WAIT_S) -> FakePluginConnection:
         """Wait for a plugin to connect and register."""
         self._listener.settimeout(timeout)
         sock, _ = self._listener.accept()
