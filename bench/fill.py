@@ -6,7 +6,10 @@ how each cost grows with them, and draws each curve as an SVG beside its JSON:
 
 * **claims** (``--claims``, default 0, 100, 1000 prepared claims): the real ``numadra run``
   process (the DaemonSet's entrypoint with its default flags) on a generated 1,024-CPU, 8-node
-  host tree, played by the test kubelet over its DRA socket, claims from the fake apiserver. At
+  host tree with 8 NVIDIA GPUs, their driver's files and the NVIDIA container toolkit's CDI spec
+  (``/etc/cdi/nvidia.yaml``, about 22 KB, as ``nvidia-ctk cdi generate`` writes it; ``--node``
+  picks another node, bench/_common.py's ``nvidia_node``), played by the test kubelet over its
+  DRA socket, claims from the fake apiserver. At
   each level, after filling the node with that many one-CPU claims (32 a call, untimed):
   one-claim prepare and unprepare p50 (``--rounds`` cycles) and the process's CPU per cycle;
   its RSS; the journal's size; start-to-registered of a restart on that journal (median of 3);
@@ -49,7 +52,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench._common import cpu_claim, rss_mib  # noqa: E402 (needs REPO on sys.path)
+from bench._common import NODE_KINDS, NodeKind, cpu_claim, nvidia_node, rss_mib  # noqa: E402 (REPO)
 from bench._svg import line_chart  # noqa: E402
 from bench.startup import _argv, _cpu_s, _registered, _stop, child_env  # noqa: E402
 
@@ -169,19 +172,20 @@ def _nri_p50(root: Path, inventory: Any, claim_uid: str, pod_uid: str, rounds: i
     return _p50_ms(samples)
 
 
-def claims_level(base: str, prepared: int, rounds: int, idle_s: float, env: dict[str, str]) -> dict[str, Any]:
+def claims_level(
+    base: str, prepared: int, rounds: int, idle_s: float, env: dict[str, str], node: NodeKind = "nvidia"
+) -> dict[str, Any]:
     """Every claims figure at ``prepared`` prepared claims (see the module docstring)."""
     from driver.inventory.discovery import discover
     from driver.plugin import ClaimRef
     from harness.fakeapiserver import FakeApiServer
-    from harness.hosttree import write_host_tree
     from harness.kubeletclient import KubeletClient
 
     root = Path(tempfile.mkdtemp(prefix="fill", dir=base))
     try:
         for sub in ("reg", "cdi", "plugin"):
             (root / sub).mkdir()
-        write_host_tree(root / "host", _fill_topology(1024))
+        nvidia_node(root / "host", _fill_topology(1024), node)
         inventory = discover(root / "host", use_nvml=False)
         reg_sock = root / "reg" / f"{DRIVER}-reg.sock"
         with FakeApiServer() as api, KubeletClient() as kubelet:
@@ -254,7 +258,7 @@ def claims_level(base: str, prepared: int, rounds: int, idle_s: float, env: dict
         shutil.rmtree(root, ignore_errors=True)
 
 
-def driver_cpu_level(base: str, prepared: int, rounds: int) -> dict[str, Any]:
+def driver_cpu_level(base: str, prepared: int, rounds: int, node: NodeKind = "nvidia") -> dict[str, Any]:
     """The driver's own CPU per one-claim prepare+unprepare cycle at ``prepared`` claims, in this
     process: the kubelet layer's prepare, ``ClaimsDriver`` and the prepared-claims index's refresh
     after each call (as ``numadra run`` wires it), no gRPC or HTTP. Thread CPU time, so it is the
@@ -264,17 +268,22 @@ def driver_cpu_level(base: str, prepared: int, rounds: int) -> dict[str, Any]:
     from driver.kubelet import claims as layer
     from driver.plugin import ClaimRef
     from driver.state.index import PreparedIndex
-    from harness.hosttree import write_host_tree
 
     root = Path(tempfile.mkdtemp(prefix="filldrv", dir=base))
     try:
-        write_host_tree(root / "host", _fill_topology(1024))
+        nvidia_node(root / "host", _fill_topology(1024), node)
         inventory = discover(root / "host", use_nvml=False)
         fill = [_claim(i, "fill") for i in range(prepared)]
         probes = [_claim(i, "probe") for i in range(rounds + 20)]
         store = {(NAMESPACE, obj["metadata"]["name"]): obj for _, _, obj in (*fill, *probes)}
         driver, fetcher = in_memory_driver(
-            inventory, store, driver=DRIVER, node=NODE, cdi_dir=root / "cdi", plugin_dir=root / "plugin"
+            inventory,
+            store,
+            driver=DRIVER,
+            node=NODE,
+            cdi_dir=root / "cdi",
+            plugin_dir=root / "plugin",
+            host_root=root / "host",
         )
         index = PreparedIndex(driver.prepared_claims, driver.journal_changes)
         refs = [ClaimRef(NAMESPACE, obj["metadata"]["name"], uid) for uid, _, obj in fill]
@@ -469,6 +478,13 @@ def main() -> int:
     parser.add_argument("--idle", type=float, default=30.0, help="seconds of idle CPU at each claims level")
     parser.add_argument("--base", default="/tmp", help="where the plugin and CDI dirs go (/dev/shm: tmpfs)")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "figures")
+    parser.add_argument(
+        "--node",
+        choices=NODE_KINDS,
+        default="nvidia",
+        help="the claims levels' node: nvidia (GPUs, driver files, the toolkit's CDI spec), bare (no "
+        "GPU), no-userspace (GPUs without their user space)",
+    )
     args = parser.parse_args()
     logging.disable(logging.CRITICAL)
     from driver.log import configure_logging
@@ -477,10 +493,10 @@ def main() -> int:
     pycache = Path(tempfile.mkdtemp(prefix="fillpyc", dir=args.base))
     env = child_env(pycache)
     try:
-        claims = [claims_level(args.base, n, args.rounds, args.idle, env) for n in args.claims]
+        claims = [claims_level(args.base, n, args.rounds, args.idle, env, args.node) for n in args.claims]
     finally:
         shutil.rmtree(pycache, ignore_errors=True)
-    driver_cpu = [driver_cpu_level(args.base, n, args.rounds * 4) for n in args.claims]
+    driver_cpu = [driver_cpu_level(args.base, n, args.rounds * 4, args.node) for n in args.claims]
     devices = [devices_level(args.base, n) for n in args.devices]
     cpus = [cpus_level(args.base, n) for n in args.cpus]
     result: dict[str, Any] = {
@@ -491,6 +507,7 @@ def main() -> int:
         "devices_growth": _growth(devices, "device", "devices"),
         "cpus": cpus,
         "cpus_growth": _growth(cpus, "cpu", "cpus"),
+        "node": args.node,
         "load_average_1m": round(os.getloadavg()[0], 2),
     }
     first, last = claims[0], claims[-1]
