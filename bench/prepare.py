@@ -278,7 +278,9 @@ def _serve(host: Path, root: Path, cdi_dir: Path, connection: str, claim_reads: 
             writes = _numadra_writes(inventory, Path(scratch))
         served = _WritesOnly(cdi_dir, root / "plugin", writes)
     else:
-        status = None
+        from driver.claims.parts import NO_STATUS
+
+        status: Any = NO_STATUS  # the null part, as numadra run --claim-status=false builds it
         if plugin == "status":
             from driver.claims.status import ClaimStatusWriter
             from driver.claims.statusqueue import AsyncStatusWriter
