@@ -6,9 +6,16 @@ how each cost grows with them, and draws each curve as an SVG beside its JSON:
 
 * **claims** (``--claims``, default 0, 100, 1000 prepared claims): the real ``numadra run``
   process (the DaemonSet's entrypoint with its default flags) on a generated 1,024-CPU, 8-node
-  host tree, played by the test kubelet over its DRA socket, claims from the fake apiserver. At
+  host tree with 8 NVIDIA GPUs, their driver's files and the NVIDIA container toolkit's CDI spec
+  (``/etc/cdi/nvidia.yaml``, about 22 KB, as ``nvidia-ctk cdi generate`` writes it; ``--node``
+  picks another node, bench/_common.py's ``nvidia_node``), played by the test kubelet over its
+  DRA socket, claims from the fake apiserver. At
   each level, after filling the node with that many one-CPU claims (32 a call, untimed):
-  one-claim prepare and unprepare p50 (``--rounds`` cycles) and the process's CPU per cycle;
+  one-claim prepare and unprepare p50 (``--rounds`` cycles) and the process's CPU per cycle,
+  each prepare in turn with one on an empty twin (a second ``numadra run`` on the same host tree,
+  no claims, a node of its own): ``prepare_over_empty_twin`` is the filled process's p50 over the
+  twin's from the same minutes, so the growth target (``prepare_p50_growth_vs_twin``: that ratio
+  at the most claims over the one at none) holds still while the shared machine's load moves;
   its RSS; the journal's size; start-to-registered of a restart on that journal (median of 3);
   NRI CreateContainer p50 of a claim's container (the NRI plugin in this process over a real unix
   socket, its claims read from the filled journal, as ``numadra run`` wires it); the idle CPU
@@ -49,13 +56,15 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench._common import cpu_claim, rss_mib  # noqa: E402 (needs REPO on sys.path)
+from bench._common import NODE_KINDS, NodeKind, cpu_claim, nvidia_node, rss_mib  # noqa: E402 (REPO)
 from bench._svg import line_chart  # noqa: E402
 from bench.startup import _argv, _cpu_s, _registered, _stop, child_env  # noqa: E402
 
 DRIVER = "numadra.dev"
 NODE = "bench-run"
 NAMESPACE = "bench"
+#: the empty twin's node: a node of its own, so the two processes' slices never meet
+TWIN_NODE = "bench-twin"
 
 
 def _p50_ms(samples_s: list[float]) -> float:
@@ -105,11 +114,11 @@ def _nic_topology(devices: int) -> Any:
     )
 
 
-def _claim(i: int, tag: str) -> tuple[str, str, dict[str, Any]]:
+def _claim(i: int, tag: str, node: str = NODE) -> tuple[str, str, dict[str, Any]]:
     """A one-CPU claim of NUMA node ``i % 8``, reserved for its own pod: (uid, pod uid, object)."""
     uid = str(uuid.uuid5(uuid.NAMESPACE_DNS, f"fill-{tag}-{i}"))
     pod_uid = str(uuid.uuid5(uuid.NAMESPACE_DNS, f"fill-pod-{tag}-{i}"))
-    obj = cpu_claim(uid, f"{tag}-{i}", i % 8, driver=DRIVER, node=NODE)
+    obj = cpu_claim(uid, f"{tag}-{i}", i % 8, driver=DRIVER, node=node)
     obj["status"]["reservedFor"] = [{"resource": "pods", "name": f"pod-{tag}-{i}", "uid": pod_uid}]
     return uid, pod_uid, obj
 
@@ -117,6 +126,14 @@ def _claim(i: int, tag: str) -> tuple[str, str, dict[str, Any]]:
 def _run_argv(root: Path, kubeconfig: str) -> list[str]:
     """``numadra run`` as bench/startup.py starts it, with the runtime's NRI socket in ``root``."""
     return [*_argv(root, kubeconfig), "--nri-socket", str(root / "nri.sock")]
+
+
+def _twin_argv(root: Path, twin: Path, kubeconfig: str) -> list[str]:
+    """The empty twin's ``numadra run``: its own dirs in ``twin`` and node name, ``root``'s host tree."""
+    argv = _run_argv(twin, kubeconfig)
+    argv[argv.index("--node-name") + 1] = TWIN_NODE
+    argv[argv.index("--host-root") + 1] = str(root / "host")
+    return argv
 
 
 def _nri_p50(root: Path, inventory: Any, claim_uid: str, pod_uid: str, rounds: int) -> float:
@@ -169,31 +186,36 @@ def _nri_p50(root: Path, inventory: Any, claim_uid: str, pod_uid: str, rounds: i
     return _p50_ms(samples)
 
 
-def claims_level(base: str, prepared: int, rounds: int, idle_s: float, env: dict[str, str]) -> dict[str, Any]:
+def claims_level(
+    base: str, prepared: int, rounds: int, idle_s: float, env: dict[str, str], node: NodeKind = "nvidia"
+) -> dict[str, Any]:
     """Every claims figure at ``prepared`` prepared claims (see the module docstring)."""
     from driver.inventory.discovery import discover
     from driver.plugin import ClaimRef
     from harness.fakeapiserver import FakeApiServer
-    from harness.hosttree import write_host_tree
     from harness.kubeletclient import KubeletClient
 
     root = Path(tempfile.mkdtemp(prefix="fill", dir=base))
     try:
-        for sub in ("reg", "cdi", "plugin"):
-            (root / sub).mkdir()
-        write_host_tree(root / "host", _fill_topology(1024))
+        for sub in ("reg", "cdi", "plugin", "twin/reg", "twin/cdi", "twin/plugin"):
+            (root / sub).mkdir(parents=True)
+        nvidia_node(root / "host", _fill_topology(1024), node)
         inventory = discover(root / "host", use_nvml=False)
         reg_sock = root / "reg" / f"{DRIVER}-reg.sock"
         with FakeApiServer() as api, KubeletClient() as kubelet:
-            api.put_object(
-                {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE, "uid": "bench-uid"}}
-            )
+            for name in (NODE, TWIN_NODE):
+                api.put_object({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "uid": name}})
             fill = [_claim(i, "fill") for i in range(prepared + 1)]  # the last one: the NRI probe
             probes = [_claim(i, "probe") for i in range(rounds)]
-            for _, _, obj in (*fill, *probes):
+            twin_probes = [_claim(i, "twin", TWIN_NODE) for i in range(rounds)]
+            for _, _, obj in (*fill, *probes, *twin_probes):
                 api.put_object(obj)
             argv = _run_argv(root, api.kubeconfig_path)
             child, _, _, endpoint = _registered(argv, reg_sock, kubelet, env)
+            twin_argv = _twin_argv(root, root / "twin", api.kubeconfig_path)
+            twin, _, _, twin_endpoint = _registered(
+                twin_argv, root / "twin/reg" / f"{DRIVER}-reg.sock", kubelet, env
+            )
             try:
                 refs = [ClaimRef(NAMESPACE, obj["metadata"]["name"], uid) for uid, _, obj in fill]
                 filled_at = time.monotonic()
@@ -206,22 +228,31 @@ def claims_level(base: str, prepared: int, rounds: int, idle_s: float, env: dict
                 fill_s = time.monotonic() - filled_at
                 prep: list[float] = []
                 unprep: list[float] = []
+                twin_prep: list[float] = []
                 cpu_before = _cpu_s(child.pid)
-                for uid, _, obj in probes:
-                    ref = ClaimRef(NAMESPACE, obj["metadata"]["name"], uid)
-                    t0 = time.perf_counter()
-                    out = kubelet.prepare(endpoint, [ref])
-                    prep.append(time.perf_counter() - t0)
-                    if out.claims[uid].error:
-                        raise SystemExit(f"prepare failed: {out.claims[uid].error}")
-                    t0 = time.perf_counter()
-                    kubelet.unprepare(endpoint, [ref])
-                    unprep.append(time.perf_counter() - t0)
+                for k, (filled_probe, twin_probe) in enumerate(zip(probes, twin_probes, strict=True)):
+                    # the filled node's call and the empty twin's, in turns (each first every other
+                    # round): load on the shared machine hits both alike
+                    pair = [
+                        (endpoint, filled_probe, prep, unprep),
+                        (twin_endpoint, twin_probe, twin_prep, []),
+                    ]
+                    for where, (uid, _, obj), prepared_s, unprepared_s in pair[:: 1 if k % 2 else -1]:
+                        ref = ClaimRef(NAMESPACE, obj["metadata"]["name"], uid)
+                        t0 = time.perf_counter()
+                        out = kubelet.prepare(where, [ref])
+                        prepared_s.append(time.perf_counter() - t0)
+                        if out.claims[uid].error:
+                            raise SystemExit(f"prepare failed: {out.claims[uid].error}")
+                        t0 = time.perf_counter()
+                        kubelet.unprepare(where, [ref])
+                        unprepared_s.append(time.perf_counter() - t0)
                 cpu_per_cycle_ms = (_cpu_s(child.pid) - cpu_before) / rounds * 1e3
                 time.sleep(1.0)  # background work after the calls (status, metrics) settles
                 rss = rss_mib(child.pid)
             finally:
                 _stop(child)
+                _stop(twin)
             journal_bytes = (root / "plugin" / "state" / "journal.log").stat().st_size
             restarts: list[float] = []
             idle_cpu_s_per_hour = float("nan")
@@ -242,6 +273,8 @@ def claims_level(base: str, prepared: int, rounds: int, idle_s: float, env: dict
             "prepared": prepared,
             "fill_s": round(fill_s, 2),
             "prepare_p50_ms": _p50_ms(prep),
+            "empty_twin_prepare_p50_ms": _p50_ms(twin_prep),
+            "prepare_over_empty_twin": round(statistics.median(prep) / statistics.median(twin_prep), 3),
             "unprepare_p50_ms": _p50_ms(unprep),
             "cpu_per_cycle_ms": round(cpu_per_cycle_ms, 3),
             "rss_mib": round(rss, 1),
@@ -254,7 +287,7 @@ def claims_level(base: str, prepared: int, rounds: int, idle_s: float, env: dict
         shutil.rmtree(root, ignore_errors=True)
 
 
-def driver_cpu_level(base: str, prepared: int, rounds: int) -> dict[str, Any]:
+def driver_cpu_level(base: str, prepared: int, rounds: int, node: NodeKind = "nvidia") -> dict[str, Any]:
     """The driver's own CPU per one-claim prepare+unprepare cycle at ``prepared`` claims, in this
     process: the kubelet layer's prepare, ``ClaimsDriver`` and the prepared-claims index's refresh
     after each call (as ``numadra run`` wires it), no gRPC or HTTP. Thread CPU time, so it is the
@@ -264,17 +297,22 @@ def driver_cpu_level(base: str, prepared: int, rounds: int) -> dict[str, Any]:
     from driver.kubelet import claims as layer
     from driver.plugin import ClaimRef
     from driver.state.index import PreparedIndex
-    from harness.hosttree import write_host_tree
 
     root = Path(tempfile.mkdtemp(prefix="filldrv", dir=base))
     try:
-        write_host_tree(root / "host", _fill_topology(1024))
+        nvidia_node(root / "host", _fill_topology(1024), node)
         inventory = discover(root / "host", use_nvml=False)
         fill = [_claim(i, "fill") for i in range(prepared)]
         probes = [_claim(i, "probe") for i in range(rounds + 20)]
         store = {(NAMESPACE, obj["metadata"]["name"]): obj for _, _, obj in (*fill, *probes)}
         driver, fetcher = in_memory_driver(
-            inventory, store, driver=DRIVER, node=NODE, cdi_dir=root / "cdi", plugin_dir=root / "plugin"
+            inventory,
+            store,
+            driver=DRIVER,
+            node=NODE,
+            cdi_dir=root / "cdi",
+            plugin_dir=root / "plugin",
+            host_root=root / "host",
         )
         index = PreparedIndex(driver.prepared_claims, driver.journal_changes)
         refs = [ClaimRef(NAMESPACE, obj["metadata"]["name"], uid) for uid, _, obj in fill]
@@ -400,6 +438,7 @@ def _draw(out_dir: Path, result: dict[str, Any]) -> list[str]:
             cx,
             {
                 "prepare p50 (ms)": [c["prepare_p50_ms"] for c in claims],
+                "empty twin's prepare p50 (ms)": [c["empty_twin_prepare_p50_ms"] for c in claims],
                 "unprepare p50 (ms)": [c["unprepare_p50_ms"] for c in claims],
                 "CPU per cycle (ms)": [c["cpu_per_cycle_ms"] for c in claims],
                 "NRI CreateContainer p50 (ms)": [c["nri_create_p50_ms"] for c in claims],
@@ -469,6 +508,13 @@ def main() -> int:
     parser.add_argument("--idle", type=float, default=30.0, help="seconds of idle CPU at each claims level")
     parser.add_argument("--base", default="/tmp", help="where the plugin and CDI dirs go (/dev/shm: tmpfs)")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "figures")
+    parser.add_argument(
+        "--node",
+        choices=NODE_KINDS,
+        default="nvidia",
+        help="the claims levels' node: nvidia (GPUs, driver files, the toolkit's CDI spec), bare (no "
+        "GPU), no-userspace (GPUs without their user space)",
+    )
     args = parser.parse_args()
     logging.disable(logging.CRITICAL)
     from driver.log import configure_logging
@@ -477,10 +523,10 @@ def main() -> int:
     pycache = Path(tempfile.mkdtemp(prefix="fillpyc", dir=args.base))
     env = child_env(pycache)
     try:
-        claims = [claims_level(args.base, n, args.rounds, args.idle, env) for n in args.claims]
+        claims = [claims_level(args.base, n, args.rounds, args.idle, env, args.node) for n in args.claims]
     finally:
         shutil.rmtree(pycache, ignore_errors=True)
-    driver_cpu = [driver_cpu_level(args.base, n, args.rounds * 4) for n in args.claims]
+    driver_cpu = [driver_cpu_level(args.base, n, args.rounds * 4, args.node) for n in args.claims]
     devices = [devices_level(args.base, n) for n in args.devices]
     cpus = [cpus_level(args.base, n) for n in args.cpus]
     result: dict[str, Any] = {
@@ -491,11 +537,16 @@ def main() -> int:
         "devices_growth": _growth(devices, "device", "devices"),
         "cpus": cpus,
         "cpus_growth": _growth(cpus, "cpu", "cpus"),
+        "node": args.node,
         "load_average_1m": round(os.getloadavg()[0], 2),
     }
     first, last = claims[0], claims[-1]
     result["targets"] = {
         "prepare_p50_growth<=1.2": round(last["prepare_p50_ms"] / first["prepare_p50_ms"], 2),
+        # the same, each level's p50 over its empty twin's in the same minutes (load cancels)
+        "prepare_p50_growth_vs_twin<=1.2": round(
+            last["prepare_over_empty_twin"] / first["prepare_over_empty_twin"], 2
+        ),
         "driver_cpu_growth": round(
             driver_cpu[-1]["driver_cpu_per_cycle_ms"] / driver_cpu[0]["driver_cpu_per_cycle_ms"], 2
         ),

@@ -13,12 +13,23 @@ default) with:
 The three run interleaved, ``--rounds`` rounds of ``--claims`` claims each; the figure is each
 way's median prepare time and its ratio to ``off`` measured in the same run (only ratios mean
 anything on a shared machine). Needs root (the tree's device nodes are character devices).
+
+``--events``: whether the Events of a node without NVIDIA user space slow the calls after them.
+Two ``numadra run`` processes with the DaemonSet's flags, one on an ``nvidia`` node (toolkit spec,
+driver files) and one on a ``no-userspace`` node (the GPUs alone: every claim warns, and numadra
+posts a Warning Event on its pod), both laid by bench/_common.py's ``nvidia_node``, share one fake
+apiserver that answers every Event POST ``--event-delay`` late (200 ms by default). The test
+kubelet prepares and unprepares a one-GPU claim on each node in turn, ``--calls`` times; every
+``no-userspace`` prepare after the first follows one whose Event is still being posted. The
+figure is each node's prepare p50 over those calls and their ratio; the Events the apiserver
+stored say the warnings were posted (none from the ``nvidia`` node).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -31,7 +42,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from driver.claims import ClaimsDriver, claims_journal  # noqa: E402 (needs REPO on sys.path)
+from bench._common import NodeKind, nvidia_node  # noqa: E402 (needs REPO on sys.path)
+from driver.claims import ClaimsDriver, claims_journal  # noqa: E402
 from driver.claims.hostedits import HostEdits  # noqa: E402
 from driver.inventory.discovery import discover  # noqa: E402
 from driver.inventory.model import Inventory  # noqa: E402
@@ -102,12 +114,117 @@ def driver(way: str, base: Path, tree: Path, inventory: Inventory) -> ClaimsDriv
     )
 
 
+def _events_node(root: Path, kind: NodeKind, kubeconfig: str, kubelet: Any, env: dict[str, str]) -> Any:
+    """``numadra run`` on a ``kind`` node in ``root``, registered: (process, DRA endpoint, node name)."""
+    from bench.startup import _registered
+    from harness.hostspec import Topology
+
+    for sub in ("reg", "plugin", "cdi"):
+        (root / sub).mkdir(parents=True)
+    nvidia_node(
+        root / "host", Topology(name="events", sockets=2, cores_per_socket=8, threads_per_core=2), kind
+    )
+    node = f"events-{kind}"
+    argv = [sys.executable, "-m", "driver.cli", "run", f"--node-name={node}", f"--host-root={root / 'host'}"]
+    argv += [
+        f"--kubeconfig={kubeconfig}",
+        f"--registrar-dir={root / 'reg'}",
+        f"--plugin-dir={root / 'plugin'}",
+    ]
+    argv += [
+        f"--cdi-dir={root / 'cdi'}",
+        "--metrics-address=127.0.0.1:0",
+        "--log-format=json",
+        "--hotplug=off",
+    ]
+    child, _, _, endpoint = _registered(argv, root / "reg" / "numadra.dev-reg.sock", kubelet, env)
+    return child, endpoint, node
+
+
+def events_main(rounds: int, delay_s: float, base: str) -> dict[str, Any]:
+    """The ``--events`` comparison (module docstring)."""
+    from bench.startup import _stop, child_env
+    from driver.inventory.discovery import discover
+    from harness.fakeapiserver import FakeApiServer
+    from harness.kubeletclient import KubeletClient
+
+    kinds: tuple[NodeKind, ...] = ("nvidia", "no-userspace")
+    root = Path(tempfile.mkdtemp(prefix="gpuev", dir=base))
+    children: dict[str, Any] = {}
+    try:
+        with FakeApiServer() as api, KubeletClient() as kubelet:
+            api.add_latency(delay_s, method="POST", path_contains="/events")
+            env = child_env(root / "pycache")
+            for kind in kinds:
+                api.put_object(
+                    {"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"events-{kind}", "uid": kind}}
+                )
+                children[kind] = _events_node(root / kind, kind, api.kubeconfig_path, kubelet, env)
+            gpus = [
+                g.name
+                for g in discover(root / "nvidia" / "host", use_nvml=False).gpus
+                if g.vendor == "nvidia"
+            ]
+            samples: dict[str, list[float]] = {kind: [] for kind in kinds}
+            for i in range(rounds + 1):
+                for kind in kinds:
+                    _, endpoint, node = children[kind]
+                    uid = str(uuid.uuid4())
+                    obj = {
+                        "apiVersion": "resource.k8s.io/v1",
+                        "kind": "ResourceClaim",
+                        **claim(uid, gpus[i % len(gpus)]),
+                    }
+                    obj["status"]["allocation"]["devices"]["results"][0]["pool"] = node
+                    obj["status"]["reservedFor"] = [
+                        {"resource": "pods", "name": f"pod-{uid}", "uid": f"p-{uid}"}
+                    ]
+                    api.put_object(obj)
+                    ref = ClaimRef("bench", f"c-{uid}", uid)
+                    t0 = time.perf_counter()
+                    out = kubelet.prepare(endpoint, [ref])
+                    took = time.perf_counter() - t0
+                    if out.claims[uid].error:
+                        raise SystemExit(f"{kind}: prepare failed: {out.claims[uid].error}")
+                    kubelet.unprepare(endpoint, [ref])
+                    if i:  # the first call of each warms up; on no-userspace the rest follow an Event
+                        samples[kind].append(took)
+            stored = [e["source"]["host"] for e in api.objects("Event")]
+    finally:
+        for child, _, _ in children.values():
+            _stop(child)
+        shutil.rmtree(root, ignore_errors=True)
+    p50 = {kind: statistics.median(samples[kind]) * 1e3 for kind in kinds}
+    return {
+        "calls_per_node": rounds,
+        "event_post_delay_ms": round(delay_s * 1e3),
+        "prepare_p50_ms": {kind: round(v, 2) for kind, v in p50.items()},
+        "no_userspace_over_nvidia": round(p50["no-userspace"] / p50["nvidia"], 2),
+        "events_stored_by_node": {f"events-{kind}": stored.count(f"events-{kind}") for kind in kinds},
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--claims", type=int, default=200)
     parser.add_argument("--base", default="/dev/shm")
+    parser.add_argument("--events", action="store_true", help="the Events comparison (module docstring)")
+    parser.add_argument("--calls", type=int, default=40, help="timed prepares on each node (--events)")
+    parser.add_argument(
+        "--event-delay", type=float, default=0.2, help="seconds the apiserver takes per Event"
+    )
     args = parser.parse_args()
+    if args.events:
+        import logging
+
+        from driver.log import configure_logging
+
+        configure_logging("json", logging.CRITICAL)
+        result = events_main(args.calls, args.event_delay, args.base)
+        result["load_average_1m"] = round(os.getloadavg()[0], 2)
+        print(json.dumps(result, indent=2))
+        return
     import structlog
 
     structlog.configure(logger_factory=structlog.ReturnLoggerFactory())  # no log output in the figures

@@ -62,6 +62,15 @@ always GETs each claim). ``--background N`` keeps N other claims (one exclusive 
 in every plugin during the measurement, as on a busy node. ``--peers`` runs a subset;
 ``--tree LABEL=PATH`` adds numadra served from another source tree (an older commit), to bisect a
 change against the same peers in one run (``trees_vs_example``).
+
+``--node`` is the host the claims are prepared on. ``nvidia`` (the default) is a GPU node as one
+runs: the DGX tree's 8 GPUs with UUIDs and DRM nodes, the NVIDIA driver's files and the NVIDIA
+container toolkit's CDI spec (``/etc/cdi/nvidia.yaml``, about 22 KB), which numadra reads ahead of
+every prepare on a node with NVIDIA GPUs; the numadra children wire the host's edits as ``numadra
+run`` does. ``bare`` has no GPU; ``no-userspace`` has the GPUs and no NVIDIA user space. The
+measured claims hold no GPU, so a node's kind changes what numadra reads per prepare, not what it
+writes; the warning and Event a GPU claim gets on a ``no-userspace`` node are measured by
+``bench/gpu_userspace.py --events``.
 """
 
 from __future__ import annotations
@@ -94,11 +103,14 @@ sys.path.insert(0, str(REPO))
 CALLER_GRPC_EXPERIMENTS = os.environ.get("GRPC_EXPERIMENTS")
 
 from bench._common import (  # noqa: E402 (needs REPO on sys.path)
+    NODE_KINDS,
     claimed_vfs,
     cpu_claim,
     gpu_claim,
+    host_edits,
     in_memory_driver,
     nic_cpu_claim,
+    nvidia_node,
     rss_mib,
 )
 
@@ -278,7 +290,9 @@ def _serve(host: Path, root: Path, cdi_dir: Path, connection: str, claim_reads: 
             writes = _numadra_writes(inventory, Path(scratch))
         served = _WritesOnly(cdi_dir, root / "plugin", writes)
     else:
-        status = None
+        from driver.claims.parts import NO_STATUS
+
+        status: Any = NO_STATUS  # the null part, as numadra run --claim-status=false builds it
         if plugin == "status":
             from driver.claims.status import ClaimStatusWriter
             from driver.claims.statusqueue import AsyncStatusWriter
@@ -298,6 +312,7 @@ def _serve(host: Path, root: Path, cdi_dir: Path, connection: str, claim_reads: 
             ),
             planner=CpuPlanner(lambda: inventory),
             status=status,
+            host_edits=host_edits(host, cdi_dir, DRIVER),  # as numadra run: the node's NVIDIA side
         )
         served.reconcile()
     server = KubeletPluginServer(
@@ -885,6 +900,14 @@ def main() -> None:
     )
     parser.add_argument("--background", type=int, default=0, help="other claims kept prepared meanwhile")
     parser.add_argument(
+        "--node",
+        choices=NODE_KINDS,
+        default="nvidia",
+        help="the node the claims are prepared on (bench/_common.py's nvidia_node): nvidia (its 8 GPUs "
+        "with their driver's files and the NVIDIA toolkit's CDI spec in /etc/cdi, as a GPU node), "
+        "bare (no GPU), no-userspace (the GPUs without any NVIDIA user space)",
+    )
+    parser.add_argument(
         "--apiserver",
         choices=("auto", "real", "fake"),
         default="auto",
@@ -906,7 +929,6 @@ def main() -> None:
     from bench._gopeer import GoPeerError, example_peer_binary, go_peer_binary
     from driver.log import configure_logging
     from driver.plugin import ClaimRef
-    from harness.hosttree import write_host_tree
     from harness.topologies import TOPOLOGIES
 
     configure_logging("console", logging.WARNING)  # stdout is the JSON figures, nothing else
@@ -927,7 +949,7 @@ def main() -> None:
                 (root / name / sub).mkdir(parents=True)
             (cdi_root / name).mkdir()
         host = root / "host"
-        write_host_tree(host, TOPOLOGIES["dgx"])
+        nvidia_node(host, TOPOLOGIES["dgx"], args.node)
         from driver.inventory.discovery import discover
 
         inventory = discover(host, use_nvml=False)
@@ -1098,6 +1120,7 @@ def main() -> None:
             "claim_reads": args.claim_reads,
             "background_claims": args.background,
             "apiserver": apiserver,
+            "node": args.node,
             "go_peer": go_binary.name if go_binary else None,
             "example_peer": example_binary.name if "example" in wanted and example_binary else None,
             "cpus": os.cpu_count(),

@@ -167,6 +167,20 @@ def _device_key(entry: Mapping[str, Any]) -> str:
     return "/".join(str(entry.get(k, "")) for k in ("driver", "pool", "device", "shareID"))
 
 
+@dataclass(slots=True)
+class Held:
+    """Requests held by :meth:`FakeApiServer.hold`: each waits for :attr:`released` before it is
+    served; :attr:`arrived` is set by the first to come in, :attr:`count` counts them all."""
+
+    method: str
+    path_contains: str
+    #: the longest a request is held (a test that never releases does not hang the server)
+    cap_s: float = 60.0
+    arrived: threading.Event = field(default_factory=threading.Event)
+    released: threading.Event = field(default_factory=threading.Event)
+    count: int = 0
+
+
 class FakeApiServer:
     """See the module docstring. Thread-safe; every accessor returns deep copies."""
 
@@ -178,6 +192,7 @@ class FakeApiServer:
         self._faults: list[Fault] = []
         #: (method, path part, seconds): matching requests are served, that much later
         self._latencies: list[tuple[str, str, float]] = []
+        self._held: list[Held] = []
         self._server: ThreadingHTTPServer | None = None
         self._conns: set[socket.socket] = set()
         #: connections accepted so far (kept-alive requests share one)
@@ -303,6 +318,14 @@ class FakeApiServer:
         one: unlike a :class:`Fault`, the answer is the real one). Rules add up when several match."""
         with self._cond:
             self._latencies.append((method, path_contains, seconds))
+
+    def hold(self, *, method: str = "", path_contains: str = "") -> Held:
+        """Hold matching requests until the returned :class:`Held` is released, then serve them:
+        a barrier for tests that prove a caller went on while its request was still unanswered."""
+        held = Held(method, path_contains)
+        with self._cond:
+            self._held.append(held)
+        return held
 
     def _latency(self, method: str, path: str) -> float:
         return sum(s for m, part, s in self._latencies if m in ("", method) and part in path)
@@ -650,6 +673,12 @@ class _Handler(BaseHTTPRequestHandler):
             fake._requests.append(RecordedRequest(self.command, parts.path, parts.query))
             fault = fake._take_fault(self.command, parts.path, parts.query)
             latency = fake._latency(self.command, parts.path)
+            held = [h for h in fake._held if h.method in ("", self.command) and h.path_contains in parts.path]
+            for h in held:
+                h.count += 1
+        for h in held:
+            h.arrived.set()
+            h.released.wait(h.cap_s)
         if latency:
             time.sleep(latency)
         if fault is not None:

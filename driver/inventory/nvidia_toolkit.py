@@ -24,6 +24,8 @@ conflict, which makes the device unusable.
 
 Each file is parsed and checked once per version, (device, inode, size, mtime) of the descriptor
 that was read: a lookup per prepare costs an ``lstat`` per unchanged file, never a parse, and
+never a listing of a dir whose spec names did not change (:class:`~driver.inventory.dirnames.DirNames`:
+numadra's own CDI dir holds a spec per prepared claim), and
 :meth:`ToolkitSpecFinder.find` may be called before a prepare takes its locks to pay for a
 changed file there.
 """
@@ -40,6 +42,7 @@ from cdi import ContainerEdits, Spec, validate_spec
 from cdi.spec import CdiSpecError
 from driver.errors import UntrustedHostPathError, UntrustedValueError
 from driver.inventory.cdi_document import decode_spec_document, spec_from_document
+from driver.inventory.dirnames import DirNames
 from driver.inventory.hostfiles import host_join, resolve_in_root
 from driver.log import get_logger
 from driver.untrusted.files import open_regular, read_from
@@ -183,6 +186,9 @@ class ToolkitSpecFinder:
         self._skip = skip_prefix
         self._cache: dict[str, tuple[tuple[int, int, int, int], _Parsed]] = {}
         self._lock = threading.Lock()
+        #: the dirs' spec names, listed again only when one came or went (numadra's own claim
+        #: specs, one per prepared claim, never cause a listing)
+        self._names = DirNames(self.dirs, self._is_spec_name)
 
     def _load(self, path: str) -> _Parsed:
         try:
@@ -219,18 +225,12 @@ class ToolkitSpecFinder:
             self._cache[path] = (key, parsed)
         return parsed
 
-    def _names(self, directory: str) -> list[str]:
-        try:
-            with os.scandir(directory) as it:
-                names = [e.name for e in it]
-        except OSError:
-            return []
-        return sorted(
-            n
-            for n in names
-            if n.endswith((".json", ".yaml"))
-            and not n.startswith(".")
-            and not (self._skip and n.startswith(self._skip))
+    def _is_spec_name(self, name: str) -> bool:
+        """A name CDI reads as a spec and numadra did not write."""
+        return (
+            name.endswith((".json", ".yaml"))
+            and not name.startswith(".")
+            and not (self._skip and name.startswith(self._skip))
         )
 
     def find(self) -> ToolkitSpecs:
@@ -241,7 +241,7 @@ class ToolkitSpecFinder:
         seen: set[str] = set()
         for directory in self.dirs:
             here: dict[str, ToolkitDevice] = {}
-            for name in self._names(directory):
+            for name in self._names.names(directory):
                 path = os.path.join(directory, name)  # noqa: PTH118
                 seen.add(path)
                 parsed = self._load(path)
