@@ -278,7 +278,9 @@ def _serve(host: Path, root: Path, cdi_dir: Path, connection: str, claim_reads: 
             writes = _numadra_writes(inventory, Path(scratch))
         served = _WritesOnly(cdi_dir, root / "plugin", writes)
     else:
-        status = None
+        from driver.claims.parts import NO_STATUS, StatusWriter
+
+        status: StatusWriter = NO_STATUS
         if plugin == "status":
             from driver.claims.status import ClaimStatusWriter
             from driver.claims.statusqueue import AsyncStatusWriter
