@@ -58,7 +58,7 @@ from driver.claims.render import CpuHook, claim_spec, claim_spec_file_name
 from driver.claims.reservedfor import reserved_pod_groups, reserved_pods
 from driver.claims.selection import SHAREABLE_KINDS, ClaimView, cpu_requests, memory_nodes, select_devices
 from driver.errors import ClaimError, PinningError, is_recoverable
-from driver.inventory.model import DeviceKind, Inventory
+from driver.inventory.model import DeviceKind, Gpu, Inventory
 from driver.kube.types import JsonObject
 from driver.log import get_logger
 from driver.names import check_claim_uid
@@ -97,6 +97,26 @@ def _prepared_keys(entry: JournalEntry) -> dict[str, Any]:
     if entry.pinning is not None:
         keys["pinning"] = [a.log_fields() for a in entry.pinning.assignments]
     return keys
+
+
+def _allocated_gpus(claims: Sequence[Claim], inventory: Inventory, driver_name: str) -> list[Gpu]:
+    """The node's GPUs named by the claims' allocation results of this driver (unchecked: a
+    result that names no GPU of the inventory, or is malformed, names none here; the prepare
+    itself judges every result)."""
+    gpus: list[Gpu] = []
+    for claim in claims:
+        status = claim.obj.get("status")
+        allocation = status.get("allocation") if isinstance(status, dict) else None
+        devices = allocation.get("devices") if isinstance(allocation, dict) else None
+        results = devices.get("results") if isinstance(devices, dict) else None
+        for result in results if isinstance(results, list) else ():
+            if not isinstance(result, dict) or result.get("driver") != driver_name:
+                continue
+            name = result.get("device")
+            found = inventory.find(name) if isinstance(name, str) else None
+            if isinstance(found, Gpu):
+                gpus.append(found)
+    return gpus
 
 
 def _own_ids(devices: Sequence[PreparedDevice]) -> list[PreparedDevice]:
@@ -166,12 +186,16 @@ class ClaimsDriver:
 
     def read_ahead(self, claims: Sequence[Claim]) -> None:
         """Before the locks (:class:`~driver.plugin.ReadsAhead`): parse what others changed in the
-        CDI dirs, so the lock's holder never pays for a toolkit spec's parse. Best effort: a
-        failure here is met again, and reported per claim, by the prepare itself."""
+        CDI dirs, so the lock's holder never pays for a toolkit spec's parse. Only for a call
+        with a claim allocated one of this node's GPUs: no other prepare reads the toolkit's specs,
+        so a NIC or CPU claim does not pay for a look at the CDI dirs. Best effort: a failure here
+        is met again, and reported per claim, by the prepare itself."""
         if not claims:
             return
         try:
-            self._host_edits.read_ahead(self._inventory().gpus)
+            gpus = _allocated_gpus(claims, self._inventory(), self.driver_name)
+            if gpus:
+                self._host_edits.read_ahead(gpus)
         except Exception:  # the prepare looks again under the lock and reports it per claim
             _log.exception("reading the CDI dirs ahead of a prepare failed")
 
