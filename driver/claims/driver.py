@@ -68,6 +68,7 @@ from driver.slices.ownership import Owner
 from driver.state.entry import JournalEntry, StoredFile
 from driver.state.journal import ChangeMark, Journal
 from driver.untrusted.files import read_file
+from driver.untrusted.hostpaths import CheckedDirs
 from driver.untrusted.values import loads_json
 
 __all__ = ["ClaimsDriver", "InventoryProvider", "PinPlanner", "StatusWriter"]
@@ -207,6 +208,7 @@ class ClaimsDriver:
             inventory = self._inventory()
             self._journal.load()
             attrs = self._attributes.get(inventory)
+            host_dirs = CheckedDirs()  # the host directories of device nodes, checked once a call
             dirty = False
             for claim in claims:
                 ref, got = claim.ref, claim.obj
@@ -217,7 +219,7 @@ class ClaimsDriver:
                         dirty |= changed
                         results[ref.uid] = PrepareResult(devices=devices)
                         continue
-                    planned.append(self._plan(ref, got, inventory, attrs))
+                    planned.append(self._plan(ref, got, inventory, attrs, host_dirs))
                 except ClaimError as exc:
                     results[ref.uid] = PrepareResult(error=f"{describe_claim(ref)}: {exc.reason}")
                 except (PinningError, CdiSpecError) as exc:
@@ -504,16 +506,23 @@ class ClaimsDriver:
                 return {}
         return {meta.request: meta.mount(self._metadata_dir) for meta in files}
 
-    def _extras(self, view: ClaimView) -> DeviceExtras | None:
-        """What the host adds to the claim's devices (NVIDIA user space, node groups); None for none."""
+    def _extras(self, view: ClaimView, dirs: CheckedDirs) -> DeviceExtras | None:
+        """What the host adds to the claim's devices (NVIDIA user space, node groups); None for none.
+        ``dirs``: the host directories checked for the call's earlier claims."""
         if not any(d.kind in _HOST_EDITED for d in view.devices):
             return None
-        return self._host_edits.for_devices(view.devices)
+        return self._host_edits.for_devices(view.devices, dirs=dirs)
 
     def _plan(
-        self, ref: ClaimRef, claim: JsonObject, inventory: Inventory, attrs: Mapping[str, Mapping[str, Any]]
+        self,
+        ref: ClaimRef,
+        claim: JsonObject,
+        inventory: Inventory,
+        attrs: Mapping[str, Mapping[str, Any]],
+        host_dirs: CheckedDirs,
     ) -> _Planned:
-        """Decide a new claim and put it into the journal (in memory)."""
+        """Decide a new claim and put it into the journal (in memory); ``host_dirs``: the host
+        directories checked for the call's earlier claims."""
         view = select_devices(
             claim, ref, driver_name=self.driver_name, node_name=self.node_name, inventory=inventory
         )
@@ -525,7 +534,7 @@ class ClaimsDriver:
             taken = self._journal.taken_cpus(except_uid=ref.uid)
             pinning = self._planner.plan(ref.uid, requests, taken, memory_nodes=memory_nodes(view))
         # the "prepared" line names the pods; none (not from a kubelet) means NRI pins nothing
-        extras = self._extras(view)
+        extras = self._extras(view, host_dirs)
         entry = self._render(
             view, pinning, attrs, None, reserved_pods(claim), extras=extras, groups=reserved_pod_groups(claim)
         )
