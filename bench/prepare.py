@@ -290,9 +290,9 @@ def _serve(host: Path, root: Path, cdi_dir: Path, connection: str, claim_reads: 
             writes = _numadra_writes(inventory, Path(scratch))
         served = _WritesOnly(cdi_dir, root / "plugin", writes)
     else:
-        from driver.claims.parts import NO_STATUS
+        from driver.claims.parts import NO_STATUS, StatusWriter
 
-        status: Any = NO_STATUS  # the null part, as numadra run --claim-status=false builds it
+        status: StatusWriter = NO_STATUS  # the null part, as numadra run --claim-status=false builds it
         if plugin == "status":
             from driver.claims.status import ClaimStatusWriter
             from driver.claims.statusqueue import AsyncStatusWriter

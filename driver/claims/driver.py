@@ -66,7 +66,7 @@ from driver.claims.selection import (
     with_aux_cpus,
 )
 from driver.errors import ClaimError, CpuExhaustedError, PinningError, is_recoverable
-from driver.inventory.model import DeviceKind, Inventory
+from driver.inventory.model import DeviceKind, Gpu, Inventory
 from driver.kube.types import JsonObject
 from driver.log import get_logger
 from driver.names import check_claim_uid
@@ -77,6 +77,7 @@ from driver.slices.ownership import Owner
 from driver.state.entry import JournalEntry, StoredFile
 from driver.state.journal import ChangeMark, Journal
 from driver.untrusted.files import read_file
+from driver.untrusted.hostpaths import CheckedDirs
 from driver.untrusted.values import loads_json
 
 __all__ = ["ClaimsDriver", "InventoryProvider", "PinPlanner", "StatusWriter"]
@@ -106,6 +107,26 @@ def _prepared_keys(entry: JournalEntry) -> dict[str, Any]:
     if entry.pinning is not None:
         keys["pinning"] = [a.log_fields() for a in entry.pinning.assignments]
     return keys
+
+
+def _allocated_gpus(claims: Sequence[Claim], inventory: Inventory, driver_name: str) -> list[Gpu]:
+    """The node's GPUs named by the claims' allocation results of this driver (unchecked: a
+    result that names no GPU of the inventory, or is malformed, names none here; the prepare
+    itself judges every result)."""
+    gpus: list[Gpu] = []
+    for claim in claims:
+        status = claim.obj.get("status")
+        allocation = status.get("allocation") if isinstance(status, dict) else None
+        devices = allocation.get("devices") if isinstance(allocation, dict) else None
+        results = devices.get("results") if isinstance(devices, dict) else None
+        for result in results if isinstance(results, list) else ():
+            if not isinstance(result, dict) or result.get("driver") != driver_name:
+                continue
+            name = result.get("device")
+            found = inventory.find(name) if isinstance(name, str) else None
+            if isinstance(found, Gpu):
+                gpus.append(found)
+    return gpus
 
 
 def _own_ids(devices: Sequence[PreparedDevice]) -> list[PreparedDevice]:
@@ -178,12 +199,16 @@ class ClaimsDriver:
 
     def read_ahead(self, claims: Sequence[Claim]) -> None:
         """Before the locks (:class:`~driver.plugin.ReadsAhead`): parse what others changed in the
-        CDI dirs, so the lock's holder never pays for a toolkit spec's parse. Best effort: a
-        failure here is met again, and reported per claim, by the prepare itself."""
+        CDI dirs, so the lock's holder never pays for a toolkit spec's parse. Only for a call
+        with a claim allocated one of this node's GPUs: no other prepare reads the toolkit's specs,
+        so a NIC or CPU claim does not pay for a look at the CDI dirs. Best effort: a failure here
+        is met again, and reported per claim, by the prepare itself."""
         if not claims:
             return
         try:
-            self._host_edits.read_ahead(self._inventory().gpus)
+            gpus = _allocated_gpus(claims, self._inventory(), self.driver_name)
+            if gpus:
+                self._host_edits.read_ahead(gpus)
         except Exception:  # the prepare looks again under the lock and reports it per claim
             _log.exception("reading the CDI dirs ahead of a prepare failed")
 
@@ -195,6 +220,7 @@ class ClaimsDriver:
             inventory = self._inventory()
             self._journal.load()
             attrs = self._attributes.get(inventory)
+            host_dirs = CheckedDirs()  # the host directories of device nodes, checked once a call
             dirty = False
             for claim in claims:
                 ref, got = claim.ref, claim.obj
@@ -205,7 +231,7 @@ class ClaimsDriver:
                         dirty |= changed
                         results[ref.uid] = PrepareResult(devices=devices)
                         continue
-                    planned.append(self._plan(ref, got, inventory, attrs))
+                    planned.append(self._plan(ref, got, inventory, attrs, host_dirs))
                 except ClaimError as exc:
                     results[ref.uid] = PrepareResult(error=f"{describe_claim(ref)}: {exc.reason}")
                 except (PinningError, CdiSpecError) as exc:
@@ -492,16 +518,23 @@ class ClaimsDriver:
                 return {}
         return {meta.request: meta.mount(self._metadata_dir) for meta in files}
 
-    def _extras(self, view: ClaimView) -> DeviceExtras | None:
-        """What the host adds to the claim's devices (NVIDIA user space, node groups); None for none."""
+    def _extras(self, view: ClaimView, dirs: CheckedDirs) -> DeviceExtras | None:
+        """What the host adds to the claim's devices (NVIDIA user space, node groups); None for none.
+        ``dirs``: the host directories checked for the call's earlier claims."""
         if not any(d.kind in _HOST_EDITED for d in view.devices):
             return None
-        return self._host_edits.for_devices(view.devices)
+        return self._host_edits.for_devices(view.devices, dirs=dirs)
 
     def _plan(
-        self, ref: ClaimRef, claim: JsonObject, inventory: Inventory, attrs: Mapping[str, Mapping[str, Any]]
+        self,
+        ref: ClaimRef,
+        claim: JsonObject,
+        inventory: Inventory,
+        attrs: Mapping[str, Mapping[str, Any]],
+        host_dirs: CheckedDirs,
     ) -> _Planned:
-        """Decide a new claim and put it into the journal (in memory)."""
+        """Decide a new claim and put it into the journal (in memory); ``host_dirs``: the host
+        directories checked for the call's earlier claims."""
         view = select_devices(
             claim, ref, driver_name=self.driver_name, node_name=self.node_name, inventory=inventory
         )
@@ -523,7 +556,7 @@ class ClaimsDriver:
                     "the scheduler counted against node allocatable)"
                 ) from exc
         # the "prepared" line names the pods; none (not from a kubelet) means NRI pins nothing
-        extras = self._extras(view)
+        extras = self._extras(view, host_dirs)
         entry = self._render(
             view, pinning, attrs, None, reserved_pods(claim), extras=extras, groups=reserved_pod_groups(claim)
         )

@@ -186,8 +186,13 @@ class HostEdits:
         devices = tuple(Device(d.name, edits(d.edits)) for d in spec.devices)
         return Spec(spec.kind, devices, edits(spec.edits)), tuple(refused)
 
-    def for_devices(self, devices: Sequence[AllocatedDevice]) -> DeviceExtras:
-        """The extras of one claim's allocated devices."""
+    def for_devices(
+        self, devices: Sequence[AllocatedDevice], *, dirs: CheckedDirs | None = None
+    ) -> DeviceExtras:
+        """The extras of one claim's allocated devices. ``dirs``: the directories already checked
+        for the earlier claims of the same prepare call (one call's claims share them: a change
+        between two claims of a call is the same race as one between two nodes of a claim); None
+        checks them anew."""
         by_name: dict[str, Gpu | Nic] = {}
         for dev in devices:
             if isinstance(dev.device, (Gpu, Nic)):
@@ -198,7 +203,7 @@ class HostEdits:
             found.discard(None)
             if found:
                 gids[name] = tuple(sorted(g for g in found if g is not None))
-        nodes, refused = self._device_nodes(by_name)
+        nodes, refused = self._device_nodes(by_name, CheckedDirs() if dirs is None else dirs)
         nvidia = [d for d in by_name.values() if isinstance(d, Gpu) and d.vendor == "nvidia"]
         if not nvidia:
             return DeviceExtras(gids=gids, nodes=nodes, warnings=refused)
@@ -209,10 +214,9 @@ class HostEdits:
         return DeviceExtras(ids, files, gids, nodes, choice.source, (*choice.warnings, *refused))
 
     def _device_nodes(
-        self, by_name: Mapping[str, Gpu | Nic]
+        self, by_name: Mapping[str, Gpu | Nic], dirs: CheckedDirs
     ) -> tuple[dict[str, tuple[tuple[str, CheckedHostPath], ...]], tuple[str, ...]]:
         """Each device's nodes that a container may be given, and why each other one may not."""
-        dirs = CheckedDirs()
         nodes: dict[str, tuple[tuple[str, CheckedHostPath], ...]] = {}
         refused: list[str] = []
         for name, device in by_name.items():

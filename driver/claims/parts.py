@@ -23,6 +23,7 @@ from driver.pinning.types import ClaimPinning, CpuRequest
 from driver.plugin import DeviceHealth, PreparedDevice
 from driver.state.evidence import Evidence
 from driver.state.journal import Journal, journal_path
+from driver.untrusted.hostpaths import CheckedDirs
 
 __all__ = [
     "NO_HOST_EDITS",
@@ -76,8 +77,11 @@ class StatusWriter(Protocol):
 class DeviceHostEdits(Protocol):
     """What the host adds to a claim's GPUs and NICs (``driver.claims.hostedits.HostEdits``)."""
 
-    def for_devices(self, devices: Sequence[AllocatedDevice]) -> DeviceExtras | None:
-        """The device nodes, mounts and warnings for ``devices``; None: nothing to add."""
+    def for_devices(
+        self, devices: Sequence[AllocatedDevice], *, dirs: CheckedDirs | None = None
+    ) -> DeviceExtras | None:
+        """The device nodes, mounts and warnings for ``devices``; None: nothing to add. ``dirs``:
+        the host directories checked for the call's earlier claims (one per prepare call)."""
         ...
 
     def read_ahead(self, gpus: Sequence[Gpu]) -> None:
@@ -129,7 +133,7 @@ class _NoHostEdits:
     host paths the runtime resolves, so they come from the host's edits, checked
     (``driver.claims.hostedits.HostEdits``, which ``numadra run`` always wires)."""
 
-    def for_devices(self, devices: Sequence[AllocatedDevice]) -> None:
+    def for_devices(self, devices: Sequence[AllocatedDevice], *, dirs: CheckedDirs | None = None) -> None:
         return None
 
     def read_ahead(self, gpus: Sequence[Gpu]) -> None:

@@ -56,9 +56,10 @@ _OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
 
 @dataclass(frozen=True, slots=True)
 class _Step:
-    """One accepted component of the walk: its name and what ``lstat`` said about it."""
+    """One accepted component of the walk: the host path up to it (``/`` for the root) and what
+    ``lstat`` said about it. The path is kept, not rebuilt from the names at every component."""
 
-    name: str
+    path: str
     st: os.stat_result
 
 
@@ -73,8 +74,9 @@ def _join(root: str, host_path: str) -> str:
     return root.rstrip("/") + host_path
 
 
-def _path_of(stack: list[_Step]) -> str:
-    return "/" + "/".join(step.name for step in stack[1:])
+def _child(parent: str, name: str) -> str:
+    """The host path of ``name`` in the directory ``parent`` (``/`` for the root)."""
+    return f"/{name}" if parent == "/" else f"{parent}/{name}"
 
 
 class _Walk:
@@ -97,7 +99,7 @@ class _Walk:
             raise self.refuse(f"host root {self.host_root}: {exc.strerror or exc}", exc.errno or 0) from exc
         if st.st_uid not in self.trusted:
             raise self.refuse(f"/ is owned by uid {st.st_uid}, not root")
-        return [_Step("", st)]
+        return [_Step("/", st)]
 
     def resolve(self, stack: list[_Step], host_path: str, floor: int) -> list[_Step]:
         """``stack`` extended by ``host_path``'s components; links never climb below ``floor``."""
@@ -112,17 +114,17 @@ class _Walk:
                     stack.pop()
                 continue
             parent = stack[-1]
-            current = _path_of([*stack, _Step(part, parent.st)])
+            current = _child(parent.path, part)
             st = self._lstat(current)
             if st.st_uid not in self.trusted:
                 raise self.refuse(f"{current} is owned by uid {st.st_uid}, not root")
             open_to_others = parent.st.st_mode & _OTHERS_WRITE
             if open_to_others and not parent.st.st_mode & stat.S_ISVTX:
                 mode = stat.S_IMODE(parent.st.st_mode)
-                raise self.refuse(f"{_path_of(stack)} is writable by others (mode {mode:o}, not sticky)")
+                raise self.refuse(f"{parent.path} is writable by others (mode {mode:o}, not sticky)")
             if stat.S_ISLNK(st.st_mode):
                 if open_to_others:
-                    where = _path_of(stack)
+                    where = parent.path
                     raise self.refuse(f"{current} is a symbolic link in {where}, which others can write")
                 self.links += 1
                 if self.links > _MAX_LINKS:
@@ -134,7 +136,7 @@ class _Walk:
                 continue
             if pending and not stat.S_ISDIR(st.st_mode):
                 raise self.refuse(f"{current} is not a directory", errno.ENOTDIR)
-            stack.append(_Step(part, st))
+            stack.append(_Step(current, st))
         return stack
 
     def _lstat(self, current: str) -> os.stat_result:
@@ -185,7 +187,7 @@ def check_host_path_for_container(
         parent, _, name = path.rstrip("/").rpartition("/")
         known, floor = dirs.parent(walk, inside, parent or "/")
         stack = walk.resolve(known, name, floor)
-    return CheckedHostPath(_path_of(stack))
+    return CheckedHostPath(stack[-1].path)
 
 
 def checked_child(directory: CheckedHostPath, name: str) -> CheckedHostPath:

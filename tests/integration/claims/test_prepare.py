@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from structlog.testing import capture_logs
 
 from driver.claims.hostedits import HostEdits
+from driver.inventory.model import Gpu
 from driver.pinning.types import parse_cpulist
 from driver.plugin import ClaimRef, DriverPlugin
 from driver.state.journal import Journal, journal_path
@@ -625,3 +627,45 @@ def test_longest_names_still_get_their_metadata(world: World) -> None:
     assert world.driver().unprepare_claims([ref]) == {"u-long": ""}
     assert world.cdi_files() == []
     assert not host.exists()
+
+
+class _CountingHostEdits(HostEdits):
+    """The host's edits, recording which GPUs each look ahead at the toolkit's specs was for."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.read_for: list[list[str]] = []
+
+    def read_ahead(self, gpus: Sequence[Gpu]) -> None:
+        self.read_for.append([g.name for g in gpus])
+        super().read_ahead(gpus)
+
+
+def test_only_a_call_with_a_gpu_claim_reads_the_cdi_dirs_ahead(world: World, tmp_path: Path) -> None:
+    """A NIC-and-CPU claim on a node with NVIDIA GPUs never looks at the toolkit's specs, so its
+    prepare does not pay for that look ahead of the locks; a claim with a GPU still gets it, for
+    its own GPU (another driver's result naming one of our GPUs does not count)."""
+    host = _host_edits(world, tmp_path).host_root
+    edits = _CountingHostEdits(
+        host_root=host, driver_root="/", cdi_dir=str(world.cdi_dir), claim_kind=f"{DRIVER}/claim"
+    )
+    driver = world.driver(host_edits=edits)
+    nic_only = world.getter.add(
+        claim(
+            "5f2c8a9e-0d1b-4c3a-9e8f-000000000011",
+            "nic",
+            "ml",
+            results=[result("nic", NIC0), cpu_result("cpu", 2), result("x", GPU1, driver="other.dev")],
+        )
+    )
+    with_gpu = world.getter.add(
+        claim("5f2c8a9e-0d1b-4c3a-9e8f-000000000012", "gpu", "ml", results=[result("gpu", GPU0)])
+    )
+
+    out = driver.prepare_claims([nic_only])
+    assert not out[nic_only.uid].error
+    assert edits.read_for == []
+
+    out = driver.prepare_claims([with_gpu])
+    assert not out[with_gpu.uid].error
+    assert edits.read_for == [[GPU0]]
