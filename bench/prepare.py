@@ -766,7 +766,13 @@ def _on_tmpfs(path: Path) -> bool:
 
 
 def _run_argv(
-    host: Path, reg: Path, plugin_dir: Path, cdi: Path, kubeconfig: str, driver: str = DRIVER
+    host: Path,
+    reg: Path,
+    plugin_dir: Path,
+    cdi: Path,
+    kubeconfig: str,
+    driver: str = DRIVER,
+    node: str = NODE,
 ) -> list[str]:
     """``numadra run`` as deploy/ runs it (metrics served, so the per-call metrics and the
     housekeeping round after every call are measured), on the bench's dirs and host tree.
@@ -780,7 +786,7 @@ def _run_argv(
         "-m",
         "driver.cli",
         "run",
-        f"--node-name={NODE}",
+        f"--node-name={node}",
         f"--host-root={host}",
         f"--kubeconfig={kubeconfig}",
         f"--registrar-dir={reg}",
@@ -798,6 +804,13 @@ def _run_argv(
 def run_tree_driver(peer: str) -> str:
     """The driver name of a ``numadra_run@LABEL`` peer: ``LABEL.numadra.dev``, its claims its own."""
     return f"{peer.partition('@')[2]}.{DRIVER}"
+
+
+def run_tree_node(driver: str) -> str:
+    """The node a ``numadra_run@LABEL`` peer serves: one of its own. On one node, each `numadra
+    run` would see the other's slices as another DRA driver's devices on its node, withhold
+    them, and refuse every claim as held by the other (what it must do on a real node)."""
+    return f"{NODE}-{driver.partition('.')[0]}"
 
 
 def _example_argv(
@@ -977,15 +990,16 @@ def main() -> None:
                 background_numa.append(numa)
             objects: dict[tuple[str, str], Any] = {}
 
-            def numadra_claims(driver: str, namespace: str) -> tuple[list[ClaimRef], list[ClaimRef]]:
+            def numadra_claims(
+                driver: str, namespace: str, node_name: str = NODE
+            ) -> tuple[list[ClaimRef], list[ClaimRef]]:
                 """The measured claims of ``driver`` in ``namespace``, and its background claims."""
                 refs: list[ClaimRef] = []
                 for i, (vf, node) in enumerate(vfs):
                     name = f"claim-{i}"
                     seed = f"bench-{i}" if namespace == "bench" else f"{namespace}-{i}"
-                    obj = nic_cpu_claim(
-                        str(uuid.uuid5(uuid.NAMESPACE_DNS, seed)), name, vf, node, driver=driver, node=NODE
-                    )
+                    claim_uid = str(uuid.uuid5(uuid.NAMESPACE_DNS, seed))
+                    obj = nic_cpu_claim(claim_uid, name, vf, node, driver=driver, node=node_name)
                     obj["metadata"]["namespace"] = namespace
                     uid = put_claim(obj)
                     obj["metadata"]["uid"] = uid
@@ -994,7 +1008,7 @@ def main() -> None:
                 background: list[ClaimRef] = []
                 for i, numa in enumerate(background_numa):
                     name = f"{namespace}-{i}"
-                    obj = cpu_claim(str(uuid.uuid4()), name, numa, driver=driver, node=NODE)
+                    obj = cpu_claim(str(uuid.uuid4()), name, numa, driver=driver, node=node_name)
                     obj["metadata"]["namespace"] = "background"  # other pods' claims, not in the LIST
                     uid = put_claim(obj)
                     background.append(ClaimRef("background", name, uid))
@@ -1005,7 +1019,7 @@ def main() -> None:
             # publishers of one driver and node would rewrite each other's slices all the while
             run_trees = {name: run_tree_driver(name) for name in trees if name.startswith("numadra_run@")}
             run_claims = {
-                name: numadra_claims(driver, f"run-{driver.partition('.')[0]}")
+                name: numadra_claims(driver, f"run-{driver.partition('.')[0]}", run_tree_node(driver))
                 for name, driver in run_trees.items()
             }
             # the example driver's own claims: one fake GPU each (its slices publish gpu-0..N-1)
@@ -1013,6 +1027,8 @@ def main() -> None:
             example_background: list[ClaimRef] = []
             if put_node is not None and ({"example", "numadra_run"} & set(wanted) or run_trees):
                 put_node(NODE)  # the slices' owner
+                for driver in run_trees.values():
+                    put_node(run_tree_node(driver))
             if "example" in wanted:
                 for i in range(len(refs) + args.background):
                     name = f"example-{i}"
@@ -1067,7 +1083,10 @@ def main() -> None:
                     child.argv = _run_argv(host, reg, plugin_dir, peer_cdi, kubeconfig)
                     child.stop_signal = signal.SIGTERM
                 elif name in run_trees:
-                    child.argv = _run_argv(host, reg, plugin_dir, peer_cdi, kubeconfig, run_trees[name])
+                    driver = run_trees[name]
+                    child.argv = _run_argv(
+                        host, reg, plugin_dir, peer_cdi, kubeconfig, driver, run_tree_node(driver)
+                    )
                     child.reg_sock = reg / f"{run_trees[name]}-reg.sock"
                     child.refs, child.background = run_claims[name]
                     child.cwd = trees[name]  # ``-m driver.cli`` imports from the working directory first
