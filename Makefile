@@ -2,7 +2,7 @@
 #
 #   make venv          .venv with the package and its test extras (everything below uses it)
 #   make lint          ruff check, ruff format --check, mypy --strict, lint-imports (layers)
-#   make test          the README's test command, `python -m pytest`: every tier in one run
+#   make test          the README's test command, `python -m pytest -n auto`: every tier in one run
 #   make coverage      line and branch coverage of driver/ and cdi/ over unit + integration
 #                      (subprocesses included): a table here, HTML in build/coverage/html
 #   make deploy        deploy/ rendered by kustomize and helm must agree; promtool checks the alerts
@@ -54,7 +54,7 @@ fmt:
 
 # the README's test command (CI runs it too, with a pinned seed: .ci/run)
 test:
-	$(PYTEST)
+	$(PYTEST) -n auto
 
 # coverage and pytest-cov come with the test extras; [tool.coverage.*] in pyproject.toml says what
 # is measured (driver/, cdi/, the `numadra run` children too) and where the data and HTML go

@@ -6,6 +6,7 @@ fixed time; one helper keeps the timeout message uniform: it names what was awai
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 import threading
@@ -46,6 +47,20 @@ def ephemeral_range() -> tuple[int, int]:
     return low, high
 
 
+def _worker_share() -> tuple[int, int]:
+    """(this process's index, how many share the range): ``(N, count)`` in pytest-xdist's worker
+    ``gwN`` of ``count`` (it sets both variables), ``(0, 1)`` anywhere else.
+
+    Each process remembers only its own ports, and between the bind check and a child's bind
+    another worker could pick the same one; ports with ``port % count == N`` are this worker's alone.
+    """
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if worker.startswith("gw") and worker[2:].isdigit() and count.isdigit() and int(count) > int(worker[2:]):
+        return int(worker[2:]), int(count)
+    return 0, 1
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 nobody listens on now, for a process about to be started.
 
@@ -54,12 +69,18 @@ def free_port() -> int:
     any client (etcd's, the apiserver's own, an earlier test's) may sit on it and the child fails
     with "address already in use" (CI saw the apiserver do so). A port below that range is never a
     source port; each is handed out once per process, so two children never get the same one.
+    Under pytest-xdist each worker draws from its own residue class (:func:`_worker_share`), so
+    two workers never hand out the same port either.
     """
     low, _ = ephemeral_range()
     first = _LOWEST_PORT if low > _LOWEST_PORT + 1000 else 1024
+    index, count = _worker_share()
     with _handed_out_lock:
         for _ in range(1000):
             port = random.randrange(first, low)
+            port -= (port - index) % count  # the nearest port of this worker's share, not below it
+            if port < first:
+                continue
             if port in _handed_out:
                 continue
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

@@ -44,7 +44,7 @@ from harness.controlplane import (
     write_kubeconfig,
 )
 from harness.hosttree import TOPOLOGIES, Topology, write_host_tree
-from tests.conftest import CALL_FAILED
+from tests.conftest import CALL_FAILED, SECTIONS
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY_BASE = REPO / "deploy" / "kustomize" / "base"
@@ -79,22 +79,25 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         _SUMMARY["scenarios"].append((report.nodeid, report.outcome, report.duration))
 
 
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """Versions and timings of the real components, in every log (also without -rA or -s)."""
+def _section() -> list[str]:
+    """Versions and timings of the real components, one line per scenario (the run's summary)."""
     if not _SUMMARY["versions"] and not _SUMMARY["scenarios"]:
-        return
-    terminalreporter.section("numadra e2e tier")
+        return []
+    lines = []
     if _SUMMARY["versions"]:
         versions = "; ".join(f"{k} {v}" for k, v in _SUMMARY["versions"].items())
-        terminalreporter.write_line(f"components: {versions}")
+        lines.append(f"components: {versions}")
         timings = ", ".join(f"{k}={v:.1f}" for k, v in _SUMMARY["timings"].items())
-        terminalreporter.write_line(f"startup (s): {timings}")
-    for nodeid, outcome, duration in _SUMMARY["scenarios"]:
-        terminalreporter.write_line(f"{outcome:7s} {duration:6.2f}s  {nodeid}")
+        lines.append(f"startup (s): {timings}")
+    lines += [f"{outcome:7s} {seconds:6.2f}s  {nodeid}" for nodeid, outcome, seconds in _SUMMARY["scenarios"]]
     report = os.environ.get("NUMADRA_E2E_REPORT")
     if report:
         Path(report).write_text(json.dumps(_SUMMARY, indent=1) + "\n")
-        terminalreporter.write_line(f"written to {report}")
+        lines.append(f"written to {report}")
+    return lines
+
+
+SECTIONS["numadra e2e tier"] = _section
 
 
 def kustomize_base_objects() -> list[dict[str, Any]]:

