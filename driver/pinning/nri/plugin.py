@@ -501,15 +501,9 @@ class NriPlugin:
         assert need.fallback is not None
         try:
             result = need.fallback(why)
-        except PinningError as exc:
-            _log.error("NRI request refused", method=call.name, error=str(exc))
-            return _status(_FAILED_PRECONDITION, str(exc))
         except Exception as exc:  # a handler bug must not kill the connection
-            _log.exception("NRI fallback failed", method=call.name)
-            return _status(_INTERNAL, f"{call.name} failed: {exc}")
-        if call.name in _ADJUSTING:
-            return self._as_pinner(call.name, call.request, result)
-        return ttrpc.Response(payload=result.SerializeToString())
+            return _failed(call, exc, "NRI fallback failed")
+        return self._on_wire(call, result)
 
     def _serve_read(
         self, stream_id: int, call: _Call, namespace: str | None, need: NeedsRead | None = None
@@ -552,13 +546,14 @@ class NriPlugin:
             return self._timed_out(call, need)
         except NeedsRead as asked:
             return asked
-        except PinningError as exc:
-            _log.error("NRI request refused", method=call.name, error=str(exc))
-            return _status(_FAILED_PRECONDITION, str(exc))
         except Exception as exc:  # a handler bug must not kill the connection
-            _log.exception("NRI handler failed", method=call.name)
-            return _status(_INTERNAL, f"{call.name} failed: {exc}")
+            return _failed(call, exc, "NRI handler failed")
         _log.debug("NRI request served", method=call.name, took_ms=(time.monotonic() - started) * 1e3)
+        return self._on_wire(call, result)
+
+    def _on_wire(self, call: _Call, result: Message) -> ttrpc.Response:
+        """A handler's (or its fallback's) result on the wire: an adjusting call's through the
+        pinner, any other as it is."""
         if call.name in _ADJUSTING:
             return self._as_pinner(call.name, call.request, result)
         return ttrpc.Response(payload=result.SerializeToString())
@@ -678,3 +673,14 @@ def _describe_request(request: nri.CreateContainerRequest) -> str:
 
 def _status(code: int, message: str) -> ttrpc.Response:
     return ttrpc.Response(status=ttrpc.Status(code=code, message=message))
+
+
+def _failed(call: _Call, exc: Exception, event: str) -> ttrpc.Response:
+    """The answer to a handler (or fallback) that raised, called from its ``except``: a
+    PinningError is a refusal (FailedPrecondition); anything else is a bug, logged with its
+    traceback under ``event`` and answered Internal, so the connection lives on."""
+    if isinstance(exc, PinningError):
+        _log.error("NRI request refused", method=call.name, error=str(exc))
+        return _status(_FAILED_PRECONDITION, str(exc))
+    _log.exception(event, method=call.name)
+    return _status(_INTERNAL, f"{call.name} failed: {exc}")
