@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, TypeGuard
+from typing import Any
 
 from driver.claims.config import (
     ConfigEntry,
@@ -27,6 +27,7 @@ from driver.pinning.types import CpuMode, CpuRequest
 from driver.plugin import ClaimRef
 from driver.slices.features import CONSUMABLE_CAPACITY
 from driver.untrusted.shape import AS_DICT, Field, ListOf, Record, Text
+from driver.untrusted.values import is_object, object_or_empty
 
 __all__ = [
     "MAX_CONFIGS",
@@ -111,18 +112,9 @@ def device_kind(device: InventoryDevice) -> DeviceKind:
     return device.kind  # cpu, or memory for a NUMA node without CPUs
 
 
-def _is_map(value: Any) -> TypeGuard[Mapping[str, Any]]:
-    """``isinstance(value, Mapping)``, with decoded JSON's plain dict first: the ABC check is slow."""
-    return type(value) is dict or isinstance(value, Mapping)
-
-
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if _is_map(value) else {}
-
-
 def _known_requests(uid: str, claim: JsonObject, results: Sequence[Any]) -> set[str]:
     names: set[str] = set()
-    raw = _mapping(_mapping(claim.get("spec")).get("devices")).get("requests")
+    raw = object_or_empty(object_or_empty(claim.get("spec")).get("devices")).get("requests")
     try:
         requests = _REQUESTS.check([] if raw is None else raw, "spec.devices.requests")
     except UntrustedValueError as exc:
@@ -131,7 +123,7 @@ def _known_requests(uid: str, claim: JsonObject, results: Sequence[Any]) -> set[
         names.add(req["name"])
         names.update(f"{req['name']}/{sub['name']}" for sub in req.get("first_available", ()))
     for res in results:
-        if _is_map(res) and isinstance(res.get("request"), str):
+        if is_object(res) and isinstance(res.get("request"), str):
             names.add(res["request"])
             names.add(base_request_name(res["request"]))
     return names
@@ -140,9 +132,9 @@ def _known_requests(uid: str, claim: JsonObject, results: Sequence[Any]) -> set[
 def _decode_configs(uid: str, raw: Sequence[Any], driver_name: str, known: set[str]) -> list[ConfigEntry]:
     entries: list[ConfigEntry] = []
     for index, item in enumerate(raw):
-        if not _is_map(item):
+        if not is_object(item):
             raise ConfigDecodeError(uid, f"config #{index}: not an object")
-        opaque = _mapping(item.get("opaque"))
+        opaque = object_or_empty(item.get("opaque"))
         if opaque.get("driver") != driver_name:
             continue  # another driver's configuration: not ours to judge
         source = item.get("source") if isinstance(item.get("source"), str) else "FromClaim"
@@ -194,7 +186,7 @@ def _resolve_result(
                 uid, f"{where}: has shareID {share!r}, but this {kind.value} is not published as shareable"
             )
     consumed = res.get("consumedCapacity") or {}
-    if not _is_map(consumed) or not all(isinstance(v, str) for v in consumed.values()):
+    if not is_object(consumed) or not all(isinstance(v, str) for v in consumed.values()):
         raise ClaimError(uid, f"{where}: malformed consumedCapacity")
     admin = res.get("adminAccess", False)
     if admin is None:
@@ -242,10 +234,10 @@ def select_devices(
     :class:`ConfigDecodeError` for invalid configuration of ours.
     """
     uid = ref.uid
-    meta = _mapping(claim.get("metadata"))
+    meta = object_or_empty(claim.get("metadata"))
     # UID and status.allocation were checked by the kubelet layer before the claim got here
-    allocation = _mapping(_mapping(claim.get("status")).get("allocation"))
-    devs = _mapping(allocation.get("devices"))
+    allocation = object_or_empty(object_or_empty(claim.get("status")).get("allocation"))
+    devs = object_or_empty(allocation.get("devices"))
     results = devs.get("results") or []
     configs = devs.get("config") or []
     if not isinstance(results, list) or not isinstance(configs, list):
@@ -259,7 +251,7 @@ def select_devices(
     devices: list[AllocatedDevice] = []
     seen: set[tuple[str, str | None]] = set()
     for index, res in enumerate(results):
-        if not _is_map(res):
+        if not is_object(res):
             raise ClaimError(uid, f"allocation result #{index} is not an object")
         if res.get("driver") != driver_name:
             continue
@@ -268,7 +260,7 @@ def select_devices(
             raise ClaimError(uid, f"request {dev.request!r}: device {dev.device_name!r} allocated twice")
         seen.add((dev.device_name, dev.share_id))
         devices.append(dev)
-    annotations = _mapping(meta.get("annotations"))
+    annotations = object_or_empty(meta.get("annotations"))
     pod_claim = annotations.get(POD_CLAIM_NAME_ANNOTATION)
     return ClaimView(
         namespace=ref.namespace,

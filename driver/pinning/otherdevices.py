@@ -51,6 +51,7 @@ from driver.kube.status import is_not_found
 from driver.kube.types import ClaimGetter, PodGetter, allocation_results
 from driver.log import get_logger
 from driver.pinning.consumers import FAILURE_TTL_S, READ_DEADLINE_S
+from driver.untrusted.values import object_or_empty
 
 __all__ = [
     "FORBIDDEN_RETRY_S",
@@ -169,10 +170,6 @@ class PodDevices:
 PciNodes = Callable[[str], "int | None"]
 
 
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
 def _items(value: Any, limit: int) -> Iterator[Mapping[str, Any]]:
     """The objects of a list, the first ``limit`` entries at most (anything else: none)."""
     if isinstance(value, list):
@@ -207,7 +204,7 @@ class _PodClaims:
 
 def _pod_claims(pod: Mapping[str, Any]) -> _PodClaims:
     """The claims a pod's containers use, from its spec and status (see the module docstring)."""
-    spec, status = _mapping(pod.get("spec")), _mapping(pod.get("status"))
+    spec, status = object_or_empty(pod.get("spec")), object_or_empty(pod.get("status"))
     out = _PodClaims()
     named: dict[str, str] = {}  # the pod's name for a claim -> the ResourceClaim's name
     for entry in _items(spec.get("resourceClaims"), MAX_CLAIMS):
@@ -226,7 +223,7 @@ def _pod_claims(pod: Mapping[str, Any]) -> _PodClaims:
         ctr_name = _name(ctr.get("name"))
         if not ctr_name:
             continue
-        for ref in _items(_mapping(ctr.get("resources")).get("claims"), MAX_CLAIMS):
+        for ref in _items(object_or_empty(ctr.get("resources")).get("claims"), MAX_CLAIMS):
             own = _name(ref.get("name"))
             request = ref.get("request")
             claim = named.get(own, "")
@@ -235,7 +232,7 @@ def _pod_claims(pod: Mapping[str, Any]) -> _PodClaims:
                     out.problems.append(f"container {ctr_name}: pod claim {own!r} names no ResourceClaim")
                 continue
             out.use(ctr_name, claim, request if isinstance(request, str) and request else None)
-    extended = _mapping(status.get("extendedResourceClaimStatus"))
+    extended = object_or_empty(status.get("extendedResourceClaimStatus"))
     special = _name(extended.get("resourceClaimName"))
     if special:
         for mapping in _items(extended.get("requestMappings"), MAX_CONTAINERS):
@@ -247,7 +244,7 @@ def _pod_claims(pod: Mapping[str, Any]) -> _PodClaims:
 
 def _reserved_for(claim: Mapping[str, Any], pod_uid: str, pod_group: str) -> bool:
     """Whether ``status.reservedFor`` names the pod, or the PodGroup the pod belongs to."""
-    for entry in _items(_mapping(claim.get("status")).get("reservedFor"), 256):
+    for entry in _items(object_or_empty(claim.get("status")).get("reservedFor"), 256):
         kind = (entry.get("apiGroup") or "", entry.get("resource"))
         if kind == ("", "pods") and entry.get("uid") == pod_uid:
             return True
@@ -305,9 +302,9 @@ def pod_devices(
     ``claims``: ResourceClaim name -> the object read, or a text saying why it could not be (a
     claim that does not exist, say). Pure but for ``pci_nodes``.
     """
-    meta, spec = _mapping(pod.get("metadata")), _mapping(pod.get("spec"))
+    meta, spec = object_or_empty(pod.get("metadata")), object_or_empty(pod.get("spec"))
     pod_uid = meta.get("uid") if isinstance(meta.get("uid"), str) else ""
-    group = _name(_mapping(spec.get("schedulingGroup")).get("podGroupName"))
+    group = _name(object_or_empty(spec.get("schedulingGroup")).get("podGroupName"))
     plan = _pod_claims(pod)
     out: dict[str, ContainerDevices] = {}
     for ctr, refs in plan.refs.items():
@@ -491,7 +488,7 @@ class OtherDevices:
             if is_not_found(exc, "pods", name, group=""):
                 return PodDevices(unread=f"pod {namespace}/{name} not found")
             return PodDevices(unread=f"cannot read pod {namespace}/{name}: {exc}")
-        uid = _mapping(pod.get("metadata")).get("uid")
+        uid = object_or_empty(pod.get("metadata")).get("uid")
         if uid != pod_uid:
             return PodDevices(unread=f"the name {namespace}/{name} holds another pod (uid {str(uid)[:64]})")
         claims = self._read_claims(namespace, name, pod, started)

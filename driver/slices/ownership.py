@@ -34,6 +34,7 @@ from driver.inventory.gpus import VENDOR_GPU_CLASSES
 from driver.inventory.model import Gpu, Inventory, Nic
 from driver.kube.quantity import parse_quantity
 from driver.slices.attributes import ATTR_PCI_BUS_ID
+from driver.untrusted.values import object_or_empty
 
 __all__ = [
     "MAX_FOREIGN_DEVICES",
@@ -117,7 +118,7 @@ def find_owners(
     withheld: dict[str, Owner] = {}
     examined, truncated = 0, False
     for obj in foreign_slices:
-        spec = _mapping(_mapping(obj).get("spec"))
+        spec = object_or_empty(object_or_empty(obj).get("spec"))
         driver = spec.get("driver")
         if not isinstance(driver, str) or not driver or driver == driver_name:
             continue
@@ -131,7 +132,7 @@ def find_owners(
                 truncated = True
                 break
             examined += 1
-            ours = _match(_mapping(_mapping(device).get("attributes")), driver, by_bus, by_uuid)
+            ours = _match(object_or_empty(object_or_empty(device).get("attributes")), driver, by_bus, by_uuid)
             if ours is not None:
                 _claim(withheld, ours, Owner(Reason.DRA_DRIVER, driver))
         if truncated:
@@ -159,14 +160,10 @@ def _claim(withheld: dict[str, Owner], device: str, owner: Owner) -> None:
         withheld[device] = owner
 
 
-def _mapping(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
 def _string(attrs: Mapping[str, Any], *keys: str) -> str | None:
     """The first of ``keys`` holding a string attribute (``{"string": ...}``), lower-cased."""
     for key in keys:
-        value = _mapping(attrs.get(key)).get("string")
+        value = object_or_empty(attrs.get(key)).get("string")
         if isinstance(value, str) and 0 < len(value) <= _MAX_TEXT:
             return value.strip().lower()
     return None
@@ -189,7 +186,7 @@ def _device_plugins(
     inventory: Inventory, node: Mapping[str, Any] | None, withheld: dict[str, Owner]
 ) -> tuple[str, ...]:
     """Withhold the GPUs of every vendor resource the Node's capacity advertises; the problems."""
-    capacity = _mapping(_mapping(_mapping(node).get("status")).get("capacity"))
+    capacity = object_or_empty(object_or_empty(object_or_empty(node).get("status")).get("capacity"))
     problems: list[str] = []
     for cls in VENDOR_GPU_CLASSES:
         raw = capacity.get(cls.extended_resource)

@@ -25,21 +25,18 @@ from driver.inventory.cpulist import MAX_NODES
 from driver.pinning.otherdevices import DeviceKey, DevicePlace, DevicePlaces, is_bus_id
 from driver.slices.attributes import ATTR_NUMA_NODE, ATTR_PCI_BUS_ID
 from driver.slices.ownership import MAX_FOREIGN_DEVICES
+from driver.untrusted.values import object_or_empty
 
 __all__ = ["device_places"]
 
 _MAX_NAME = 253
 
 
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
 def _numa_node(attributes: Mapping[str, Any]) -> tuple[int | None, str]:
     """The usable ``numaNode`` of a device's attributes, or None and why not ("" when absent)."""
     if ATTR_NUMA_NODE not in attributes:
         return None, ""
-    value = _mapping(attributes.get(ATTR_NUMA_NODE)).get("int")
+    value = object_or_empty(attributes.get(ATTR_NUMA_NODE)).get("int")
     if isinstance(value, bool) or not isinstance(value, int):
         return None, f"{ATTR_NUMA_NODE} is not an int attribute"
     if not 0 <= value < MAX_NODES:
@@ -49,7 +46,7 @@ def _numa_node(attributes: Mapping[str, Any]) -> tuple[int | None, str]:
 
 def _bus_id(attributes: Mapping[str, Any]) -> str:
     """The ``pciBusID`` of a device's attributes in the kernel's form, or ""."""
-    value = _mapping(attributes.get(ATTR_PCI_BUS_ID)).get("string")
+    value = object_or_empty(attributes.get(ATTR_PCI_BUS_ID)).get("string")
     if not isinstance(value, str) or len(value) > 16:
         return ""
     value = value.lower()
@@ -64,21 +61,21 @@ def device_places(
     places: dict[DeviceKey, DevicePlace] = {}
     truncated = False
     for obj in slices:
-        spec = _mapping(_mapping(obj).get("spec"))
-        driver, pool = spec.get("driver"), _mapping(spec.get("pool")).get("name")
+        spec = object_or_empty(object_or_empty(obj).get("spec"))
+        driver, pool = spec.get("driver"), object_or_empty(spec.get("pool")).get("name")
         if not isinstance(driver, str) or not driver or driver == own_driver or len(driver) > _MAX_NAME:
             continue
         if spec.get("nodeName") != node_name or not isinstance(pool, str) or not pool:
             continue
         devices = spec.get("devices")
         for device in devices if isinstance(devices, list) else ():
-            name = _mapping(device).get("name")
+            name = object_or_empty(device).get("name")
             if not isinstance(name, str) or not name or len(name) > _MAX_NAME:
                 continue
             if len(places) >= limit:
                 truncated = True
                 break
-            attributes = _mapping(_mapping(device).get("attributes"))
+            attributes = object_or_empty(object_or_empty(device).get("attributes"))
             node, problem = _numa_node(attributes)
             bus_id = _bus_id(attributes) if node is None else ""
             places[(driver, pool, name)] = DevicePlace(node, bus_id, problem)

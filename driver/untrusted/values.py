@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any, TypeGuard
 
 from driver.errors import UntrustedValueError
 
@@ -35,8 +37,10 @@ __all__ = [
     "ascii_int",
     "bounded_int",
     "bounded_number",
+    "is_object",
     "json_type",
     "loads_json",
+    "object_or_empty",
 ]
 
 #: a wall-clock time recorded in a file (a fault's trip, an operator's clear request) is seconds
@@ -128,3 +132,24 @@ def json_type(value: object) -> str:
     if value is None:
         return "null"
     return next((name for kind, name in _JSON_TYPES if isinstance(value, kind)), type(value).__name__)
+
+
+#: what :func:`object_or_empty` gives for a value that is no object: read-only, shared
+_NO_OBJECT: Mapping[str, Any] = MappingProxyType({})
+
+
+def is_object(value: object) -> TypeGuard[Mapping[str, Any]]:
+    """Whether a decoded value is a JSON object: decoded JSON's plain ``dict`` is tested first,
+    because the ``Mapping`` ABC check is slow on a hot path."""
+    return type(value) is dict or isinstance(value, Mapping)
+
+
+def object_or_empty(value: object) -> Mapping[str, Any]:
+    """``value`` when it is a JSON object, else an empty (read-only) one.
+
+    For a reader that takes what it can from another party's document and treats a field of the
+    wrong type as absent (a claim's allocation, a pod's status, another driver's slice), where
+    refusing the whole document would fail a caller that must fail open. A reader that must
+    refuse a wrong type checks the document's shape instead (:mod:`driver.untrusted.shape`).
+    """
+    return value if is_object(value) else _NO_OBJECT
