@@ -48,6 +48,7 @@ from driver.slices.ownership import MAX_FOREIGN_DEVICES, Owner, Ownership, find_
 from driver.slices.places import device_places
 from driver.slices.watchedloops import WatchedLoops, jittered, watch_timeout_seconds  # as the publisher's
 from driver.supervise import supervised
+from driver.untrusted.values import object_or_empty
 
 __all__ = ["ForeignApi", "ForeignOwners"]
 
@@ -242,8 +243,7 @@ class ForeignOwners:
             # a watch that ran its course: renew from the last resourceVersion seen
 
     def _on_event(self, kind: str, obj: Mapping[str, Any]) -> str:
-        meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
-        rv = str((meta or {}).get("resourceVersion", ""))
+        rv = str(object_or_empty(obj.get("metadata")).get("resourceVersion", ""))
         if kind == "BOOKMARK":
             return rv
         name = _name(obj)
