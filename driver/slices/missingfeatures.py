@@ -48,6 +48,7 @@ from driver.slices.features import (
 )
 from driver.slices.sayonce import SayOnce, node_warning
 from driver.untrusted.files import read_file
+from driver.untrusted.shape import Boolean, Choice, Field, Integer, ListOf, Record, Text
 from driver.untrusted.values import loads_json
 
 __all__ = [
@@ -259,14 +260,32 @@ def _with_field(cause: MissingFeature, pattern: str) -> MissingFeature:
     )
 
 
-def _text(value: object, what: str) -> str:
-    if not isinstance(value, str) or len(value) > _MAX_TEXT or not value.isprintable():
-        raise UntrustedValueError(what, f"must be printable text of at most {_MAX_TEXT} characters")
-    return value
+#: a record's text: the slice, paths and times ``numadra state`` prints
+_TEXT = Text(max_len=_MAX_TEXT, printable=True)
+#: ``features``: each gate found missing, as :meth:`MissingFeature.to_json` writes it
+_FEATURES = ListOf(
+    Record(
+        MissingFeature,
+        {
+            "name": Field(
+                "name",
+                Choice({n: n for n in FEATURE_NAMES}, unknown="is no feature gate numadra knows"),
+                required=True,
+            ),
+            "fields": Field("fields", ListOf(_TEXT, max_items=_MAX_FIELDS, min_items=1), required=True),
+            "example": Field("example", _TEXT, required=True),
+            "slice": Field("slice", _TEXT, required=True),
+            "since": Field("since", _TEXT, required=True),
+            "refused": Field("refused", Boolean(), required=True),
+        },
+    ),
+    max_items=len(FEATURE_NAMES),
+)
+_PID = Integer(0, 2**31 - 1)  # pid_t
 
 
 def load_record(plugin_dir: Path) -> FeatureRecord:
-    """The record of ``<plugin_dir>/api-features.json``, checked field by field.
+    """The record of ``<plugin_dir>/api-features.json``, checked field by field (:data:`_FEATURES`).
 
     ``FileNotFoundError`` when there is none (the driver never wrote a slice there);
     :class:`~driver.errors.UntrustedFileError` / :class:`~driver.errors.UntrustedValueError` for a
@@ -277,34 +296,8 @@ def load_record(plugin_dir: Path) -> FeatureRecord:
     doc = loads_json(read_file(path, max_bytes=_MAX_RECORD_BYTES), what=where)
     if not isinstance(doc, dict) or doc.get("version") != _RECORD_VERSION:
         raise UntrustedValueError(where, f"is not a version {_RECORD_VERSION} record")
-    items = doc.get("features")
-    pid = doc.get("pid")
-    if not isinstance(items, list) or len(items) > len(FEATURE_NAMES):
-        raise UntrustedValueError(f"{where}: features", f"must be a list of at most {len(FEATURE_NAMES)}")
-    if isinstance(pid, bool) or not isinstance(pid, int) or pid < 0:
-        raise UntrustedValueError(f"{where}: pid", "must be a process id")
-    found: list[MissingFeature] = []
-    for index, item in enumerate(items):
-        at = f"{where}: features[{index}]"
-        if not isinstance(item, dict):
-            raise UntrustedValueError(at, "must be an object")
-        name = _text(item.get("name"), f"{at}.name")
-        if name not in FEATURE_NAMES:
-            raise UntrustedValueError(f"{at}.name", f"{name!r} is no feature gate numadra knows")
-        fields = item.get("fields")
-        if not isinstance(fields, list) or not 0 < len(fields) <= _MAX_FIELDS:
-            raise UntrustedValueError(f"{at}.fields", f"must be a list of 1 to {_MAX_FIELDS} paths")
-        refused = item.get("refused")
-        if not isinstance(refused, bool):
-            raise UntrustedValueError(f"{at}.refused", "must be a boolean")
-        found.append(
-            MissingFeature(
-                name,
-                tuple(_text(f, f"{at}.fields") for f in fields),
-                _text(item.get("example"), f"{at}.example"),
-                _text(item.get("slice"), f"{at}.slice"),
-                _text(item.get("since"), f"{at}.since"),
-                refused,
-            )
-        )
-    return FeatureRecord(_text(doc.get("checkedAt"), f"{where}: checkedAt"), pid, tuple(found))
+    return FeatureRecord(
+        _TEXT.check(doc.get("checkedAt"), f"{where}: checkedAt"),
+        _PID.check(doc.get("pid"), f"{where}: pid"),
+        _FEATURES.check(doc.get("features"), f"{where}: features"),
+    )

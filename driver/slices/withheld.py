@@ -33,6 +33,7 @@ from driver.log import get_logger
 from driver.slices.ownership import Owner, Ownership, Reason
 from driver.slices.sayonce import SayOnce
 from driver.untrusted.files import read_file
+from driver.untrusted.shape import Choice, Field, ListOf, Record, Text
 from driver.untrusted.values import loads_json
 
 __all__ = ["EVENT_REASON", "WITHHELD_FILE", "WithheldDevice", "WithheldReport", "load_withheld"]
@@ -161,14 +162,24 @@ class WithheldReport:
         }
 
 
-def _text(value: object, what: str) -> str:
-    if not isinstance(value, str) or not 0 < len(value) <= _MAX_TEXT or not value.isprintable():
-        raise UntrustedValueError(what, f"must be printable text of 1 to {_MAX_TEXT} characters")
-    return value
+#: a record's text: the device and owner names ``numadra state`` prints
+_NAME = Text(max_len=_MAX_TEXT, min_len=1, printable=True)
+#: ``devices``: each one withheld, as the record file writes it (:meth:`WithheldReport._record_body`)
+_DEVICES = ListOf(
+    Record(
+        WithheldDevice,
+        {
+            "device": Field("device", _NAME, required=True),
+            "reason": Field("reason", Choice({r.value: r for r in Reason}), required=True),
+            "owner": Field("owner", _NAME, required=True),
+        },
+    ),
+    max_items=_MAX_DEVICES,
+)
 
 
 def load_withheld(plugin_dir: Path) -> list[WithheldDevice]:
-    """The devices of ``<plugin_dir>/withheld.json``, checked field by field.
+    """The devices of ``<plugin_dir>/withheld.json``, checked field by field (:data:`_DEVICES`).
 
     ``FileNotFoundError`` when there is none (nothing was ever withheld, or an older driver);
     :class:`~driver.errors.UntrustedFileError` / :class:`~driver.errors.UntrustedValueError` for a
@@ -179,23 +190,4 @@ def load_withheld(plugin_dir: Path) -> list[WithheldDevice]:
     doc = loads_json(read_file(path, max_bytes=_MAX_RECORD_BYTES), what=where)
     if not isinstance(doc, Mapping) or doc.get("version") != _RECORD_VERSION:
         raise UntrustedValueError(where, f"is not a version {_RECORD_VERSION} record")
-    items = doc.get("devices")
-    if not isinstance(items, list) or len(items) > _MAX_DEVICES:
-        raise UntrustedValueError(f"{where}: devices", f"must be a list of at most {_MAX_DEVICES}")
-    found: list[WithheldDevice] = []
-    reasons = {r.value: r for r in Reason}
-    for index, item in enumerate(items):
-        at = f"{where}: devices[{index}]"
-        if not isinstance(item, Mapping):
-            raise UntrustedValueError(at, "must be an object")
-        reason = item.get("reason")
-        if reason not in reasons:
-            raise UntrustedValueError(f"{at}.reason", f"must be one of {', '.join(reasons)}")
-        found.append(
-            WithheldDevice(
-                _text(item.get("device"), f"{at}.device"),
-                reasons[reason],
-                _text(item.get("owner"), f"{at}.owner"),
-            )
-        )
-    return found
+    return list(_DEVICES.check(doc.get("devices"), f"{where}: devices"))

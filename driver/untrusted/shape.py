@@ -8,7 +8,9 @@ the document. So a document is checked first, against a declared shape, and the 
 are what the caller uses:
 
 * :class:`Text`, :class:`Integer`, :class:`Boolean`: a scalar of that JSON type (a boolean is not
-  an integer), within bounds (length; range);
+  an integer), within bounds (length, and no control character where the text is shown to a
+  person; range);
+* :class:`Choice`: a string that names one of a fixed set, as the value the caller maps it to;
 * :class:`ListOf`, :class:`MapOf`: a list (a tuple comes back) or an object with string keys,
   each item checked, with a bound on the count;
 * :class:`Record`: an object whose named fields are checked (required or not) and passed, under
@@ -34,6 +36,7 @@ from driver.untrusted.values import bounded_int, json_type
 __all__ = [
     "AS_DICT",
     "Boolean",
+    "Choice",
     "Field",
     "Integer",
     "ListOf",
@@ -73,10 +76,13 @@ class Shape(Generic[T_co]):
 
 @dataclass(frozen=True, slots=True)
 class Text(Shape[str]):
-    """A string of ``min_len`` to ``max_len`` characters."""
+    """A string of ``min_len`` to ``max_len`` characters; with ``printable``, none of them a
+    control character (text a terminal or a report will show: an escape sequence in a planted
+    file must not reach the screen)."""
 
     max_len: int = MAX_TEXT
     min_len: int = 0
+    printable: bool = False
 
     def check(self, value: object, path: str = "") -> str:
         if not isinstance(value, str):
@@ -86,7 +92,30 @@ class Text(Shape[str]):
             raise UntrustedValueError(
                 path, f"must be {self.min_len} to {self.max_len} characters long, is {size}"
             )
+        if self.printable and not value.isprintable():
+            raise UntrustedValueError(
+                path or "the document", "must be printable text, has a control character"
+            )
         return value
+
+
+@dataclass(frozen=True, slots=True)
+class Choice(Shape[T]):
+    """A string naming one of ``choices``; the value it maps to comes back. ``unknown`` follows the
+    refused string in the error (``'evil' is not one of a, b``), so a caller can say what the set
+    is (``is no feature gate numadra knows``)."""
+
+    choices: Mapping[str, T]
+    unknown: str = ""
+
+    def check(self, value: object, path: str = "") -> T:
+        if not isinstance(value, str):
+            raise _refuse(path, "a string", value)
+        if value not in self.choices:
+            shown = repr(value[:64])  # a planted name is quoted and cut, never shown raw
+            why = self.unknown or f"is not one of {', '.join(self.choices)}"
+            raise UntrustedValueError(path or "the document", f"{shown} {why}")
+        return self.choices[value]
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,10 +150,11 @@ class Unchecked(Shape[object]):
 
 @dataclass(frozen=True, slots=True)
 class ListOf(Shape[tuple[T, ...]]):
-    """A list of at most ``max_items`` items, each of shape ``item``; a tuple comes back."""
+    """A list of ``min_items`` to ``max_items`` items, each of shape ``item``; a tuple comes back."""
 
     item: Shape[T]
     max_items: int
+    min_items: int = 0
 
     def check(self, value: object, path: str = "") -> tuple[T, ...]:
         if not isinstance(value, list | tuple):
@@ -132,6 +162,10 @@ class ListOf(Shape[tuple[T, ...]]):
         if len(value) > self.max_items:
             raise UntrustedValueError(
                 path or "the document", f"has {len(value)} items, more than the {self.max_items} allowed"
+            )
+        if len(value) < self.min_items:
+            raise UntrustedValueError(
+                path or "the document", f"has {len(value)} items, fewer than the {self.min_items} needed"
             )
         check = self.item.check
         return tuple(check(entry, at(path, index)) for index, entry in enumerate(value))

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from driver.errors import UntrustedValueError
-from driver.untrusted.shape import AS_DICT, Boolean, Field, Integer, ListOf, MapOf, Record, Text
+from driver.untrusted.shape import AS_DICT, Boolean, Choice, Field, Integer, ListOf, MapOf, Record, Text
 from driver.untrusted.yamldoc import load_yaml, load_yaml_documents
 
 
@@ -142,6 +142,46 @@ def test_any_document_is_typed_or_refused_by_name(document: Any) -> None:
         assert type(item.count) is int and 0 <= item.count <= 10
         assert type(item.on) is bool
         assert all(isinstance(tag, str) for tag in item.tags)
+
+
+_SHOWN = Text(max_len=16, printable=True)
+_COLOUR = Choice({"red": 1, "blue": 2}, unknown="is no colour we paint")
+
+
+@pytest.mark.parametrize(
+    ("shape", "value", "reason"),
+    [
+        pytest.param(_SHOWN, "gpu\x1b[2J", "must be printable text", id="escape-sequence"),
+        pytest.param(_SHOWN, "a\nb", "must be printable text", id="newline"),
+        pytest.param(_COLOUR, "green", "'green' is no colour we paint", id="unknown-choice"),
+        pytest.param(_COLOUR, "\x1b[31m" * 20, "is no colour", id="planted-choice-is-quoted"),
+        pytest.param(_COLOUR, 1, "must be a string, got a number", id="choice-not-text"),
+        pytest.param(ListOf(Text(), 3, min_items=1), [], "fewer than the 1 needed", id="too-few"),
+    ],
+)
+def test_text_shown_to_people_and_choices(shape: Any, value: object, reason: str) -> None:
+    """Record files numadra state prints: control characters and unknown names are refused, and
+    the refusal itself never carries the planted bytes raw."""
+    with pytest.raises(UntrustedValueError) as caught:
+        shape.check(value, "doc.field")
+    assert caught.value.what == "doc.field"
+    assert reason in caught.value.reason
+    assert "\x1b" not in str(caught.value)
+
+
+@given(st.text(max_size=16))
+def test_printable_text_is_passed_whole_or_refused(text: str) -> None:
+    try:
+        assert _SHOWN.check(text, "t") == text
+    except UntrustedValueError:
+        assert not text.isprintable()
+    else:
+        assert text.isprintable()
+
+
+def test_a_choice_gives_the_value_it_names() -> None:
+    assert _COLOUR.check("blue") == 2
+    assert ListOf(Text(), 3, min_items=1).check(["a"]) == ("a",)
 
 
 def test_the_billion_laughs_is_refused_before_it_is_built() -> None:
