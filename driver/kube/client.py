@@ -45,7 +45,7 @@ from driver.kube.kubeconfig import Kubeconfig
 from driver.kube.status import parse_status
 from driver.kube.transport import Stream, Transport, TransportSettings
 from driver.kube.types import JsonObject
-from driver.untrusted.values import ascii_int, bounded_int
+from driver.untrusted.values import ascii_int, bounded_int, json_type, object_or_empty
 
 __all__ = [
     "DEFAULT_READ_DEADLINE",
@@ -219,6 +219,13 @@ class SliceWatch:
     def _event(self, line: bytes) -> WatchEvent:
         event = json.loads(line)
         kind, obj = str(event.get("type", "")), event.get("object") or {}
+        if not isinstance(obj, dict):  # an event carries an object: else the watch ends, as a cut one
+            raise KubeError(
+                f"{self._verb} resourceslices: a watch event's object is {json_type(obj)}, not an object",
+                verb=self._verb,
+                resource="resourceslices",
+                transient=True,
+            )
         if kind == "ERROR":  # a Status object, e.g. 410 Gone: resourceVersion too old
             status = json.dumps(obj).encode()  # _raise_for quotes the Status' message
             _raise_for(self._verb, "resourceslices", "", _event_code(obj), status)
@@ -464,7 +471,14 @@ class KubeClient:
         data = self._call("list", "resourceslices", "", "GET", _SLICES, query=query, idempotent=True)
         obj = _decode("list", "resourceslices", "", data)
         items = obj.get("items") or []
-        return list(items), str((obj.get("metadata") or {}).get("resourceVersion", ""))
+        if not isinstance(items, list):
+            raise KubeError(
+                f"list resourceslices: the answer's items are {json_type(items)}, not a list",
+                verb="list",
+                resource="resourceslices",
+                transient=True,
+            )
+        return items, str(object_or_empty(obj.get("metadata")).get("resourceVersion", ""))
 
     def create_resource_slice(self, obj: Mapping[str, Any]) -> dict[str, Any]:
         """POST a new slice; returns the stored object."""

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from driver.errors import UntrustedValueError
-from driver.untrusted.values import bounded_int
+from driver.untrusted.values import bounded_int, is_object, object_or_empty
 
-__all__ = ["SlicePlan", "plan_sync", "slice_content"]
+__all__ = ["SlicePlan", "plan_sync", "slice_content", "stored_resource_version"]
 
 Obj = dict[str, Any]
 
@@ -51,32 +51,51 @@ def slice_content(obj: Mapping[str, Any], *, with_generation: bool = True) -> st
     """What we own of a slice, canonically: spec (minus taint timeAdded), owners, labels.
 
     Runs for every desired and stored slice on every sync, so it copies only what it changes
-    (a deep copy of a full slice cost more than the JSON encoding itself).
+    (a deep copy of a full slice cost more than the JSON encoding itself). Total over any JSON: a
+    stored slice is the apiserver's answer, and a part of the wrong type (a string where the spec
+    belongs) is kept as it came, so the content differs from ours and the slice is rewritten,
+    instead of an ``AttributeError`` stopping the sync.
     """
-    spec = dict(obj.get("spec") or {})
-    spec["devices"] = [_without_time_added(device) for device in spec.get("devices") or []]
-    if not with_generation:
-        spec["pool"] = {**(spec.get("pool") or {}), "generation": 0}
-    meta = obj.get("metadata") or {}
-    owners = [
-        {k: ref.get(k) for k in ("apiVersion", "kind", "name", "uid", "controller")}
-        for ref in meta.get("ownerReferences") or []
-    ]
-    return json.dumps([spec, owners, meta.get("labels") or {}], sort_keys=True)
+    spec: Any = obj.get("spec")
+    if spec is None:
+        spec = {}
+    if is_object(spec):
+        spec = dict(spec)
+        devices = spec.get("devices")
+        if isinstance(devices, list):
+            spec["devices"] = [_without_time_added(device) for device in devices]
+        elif not devices:
+            spec["devices"] = []
+        if not with_generation:
+            pool = spec.get("pool")
+            if pool is None or is_object(pool):
+                spec["pool"] = {**(pool or {}), "generation": 0}
+    meta = object_or_empty(obj.get("metadata"))
+    refs: Any = meta.get("ownerReferences") or []
+    if isinstance(refs, list):
+        keys = ("apiVersion", "kind", "name", "uid", "controller")
+        refs = [{k: ref.get(k) for k in keys} if is_object(ref) else ref for ref in refs]
+    return json.dumps([spec, refs, meta.get("labels") or {}], sort_keys=True)
 
 
-def _without_time_added(device: Mapping[str, Any]) -> Mapping[str, Any]:
-    """The device as compared: its taints without ``timeAdded`` (the apiserver sets it)."""
-    taints = device.get("taints")
-    if not taints:
+def _without_time_added(device: object) -> object:
+    """The device as compared: its taints without ``timeAdded`` (the apiserver sets it); a device
+    or taint of the wrong type as it came."""
+    if not is_object(device):
         return device
-    return {**device, "taints": [{k: v for k, v in t.items() if k != "timeAdded"} for t in taints]}
+    taints = device.get("taints")
+    if not taints or not isinstance(taints, list):
+        return device
+    return {
+        **device,
+        "taints": [{k: v for k, v in t.items() if k != "timeAdded"} if is_object(t) else t for t in taints],
+    }
 
 
 def _generation(obj: Mapping[str, Any], default: int = 0) -> int:
     """``spec.pool.generation``; ``default`` when it is absent, and 0 when it is no integer (a
     stored slice is the apiserver's answer: whatever it holds must not stop the sync)."""
-    found = ((obj.get("spec") or {}).get("pool") or {}).get("generation", default)
+    found = object_or_empty(object_or_empty(obj.get("spec")).get("pool")).get("generation", default)
     try:
         return bounded_int(found, what="spec.pool.generation", lo=0, hi=(1 << 63) - 1)
     except UntrustedValueError:
@@ -84,11 +103,18 @@ def _generation(obj: Mapping[str, Any], default: int = 0) -> int:
 
 
 def _taints(obj: Mapping[str, Any]) -> Iterator[tuple[tuple[str, str, str, str], dict[str, Any]]]:
-    """(device name, key, value, effect) and the taint dict, for every taint of a slice."""
-    for device in (obj.get("spec") or {}).get("devices") or []:
-        for taint in device.get("taints") or []:
+    """(device name, key, value, effect) and the taint dict, for every taint of a slice; a device,
+    taint or name of the wrong type (a stored slice is the apiserver's answer) is passed over."""
+    devices = object_or_empty(obj.get("spec")).get("devices")
+    for device in devices if isinstance(devices, list) else ():
+        taints = device.get("taints") if is_object(device) else None
+        for taint in taints if isinstance(taints, list) else ():
+            if not isinstance(taint, dict):
+                continue
             identity = (device.get("name", ""), taint.get("key", ""), taint.get("value", ""))
-            yield (*identity, taint.get("effect", "")), taint
+            key = (*identity, taint.get("effect", ""))
+            if all(isinstance(part, str) for part in key):
+                yield key, taint
 
 
 def _carry_time_added(desired: Obj, stored: Mapping[str, Any]) -> None:
@@ -119,6 +145,20 @@ def _writable_copy(obj: Mapping[str, Any]) -> Obj:
     return want
 
 
+def _stored_name(obj: object) -> str:
+    """The name of a stored slice; "" for one with none (or of the wrong type), which no write of
+    ours can address: the diff passes it over."""
+    name = object_or_empty(object_or_empty(obj).get("metadata")).get("name")
+    return name if isinstance(name, str) else ""
+
+
+def stored_resource_version(obj: Mapping[str, Any]) -> str:
+    """``metadata.resourceVersion`` of a stored slice; "" when it has none (the write then carries
+    no precondition the apiserver could match, and the apiserver answers it with a conflict)."""
+    version = object_or_empty(obj.get("metadata")).get("resourceVersion")
+    return version if isinstance(version, str) else ""
+
+
 def plan_sync(
     desired: Sequence[Mapping[str, Any]],
     stored: Sequence[Mapping[str, Any]],
@@ -133,7 +173,7 @@ def plan_sync(
     dropped for disabled features): that pair counts as "unchanged", so it is not rewritten in a loop.
     """
     accepted = accepted or {}
-    by_name = {str(s["metadata"]["name"]): s for s in stored}
+    by_name = {name: s for s in stored if (name := _stored_name(s))}
     wanted: list[Obj] = []
     for obj in desired:
         want = _writable_copy(obj)
@@ -144,7 +184,7 @@ def plan_sync(
         wanted.append(want)
     names = {str(w["metadata"]["name"]) for w in wanted}
     obsolete = [s for name, s in sorted(by_name.items()) if name not in names]
-    stored_gens = [_generation(s) for s in stored]
+    stored_gens = [_generation(s) for s in by_name.values()]
     wanted_gens = [_generation(w, default=1) for w in wanted]
     base = max([1, *stored_gens, *wanted_gens])
 
@@ -167,7 +207,7 @@ def plan_sync(
         if have is None or (name not in changed and _generation(have) == generation):
             continue
         _carry_time_added(want, have)
-        want["metadata"]["resourceVersion"] = have["metadata"]["resourceVersion"]
+        want["metadata"]["resourceVersion"] = stored_resource_version(have)
         updates.append(want)
     return SlicePlan(
         tuple(copy.deepcopy(dict(o)) for o in obsolete), tuple(updates), tuple(creates), generation

@@ -56,9 +56,10 @@ from driver.slices.features import (
 )
 from driver.slices.missingfeatures import MissingFeatures
 from driver.slices.ownership import without
-from driver.slices.plan import SlicePlan, plan_sync, slice_content
+from driver.slices.plan import SlicePlan, plan_sync, slice_content, stored_resource_version
 from driver.slices.watchedloops import WatchedLoops, jittered, watch_timeout_seconds
 from driver.supervise import supervised
+from driver.untrusted.values import object_or_empty
 
 __all__ = [
     "PublisherStats",
@@ -89,6 +90,20 @@ class SliceApi(Protocol):
     def watch_resource_slices(
         self, *, field_selector: str = "", resource_version: str = "", timeout_seconds: int = 300
     ) -> SliceWatch: ...
+
+
+def _node_uid(node: Mapping[str, Any], node_name: str) -> str:
+    """The Node's ``metadata.uid`` (the slices' owner reference); a KubeError when the answer has
+    none: the sync fails and is retried like any failed call, instead of a ``KeyError``."""
+    uid = object_or_empty(node.get("metadata")).get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise KubeError(
+            f"get node {node_name}: the answer has no metadata.uid",
+            verb="get",
+            resource="nodes",
+            name=node_name,
+        )
+    return uid
 
 
 def _owner(node_name: str, node_uid: str) -> Obj:
@@ -301,7 +316,7 @@ class SlicePublisher:
     def sync(self, desired: Sequence[Mapping[str, Any]]) -> SlicePlan:
         """One synchronous reconcile (LIST, plan, write). Raises KubeError; used by the loop."""
         if not self._node_uid:
-            self._node_uid = str(self._api.get_node(self.node_name)["metadata"]["uid"])
+            self._node_uid = _node_uid(self._api.get_node(self.node_name), self.node_name)
         try:
             stored, list_rv = self._api.list_resource_slices(field_selector=self._selector)
         except KubeError as err:
@@ -332,11 +347,13 @@ class SlicePublisher:
                 creates=len(plan.creates),
             )
         for obj in plan.deletes:
-            name, meta = obj["metadata"]["name"], obj["metadata"]
+            name, uid = obj["metadata"]["name"], obj["metadata"].get("uid")
             self._note_sent(name, "")
             try:
                 self._api.delete_resource_slice(
-                    name, uid=meta.get("uid", ""), resource_version=meta["resourceVersion"]
+                    name,
+                    uid=uid if isinstance(uid, str) else "",
+                    resource_version=stored_resource_version(obj),
                 )
             except KubeError as err:
                 if err.status != 404:
@@ -379,7 +396,7 @@ class SlicePublisher:
         A gate found missing here changes what is desired (:func:`adapt`): the pool is synced once
         more in that form.
         """
-        name = str(stored["metadata"]["name"])
+        name = str(sent["metadata"]["name"])  # ours; the answer's own may be anything
         mine, kept = slice_content(sent, with_generation=False), slice_content(stored, with_generation=False)
         dropped: tuple[DroppedField, ...] = ()
         if mine == kept:
@@ -445,7 +462,7 @@ class SlicePublisher:
             _log.info("slice watch failed", error=str(error), retry_in=round(delay, 2), node=self.node_name)
 
     def _on_event(self, kind: str, obj: Mapping[str, Any]) -> None:
-        meta = obj.get("metadata") or {}
+        meta = object_or_empty(obj.get("metadata"))
         name, rv = str(meta.get("name", "")), str(meta.get("resourceVersion", ""))
         with self._cond:
             if rv:

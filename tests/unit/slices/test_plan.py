@@ -6,6 +6,8 @@ import copy
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from driver.slices.plan import plan_sync, slice_content
 
@@ -138,3 +140,54 @@ def test_the_plan_never_writes_to_the_callers_slices() -> None:
     first = next(u for u in plan.updates if u["metadata"]["name"] == "n1-numadra-dev-0")
     assert first["spec"]["devices"][1]["taints"][0]["timeAdded"] == "2026-01-01T00:00:00Z"
     assert "timeAdded" not in desired[0]["spec"]["devices"][1]["taints"][0]
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=6),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+def _paths(node: Any, at: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every place in a JSON document a value can be replaced at."""
+    found = [at] if at else []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            found += _paths(value, (*at, key))
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            found += _paths(value, (*at, index))
+    return found
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_any_stored_slice_is_diffed_never_raised_on(data: st.DataObject) -> None:
+    """A stored slice is the apiserver's answer: one part of any JSON type, anywhere in it, is a
+    slice that differs (and is rewritten) or one the diff passes over, never an exception that
+    stops the publisher's sync or its watch handler."""
+    desired = [_slice(0, ["a", "b"]), _slice(1, ["c"])]
+    desired[0]["spec"]["devices"][0]["taints"] = [{"key": "k", "value": "v", "effect": "NoSchedule"}]
+    stored: list[Any] = copy.deepcopy(_stored(desired))  # its owner refs are the shared OWNER
+    where = data.draw(st.sampled_from([(0,), (1,), *[(i, *p) for i in (0, 1) for p in _paths(stored[i])]]))
+    value = data.draw(_JSON)
+    if len(where) == 1:
+        stored[where[0]] = value
+    else:
+        node = stored[where[0]]
+        for key in where[1:-1]:
+            node = node[key]
+        node[where[-1]] = value
+    for obj in stored:
+        if isinstance(obj, dict):
+            slice_content(obj)
+            slice_content(obj, with_generation=False)
+    plan = plan_sync(desired, stored, owner=OWNER)
+    written = {str(w["metadata"]["name"]) for w in (*plan.updates, *plan.creates)}
+    assert written | {str(d["metadata"]["name"]) for d in plan.deletes} <= {
+        "n1-numadra-dev-0",
+        "n1-numadra-dev-1",
+    }
+    for update in plan.updates:
+        assert isinstance(update["metadata"]["resourceVersion"], str)
