@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Literal, TypeVar
 
-from driver.plugin import Claim, ClaimRef, DriverPlugin, PrepareResult, ReadsAhead
+from driver.plugin import Claim, ClaimRef, DriverPlugin, PrepareResult
 
 if TYPE_CHECKING:
     from driver.observability.metrics import Metrics
@@ -47,6 +47,9 @@ class MeteredPlugin:
         self._metrics: Metrics | None = None
         self._lock = threading.Lock()
         self._pending: deque[tuple[_Op, bool, float]] = deque(maxlen=MAX_PENDING_OBSERVATIONS)
+        # decided once: ``isinstance(inner, ReadsAhead)`` asks the same (the method is there and
+        # not None), but through the runtime-checkable protocol's costly class checks
+        self._inner_read_ahead: Callable[[Sequence[Claim]], None] | None = getattr(inner, "read_ahead", None)
 
     @property
     def metrics(self) -> Metrics | None:
@@ -63,8 +66,8 @@ class MeteredPlugin:
 
     def read_ahead(self, claims: Sequence[Claim]) -> None:
         """The claims driver's work before the lock, when it has some (not timed: no claim's result)."""
-        if isinstance(self._inner, ReadsAhead):
-            self._inner.read_ahead(claims)
+        if self._inner_read_ahead is not None:
+            self._inner_read_ahead(claims)
 
     def prepare_claims(self, claims: Sequence[Claim]) -> Mapping[str, PrepareResult]:
         """Prepare through the claims driver; count every claim's result."""
