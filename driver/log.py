@@ -53,10 +53,6 @@ def _line_encoder() -> Callable[[Any], str]:
 _encode_line = _line_encoder()
 
 
-def _encode(event: Any, **_: Any) -> str:
-    return _encode_line(event)
-
-
 #: (second since the epoch, its "YYYY-MM-DDTHH:MM:SS" in UTC): the lines of one second share it
 _second: tuple[int, str] = (-1, "")
 
@@ -82,6 +78,32 @@ def _add_timestamp(_: Any, __: str, event_dict: MutableMapping[str, Any]) -> Mut
     return event_dict
 
 
+#: the ``level`` of a method whose name is not its level (structlog's ``map_method_name``)
+_LEVEL_OF_METHOD = {"warn": "warning", "exception": "error"}
+
+#: structlog's stack renderer, told to skip this module's frames as it skips its own: called from
+#: :func:`_json_line`, it renders the same stack as in its own place in the processor chain
+_render_stack = structlog.processors.StackInfoRenderer(additional_ignores=[__name__])
+
+
+def _json_line(logger: Any, method_name: str, event_dict: MutableMapping[str, Any]) -> str:
+    """structlog's JSON chain in one call, with that chain's text.
+
+    The chain is ``add_log_level``, :func:`_add_timestamp`, ``StackInfoRenderer``,
+    ``format_exc_info`` and the renderer: a call each per line, and the stack and exception
+    renderers look for keys that hardly any line has. Here the level and the timestamp are set as
+    those processors set them (an existing key keeps its place), the stack and exception renderers
+    run only for a line that has their key (they pop it, and add ``stack`` and ``exception`` last,
+    where the chain puts them), then :func:`_encode_line`.
+    """
+    event_dict["level"] = _LEVEL_OF_METHOD.get(method_name, method_name)
+    event_dict["timestamp"] = _utc_stamp(time.time_ns())
+    if "stack_info" in event_dict or "exc_info" in event_dict:
+        event_dict = _render_stack(logger, method_name, event_dict)
+        event_dict = structlog.processors.format_exc_info(logger, method_name, event_dict)
+    return _encode_line(event_dict)
+
+
 def configure_logging(fmt: LogFormat = "console", level: int = logging.INFO, *, cache: bool = False) -> None:
     """Configure structlog once for the process; logs go to stderr so stdout stays for data.
 
@@ -89,21 +111,22 @@ def configure_logging(fmt: LogFormat = "console", level: int = logging.INFO, *, 
     (``numadra run`` and the prepare benchmark: a claim's lines are on the kubelet's call, and an
     uncached logger rebuilds itself for every one). Off where the configuration may change later
     in the process (the CLI's data commands restore the caller's; tests capture lines).
-    No processor reads context variables: nothing here binds any, so none merges them.
+    No processor reads context variables: nothing here binds any, so none merges them. JSON
+    lines go through one processor (:func:`_json_line`); the console keeps structlog's chain.
     """
-    renderer: structlog.typing.Processor
+    processors: list[structlog.typing.Processor]
     if fmt == "json":
-        renderer = structlog.processors.JSONRenderer(serializer=_encode)
+        processors = [_json_line]
     else:
-        renderer = structlog.dev.ConsoleRenderer(colors=False)
-    structlog.configure(
-        processors=[
+        processors = [
             structlog.processors.add_log_level,
             _add_timestamp,
             structlog.processors.StackInfoRenderer(),
             structlog.processors.format_exc_info,
-            renderer,
-        ],
+            structlog.dev.ConsoleRenderer(colors=False),
+        ]
+    structlog.configure(
+        processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(level),
         logger_factory=structlog.WriteLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=cache,

@@ -75,8 +75,14 @@ class Housekeeping:
         self._after.append(task)
 
     def wake(self) -> None:
-        """Run a round now (the journal changed)."""
-        self._wake.set()
+        """Run a round now (the journal changed).
+
+        Every prepare and unprepare calls this, and while a wake waits out :data:`SETTLE_S` the
+        flag is set already: setting it again would take the event's lock for nothing. A wake that
+        finds it set is served by the round that clears it, which reads the journal after that.
+        """
+        if not self._wake.is_set():
+            self._wake.set()
 
     def request_rescan(self) -> None:
         """Rediscover the host in the next round, which starts now."""

@@ -131,8 +131,10 @@ def _checked(claims: Sequence[ClaimRef], call: str) -> translate.ClaimCheck:
 
 def _debug_on() -> bool:
     """Whether debug lines are logged; asked once per call, as every call on the module's lazy
-    logger binds a new one: a per-claim question would bind once per claim."""
-    return _log.is_enabled_for(logging.DEBUG)
+    logger binds a new one: a per-claim question would bind once per claim. Asked of the logger
+    ``bind`` returns, not of the proxy: an attribute the proxy lacks is found by Python's failed
+    lookup and the proxy's ``__getattr__``, which costs several times the question itself."""
+    return _log.bind().is_enabled_for(logging.DEBUG)
 
 
 def _name(claim: ClaimRef) -> str:

@@ -12,6 +12,7 @@ goes through. The response builders guarantee one map entry per requested claim 
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
@@ -170,20 +171,33 @@ def _base_names(names: Iterable[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(base_request_name(n) for n in names))
 
 
-def _normalize(result: PrepareResult) -> PrepareResult:
-    if result.error:
-        return PrepareResult(error=result.error)
-    devices = tuple(
-        PreparedDevice(
-            request_names=_base_names(d.request_names),
-            pool_name=d.pool_name,
-            device_name=d.device_name,
-            cdi_device_ids=d.cdi_device_ids,
-            share_id=d.share_id,
-        )
-        for d in result.devices
+def _normalized_device(device: PreparedDevice) -> PreparedDevice:
+    """``device`` with its request names made base names, each once; ``device`` itself when they
+    are already (a driver's usual answer: then there is nothing to copy)."""
+    names = device.request_names
+    if type(names) is tuple and (len(names) == 1 and "/" not in names[0]):
+        return device  # one base name: the usual answer, checked without building anything
+    if type(names) is tuple and names == _base_names(names):
+        return device
+    return PreparedDevice(
+        request_names=_base_names(names),
+        pool_name=device.pool_name,
+        device_name=device.device_name,
+        cdi_device_ids=device.cdi_device_ids,
+        share_id=device.share_id,
     )
-    return PrepareResult(devices=devices)
+
+
+def _normalize(result: PrepareResult) -> PrepareResult:
+    """The result as the response carries it: an error without devices, or the devices with base
+    request names. Results are immutable, so one that is already so is returned as it is."""
+    if result.error:
+        return result if result.devices == () else PrepareResult(error=result.error)
+    devices = result.devices
+    normalized = tuple(_normalized_device(d) for d in devices)
+    if type(devices) is tuple and all(map(operator.is_, normalized, devices)):
+        return result
+    return PrepareResult(devices=normalized)
 
 
 def complete_results(

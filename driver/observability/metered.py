@@ -13,14 +13,15 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Literal, TypeVar
 
-from driver.plugin import Claim, ClaimRef, DriverPlugin, PrepareResult, ReadsAhead
+from driver.plugin import Claim, ClaimRef, DriverPlugin, PrepareResult
 
 if TYPE_CHECKING:
     from driver.observability.metrics import Metrics
 
 __all__ = ["MAX_PENDING_OBSERVATIONS", "MeteredPlugin"]
 
-#: observations kept until the metrics are attached (a second or so after registration)
+#: observations kept until the metrics are attached (a second or so after registration); after
+#: it, the calls queued at most before the call that finds them applies them
 MAX_PENDING_OBSERVATIONS = 4096
 
 _Op = Literal["prepare", "unprepare"]
@@ -39,6 +40,12 @@ class MeteredPlugin:
     the kubelet may prepare in between, so observations made before :meth:`attach_metrics` are
     kept and handed over then. ``on_change`` runs after every
     call, also a failed one: the journal may have changed either way.
+
+    A call only queues its observation: the prometheus series take a lock and walk the buckets per
+    update, work the kubelet's call need not wait for. The queue is applied before every read of
+    the metrics (:meth:`Metrics.add_pending`: a scrape sees every call that ended before it), by
+    the housekeeping round that follows the call (:meth:`Metrics.apply_pending`), and by a call
+    that finds :data:`MAX_PENDING_OBSERVATIONS` queued (rounds that stalled never let it grow).
     """
 
     def __init__(self, inner: DriverPlugin, on_change: Callable[[], None]) -> None:
@@ -47,6 +54,13 @@ class MeteredPlugin:
         self._metrics: Metrics | None = None
         self._lock = threading.Lock()
         self._pending: deque[tuple[_Op, bool, float]] = deque(maxlen=MAX_PENDING_OBSERVATIONS)
+        #: after the attach: (op, claims succeeded, claims failed, seconds) per call, not yet applied
+        self._queued: deque[tuple[_Op, int, int, float]] = deque()
+        #: one applier at a time: a read that waits for it finds the popped observations applied
+        self._apply_lock = threading.Lock()
+        # decided once: ``isinstance(inner, ReadsAhead)`` asks the same (the method is there and
+        # not None), but through the runtime-checkable protocol's costly class checks
+        self._inner_read_ahead: Callable[[Sequence[Claim]], None] | None = getattr(inner, "read_ahead", None)
 
     @property
     def metrics(self) -> Metrics | None:
@@ -55,16 +69,31 @@ class MeteredPlugin:
 
     def attach_metrics(self, metrics: Metrics) -> None:
         """Report to ``metrics`` from now on, starting with what was observed before."""
+        metrics.add_pending(self.apply_queued)  # before the first call may queue
         with self._lock:
             self._metrics = metrics
             pending, self._pending = list(self._pending), deque(maxlen=MAX_PENDING_OBSERVATIONS)
         for op, ok, seconds in pending:
             _observe(metrics, op, ok, seconds)
 
+    def apply_queued(self) -> None:
+        """Apply the queued observations to the metrics (every read of them does it first)."""
+        metrics = self._metrics
+        if metrics is None:
+            return
+        queued = self._queued
+        with self._apply_lock:
+            while queued:
+                op, succeeded, failed, seconds = queued.popleft()
+                if succeeded:
+                    _observe(metrics, op, True, seconds, succeeded)
+                if failed:
+                    _observe(metrics, op, False, seconds, failed)
+
     def read_ahead(self, claims: Sequence[Claim]) -> None:
         """The claims driver's work before the lock, when it has some (not timed: no claim's result)."""
-        if isinstance(self._inner, ReadsAhead):
-            self._inner.read_ahead(claims)
+        if self._inner_read_ahead is not None:
+            self._inner_read_ahead(claims)
 
     def prepare_claims(self, claims: Sequence[Claim]) -> Mapping[str, PrepareResult]:
         """Prepare through the claims driver; count every claim's result."""
@@ -108,17 +137,15 @@ class MeteredPlugin:
         self._inner.handle_error(err, msg)
 
     def _observe(self, op: _Op, succeeded: int, failed: int, seconds: float) -> None:
-        metrics = self._metrics  # set once, under the lock: read it without, check again with
-        if metrics is None:
+        if self._metrics is None:  # set once, under the lock: read it without, check again with
             with self._lock:
-                metrics = self._metrics
-                if metrics is None:
+                if self._metrics is None:
                     self._pending.extend([(op, True, seconds)] * succeeded + [(op, False, seconds)] * failed)
                     return
-        if succeeded:
-            _observe(metrics, op, True, seconds, succeeded)
-        if failed:
-            _observe(metrics, op, False, seconds, failed)
+        queued = self._queued
+        queued.append((op, succeeded, failed, seconds))
+        if len(queued) >= MAX_PENDING_OBSERVATIONS:
+            self.apply_queued()
 
 
 def _failed_prepares(results: Mapping[str, PrepareResult]) -> int:

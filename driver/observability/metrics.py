@@ -51,10 +51,11 @@ Series (all prefixed ``numadra_``):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Literal
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.metrics_core import Metric
 
 from driver import __version__
 from driver.pinning.consumers import GONE_REASONS as ADOPTED_RELEASE_REASONS
@@ -127,12 +128,30 @@ def _catch_up(
             counted[value] = total
 
 
+class _ApplyPending:
+    """A collector of no series, registered first: every read of the registry (a scrape,
+    :meth:`Metrics.sample`, ``generate_latest``) collects it before any series, and it applies the
+    observations that callers queued (:meth:`Metrics.add_pending`), so a read sees every call that
+    ended before it."""
+
+    def __init__(self, apply: Callable[[], None]) -> None:
+        self._apply = apply
+
+    def collect(self) -> Iterator[Metric]:
+        """Apply what is queued; no series of its own."""
+        self._apply()
+        return iter(())
+
+
 class Metrics:
     """All numadra metrics of one driver process, in their own registry."""
 
     def __init__(self, driver_name: str = "", node_name: str = "") -> None:
+        #: what applies queued observations (:meth:`add_pending`), run before every read
+        self._pending: list[Callable[[], None]] = []
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
+        r.register(_ApplyPending(self.apply_pending))  # first: collected before every series
         self._prepare = Counter("numadra_prepare", "Claims prepared, by result", ["result"], registry=r)
         self._unprepare = Counter("numadra_unprepare", "Claims unprepared, by result", ["result"], registry=r)
         self._prepare_seconds = Histogram(
@@ -271,6 +290,16 @@ class Metrics:
             self._events.labels(result=outcome)
         self.set_fields_dropped({})
         self.set_device_counts({})
+
+    def add_pending(self, apply: Callable[[], None]) -> None:
+        """Run ``apply`` before every read of the registry and in :meth:`apply_pending`: a caller
+        that queues its observations off a hot path (the metered plugin) hands them over there."""
+        self._pending.append(apply)
+
+    def apply_pending(self) -> None:
+        """Hand over every queued observation now (a read does it first; so does the updater)."""
+        for apply in self._pending:
+            apply()
 
     def observe_prepare(self, result: Result, seconds: float, claims: int = 1) -> None:
         """``claims`` claims of one call went through prepare in ``seconds``."""

@@ -76,6 +76,7 @@ class MetricsUpdater:
     def update(self) -> None:
         """Set every metric that mirrors a component's state (cheap: no I/O, no apiserver)."""
         metrics, inventory = self.metrics, self._inventory()
+        metrics.apply_pending()  # the calls' queued observations (the round follows the calls)
         metrics.set_prepared_claims(self._index.count())
         # reserved and (with --isolated-cpus exclude) isolated CPUs are never free for a claim
         taken = self._index.claimed_cpus() | self._planner.reserved_cpus

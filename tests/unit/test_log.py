@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 import structlog
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from driver.log import configure_logging, get_logger
 
@@ -134,3 +136,89 @@ def test_the_timestamp_is_the_time_of_the_line(capsys: pytest.CaptureFixture[str
     stamp = json.loads(capsys.readouterr().err)["timestamp"]
     assert stamp.endswith("Z")
     assert before <= datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")) <= after
+
+
+#: the clock of the chain comparison, and its stamp (what the timestamp tests above hold the line to)
+_NOW_NS = 1_764_787_049_123_456_789
+_NOW_STAMP = "2025-12-03T18:37:29.123456Z"
+
+
+def _stamp(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+    event_dict["timestamp"] = _NOW_STAMP
+    return event_dict
+
+
+def _reference_chain() -> list[Any]:
+    """The JSON processor chain as structlog's own processors build it: the text to match."""
+    return [
+        structlog.processors.add_log_level,
+        _stamp,
+        structlog.processors.StackInfoRenderer(),
+        structlog.processors.format_exc_info,
+        structlog.processors.JSONRenderer(default=_fallback),
+    ]
+
+
+def _emit(method: str, event: str, kw: dict[str, Any]) -> None:
+    """One line through the configured logger, always from this line (the stack of ``stack_info``)."""
+    getattr(get_logger("test").bind(bound="yes"), method)(event, **kw)
+
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=6,
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    method=st.sampled_from(["debug", "info", "warning", "warn", "error", "exception", "critical"]),
+    event=st.text(max_size=10),
+    values=st.dictionaries(
+        st.sampled_from(["claim_uid", "devices", "level", "timestamp", "error", "x", "stack", "exception"]),
+        _json_values | st.builds(_Named) | st.builds(_Opaque),
+        max_size=5,
+    ),
+    exc_info=st.sampled_from([None, True, False, "instance", "tuple"]),
+    stack_info=st.sampled_from([None, True, False]),
+)
+def test_a_json_line_is_the_text_of_structlogs_own_chain(
+    method: str,
+    event: str,
+    values: dict[str, Any],
+    exc_info: object,
+    stack_info: bool | None,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The one JSON processor writes, key for key and byte for byte, what structlog's chain of
+    add_log_level, the timestamp, StackInfoRenderer, format_exc_info and JSONRenderer writes: keys
+    the line already has (``level``, ``timestamp``) keep their place, a raised exception and a
+    stack come out as those renderers put them, and ``exc_info``/``stack_info`` false drop out."""
+    monkeypatch.setattr(time, "time_ns", lambda: _NOW_NS)
+    kw = dict(values)
+    try:
+        raise ValueError("boom")
+    except ValueError as exc:
+        if exc_info == "instance":
+            kw["exc_info"] = exc
+        elif exc_info == "tuple":
+            kw["exc_info"] = (ValueError, exc, exc.__traceback__)
+        elif exc_info is not None:
+            kw["exc_info"] = exc_info
+        if stack_info is not None:
+            kw["stack_info"] = stack_info
+        lines = []
+        old = structlog.get_config()
+        try:
+            for chain in ("ours", "structlog's"):
+                configure_logging("json", logging.DEBUG)
+                if chain != "ours":
+                    structlog.configure(processors=_reference_chain())
+                _emit(method, event, dict(kw))
+                lines.append(capsys.readouterr().err)
+        finally:
+            structlog.configure(**old)
+    assert lines[0].count("\n") == 1
+    assert lines[0] == lines[1]

@@ -110,3 +110,32 @@ def test_wakes_within_the_settle_time_share_one_round() -> None:
     assert done.acquire(timeout=WAIT)
     assert rounds == ["after", "rescan", "after"]
     keeper.stop(WAIT)
+
+
+def test_a_wake_during_a_round_gets_a_round_of_its_own() -> None:
+    """A wake finds the flag set while a wake waits out the settle time and leaves it; one that
+    comes while a round runs (the flag cleared) must still get the next round, which then reads
+    the journal change it announced."""
+    index = PreparedIndex(list, _cannot_say)
+    in_round = threading.Event()
+    go_on = threading.Event()
+    done = threading.Semaphore(0)
+
+    def after() -> None:
+        in_round.set()
+        assert go_on.wait(WAIT)
+        done.release()
+
+    keeper = Housekeeping(index=index, rescan=lambda: None, rescan_interval=0.0, settle=0.0)
+    keeper.after_each_round(after)
+    keeper.start()
+    keeper.wake()
+    assert in_round.wait(WAIT)  # the first round runs, its wake already cleared
+    index.invalidate()
+    keeper.wake()
+    keeper.wake()  # the flag is set now: this one shares the round the one before asked for
+    go_on.set()
+    assert done.acquire(timeout=WAIT)
+    assert done.acquire(timeout=WAIT)  # the round of the wakes made during the first
+    assert not index.stale
+    keeper.stop(WAIT)

@@ -272,3 +272,54 @@ def test_every_claim_gets_exactly_one_entry(claims: list[ClaimRef]) -> None:
         translate.DRA_V1, translate.complete_results(check.valid, {}, check.rejected)
     )
     assert set(response.claims) == {c.uid for c in claims}
+
+
+def _normalized_by_copy(result: PrepareResult) -> PrepareResult:
+    """What the response carries for ``result``, built anew: an error alone, or every device
+    with its request names made base names, each once, in order."""
+    if result.error:
+        return PrepareResult(error=result.error)
+    return PrepareResult(
+        devices=tuple(
+            PreparedDevice(
+                request_names=tuple(dict.fromkeys(base_request_name(n) for n in d.request_names)),
+                pool_name=d.pool_name,
+                device_name=d.device_name,
+                cdi_device_ids=d.cdi_device_ids,
+                share_id=d.share_id,
+            )
+            for d in result.devices
+        )
+    )
+
+
+_request_names = st.lists(
+    st.sampled_from(["gpu", "nic", "cpu", "gpu/high-mem", "gpu/low", "nic/a"]), max_size=4
+)
+_devices = st.builds(
+    PreparedDevice,
+    request_names=st.one_of(_request_names.map(tuple), _request_names),  # a sloppy driver's list too
+    pool_name=st.just("pool"),
+    device_name=st.sampled_from(["gpu-0", "nic-1"]),
+    cdi_device_ids=st.lists(st.just("numadra.dev/claim=x"), max_size=2).map(tuple),
+    share_id=st.none() | st.just("share"),
+)
+_any_results = st.builds(
+    PrepareResult,
+    devices=st.one_of(st.lists(_devices, max_size=3).map(tuple), st.lists(_devices, max_size=3)),
+    error=st.sampled_from(["", "", "it failed"]),
+)
+
+
+@settings(max_examples=300)
+@given(results=st.lists(_any_results, min_size=1, max_size=4))
+def test_complete_results_normalizes_as_a_copy_would(results: list[PrepareResult]) -> None:
+    """A result that is already in the response's form is handed on as it is, any other is
+    rebuilt: either way each claim's result equals the one built anew, tuples throughout."""
+    refs = [ClaimRef("ns", f"c-{i}", f"uid-{i}") for i in range(len(results))]
+    out = translate.complete_results(refs, {r.uid: res for r, res in zip(refs, results, strict=True)}, {})
+    for ref, result in zip(refs, results, strict=True):
+        got = out[ref.uid]
+        assert got == _normalized_by_copy(result)
+        assert type(got.devices) is tuple
+        assert all(type(d.request_names) is tuple for d in got.devices)
