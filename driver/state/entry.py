@@ -162,6 +162,8 @@ _quote = encode_basestring_ascii
 
 
 def _strings(values: tuple[str, ...]) -> str:
+    if len(values) == 1:  # most lists (a device's CDI IDs, its requests) hold one string
+        return f"[{_quote(values[0])}]"
     return f"[{','.join(map(_quote, values))}]"
 
 

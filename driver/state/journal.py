@@ -49,6 +49,7 @@ from driver.log import get_logger
 from driver.pinning.types import format_cpulist
 from driver.state.entry import JournalEntry
 from driver.state.wal import (
+    NOTHING_NEW,
     RESET_DELETED,
     RESET_EMPTY,
     RESET_START,
@@ -204,31 +205,36 @@ class Journal:
         self._changes.append((self._seq, uid))
 
     def _index(self, entry: JournalEntry) -> None:
-        self._changed(entry.uid)
+        uid = entry.uid
+        self._changed(uid)
         for held in entry.devices:
             if held.share_id is None and held.device_name not in entry.admin_devices:
-                self._holders.setdefault((held.pool_name, held.device_name), []).append(entry.uid)
+                self._holders.setdefault((held.pool_name, held.device_name), []).append(uid)
         if entry.pinning is not None:
+            users = self._cpu_users
             for cpu in entry.pinning.cpus:
-                self._cpu_users[cpu] = self._cpu_users.get(cpu, 0) + 1
+                users[cpu] = users.get(cpu, 0) + 1
             self._taken = None
 
     def _unindex(self, entry: JournalEntry) -> None:
-        self._changed(entry.uid)
+        uid = entry.uid
+        self._changed(uid)
         for held in entry.devices:
             if held.share_id is None and held.device_name not in entry.admin_devices:
-                uids = self._holders.get((held.pool_name, held.device_name))
-                if uids is not None and entry.uid in uids:
-                    uids.remove(entry.uid)
+                key = (held.pool_name, held.device_name)
+                uids = self._holders.get(key)
+                if uids is not None and uid in uids:
+                    uids.remove(uid)
                     if not uids:
-                        del self._holders[(held.pool_name, held.device_name)]
+                        del self._holders[key]
         if entry.pinning is not None:
+            users = self._cpu_users
             for cpu in entry.pinning.cpus:
-                left = self._cpu_users.get(cpu, 0) - 1
+                left = users.get(cpu, 0) - 1
                 if left > 0:
-                    self._cpu_users[cpu] = left
+                    users[cpu] = left
                 else:
-                    self._cpu_users.pop(cpu, None)
+                    users.pop(cpu, None)
             self._taken = None
 
     def _reset(self, entries: dict[str, JournalEntry], texts: dict[str, str]) -> None:
@@ -265,6 +271,10 @@ class Journal:
             replay = self._log.read()
         except OSError as exc:
             raise self._recovery_error(f"cannot be read ({exc.strerror or exc})") from exc
+        if replay is NOTHING_NEW:  # the common case: no other process wrote since our last call
+            if self._check_due:
+                self._cross_check(persist)
+            return
         if replay.reset:
             self._reset({}, {})
             if not self._check_due or self._check_due == RESET_START:
@@ -376,9 +386,13 @@ class Journal:
         """
         if self.read_only:
             raise JournalError(f"journal {self.path} was opened read-only")
-        puts = {uid: self._text[uid] for uid, put in self._dirty.items() if put}
-        removes = [uid for uid, put in self._dirty.items() if not put]
-        self._log.append(puts, removes, self._text)
+        texts, puts, removes = self._text, {}, []
+        for uid, put in self._dirty.items():
+            if put:
+                puts[uid] = texts[uid]
+            else:
+                removes.append(uid)
+        self._log.append(puts, removes, texts)
         self._dirty = {}
 
     def close(self) -> None:

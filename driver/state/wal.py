@@ -58,6 +58,7 @@ __all__ = [
     "LOG_FILE",
     "LOG_VERSION",
     "MAX_LOG_BYTES",
+    "NOTHING_NEW",
     "RESET_DELETED",
     "RESET_EMPTY",
     "RESET_MISSING",
@@ -136,12 +137,18 @@ class Replay:
     reason: str = field(default="", compare=False)
 
 
+#: the answer of a read that found nothing new (every call's first read, mostly): one object, made
+#: once; its ``ops`` stays empty (no caller changes a replay's list)
+NOTHING_NEW = Replay(reset=False, ops=[])
+
+
 def _record(puts: Mapping[str, str], removes: Collection[str]) -> bytes:
     """One line: checksum, space, payload. Entry texts go in as they are (no re-encoding)."""
-    parts = [f'{{"put":{_quote(uid)},"entry":{text}}}' for uid, text in puts.items()]
-    parts += [f'{{"remove":{_quote(uid)}}}' for uid in removes]
+    parts = [f'{{"put":{_quote(uid)},"entry":{text}}}' for uid, text in puts.items()] if puts else []
+    if removes:
+        parts += [f'{{"remove":{_quote(uid)}}}' for uid in removes]
     payload = f"{_OPS_OPEN}{','.join(parts)}]}}".encode()
-    return hashlib.sha256(payload).hexdigest().encode() + b" " + payload + b"\n"
+    return b"%s %s\n" % (hashlib.sha256(payload).hexdigest().encode(), payload)
 
 
 def _decode_ops(payload: str) -> list[Op]:
@@ -186,6 +193,7 @@ class JournalLog:
 
     def __init__(self, path: Path, *, compact_min: int = 1 << 20) -> None:
         self.path = path
+        self._where = os.fspath(path)  # os.lstat of a Path pays for its conversion on every call
         self.compact_min = compact_min
         self._fd: int | None = None  # read descriptor of the file our offsets are about
         self._wfd: int | None = None  # O_APPEND descriptor of the same file, opened on first append
@@ -220,7 +228,7 @@ class JournalLog:
     def _lstat(self) -> os.stat_result | None:
         """The path's own status (None: missing); a symbolic link is an error, never followed."""
         try:
-            st = os.lstat(self.path)
+            st = os.lstat(self._where)
         except FileNotFoundError:
             return None
         except OSError as exc:
@@ -247,7 +255,7 @@ class JournalLog:
         same = had and (st.st_dev, st.st_ino) == self._ident
         if same and st.st_size >= self._valid:
             if st.st_size == self._seen == self._valid:
-                return Replay(reset=False, ops=[])
+                return NOTHING_NEW
             return Replay(reset=False, ops=self._scan(st.st_size))
         reason = (RESET_TRUNCATED if same else RESET_REPLACED) if had else RESET_START
         self.close()
@@ -342,8 +350,9 @@ class JournalLog:
         """
         if not puts and not removes:
             return
-        if overlap := set(puts).intersection(removes):
-            raise ValueError(f"claims both put and removed in one call: {sorted(overlap)}")
+        if puts and removes and not puts.keys().isdisjoint(removes):
+            overlap = sorted(set(puts).intersection(removes))
+            raise ValueError(f"claims both put and removed in one call: {overlap}")
         record = _record(puts, removes)
         if self._fd is None or self._valid == 0:  # no file, or one torn in its header
             self._check_missing()

@@ -139,6 +139,23 @@ def test_journal_replaced_while_running_by_an_empty_one(world: World) -> None:
     _assert_recovered(world, drv, "journal_replaced")
 
 
+def test_a_replacement_seen_first_by_a_reader_is_rebuilt_by_the_next_call(world: World) -> None:
+    """The replaced journal is first read by a caller without the lock (the prepared-claims index,
+    which never writes). The next prepare finds nothing new in the file since that read, and
+    must still rebuild the lost claim before it plans: an unchanged log is no reason to skip a
+    cross-check that is due."""
+    drv, _, second = _first_prepared(world)
+    path = _journal(world)
+    header = path.read_bytes().split(b"\n", 1)[0] + b"\n"
+    tmp = path.with_name("planted")
+    tmp.write_bytes(header)
+    tmp.replace(path)
+    assert drv.prepared_claims() == []  # read, found the loss, wrote nothing (no lock)
+    assert path.read_bytes() == header
+    _assert_second_refused(drv, second)
+    _assert_recovered(world, drv, "journal_replaced")
+
+
 def test_metadata_alone_still_holds_the_devices(world: World) -> None:
     """Journal and CDI dir both gone (a reboot empties /var/run/cdi): the metadata stream still
     names the claim and its devices, which stay held until the claim is unprepared."""

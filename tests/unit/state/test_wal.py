@@ -355,6 +355,23 @@ def test_append_without_a_fresh_read_is_refused(path: Path) -> None:
     assert fresh_state(path) == {"a": text("a"), "b": text("b"), "c": text("c")}
 
 
+def test_an_append_right_after_a_read_still_sees_a_lockless_writer(path: Path) -> None:
+    """The read and the append of one call are two looks at the file: a writer without the lock
+    that appends between them is refused, even though this object read just before (one look
+    per call would append after the other writer's record without having read it)."""
+    first, rival = JournalLog(path), JournalLog(path)
+    first.read()
+    first.append({"a": text("a")}, (), {"a": text("a")})
+    first.read()
+    rival.read()
+    rival.append({"b": text("b")}, (), {"a": text("a"), "b": text("b")})
+    with pytest.raises(
+        JournalError, match=r"changed size \(\d+ -> \d+ bytes\) since this process last read it"
+    ):
+        first.append({}, ["a"], {})
+    assert fresh_state(path) == {"a": text("a"), "b": text("b")}
+
+
 #: another process that creates the log with one entry: ``python -c _RIVAL <path> <entry text>``
 _RIVAL = (
     "import sys; from pathlib import Path; from driver.state.wal import JournalLog; "
