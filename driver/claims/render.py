@@ -38,6 +38,7 @@ wins whatever the order of the claim's devices.
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable, Iterable, Mapping
 
 from cdi import (
@@ -54,7 +55,7 @@ from cdi import (
 )
 from driver.claims.hostedits import DeviceExtras
 from driver.claims.selection import AllocatedDevice, ClaimView
-from driver.inventory.model import DeviceKind, Gpu, Nic
+from driver.inventory.model import DeviceKind, Gpu, InventoryDevice, Nic
 from driver.layout import CLAIM_CDI_CLASS
 from driver.pinning.planner import device_numa_node
 from driver.pinning.types import (
@@ -254,22 +255,61 @@ def _shared(
     has_cpu: bool,
 ) -> _Shared:
     """The environment and hooks of one group (see the module docstring)."""
-    if group[0].kind is DeviceKind.CPU:
-        env = _cpu_env(view, base, group, pinning)
-    else:
-        env = _request_env(group)
-        aux = None if has_cpu else _assignment(pinning, base)
-        if aux is not None:  # auxiliary CPUs: pinned as a cpu request is
-            env.update(marker_env(aux, view.uid))
-        elif not has_cpu:
-            nodes = {n for n in (device_numa_node(d.device) for d in view.devices) if n is not None}
-            if nodes:
-                env[ENV_MEMS] = format_cpulist(nodes)
-                env[ENV_CLAIM_UID] = view.uid
-                env[holds_env_name(base)] = "1"  # which devices: see pinning/align.py
     assignment = _assignment(pinning, base) if cpu_hook is not None else None
     hooks = (cpu_hook(assignment),) if assignment is not None and cpu_hook is not None else ()
-    return env, _env_entries(env), hooks, () if has_cpu else hooks
+    host_hooks = () if has_cpu else hooks
+    if group[0].kind is DeviceKind.CPU:
+        env = _cpu_env(view, base, group, pinning)
+        return env, _env_entries(env), hooks, host_hooks
+    if len(group) == 1:
+        device_env, entries = _DEVICE_ENVS.get(group[0])
+        if has_cpu:  # nothing of the claim's own: the device's environment as it is
+            return device_env, entries, hooks, host_hooks
+        env = dict(device_env)
+    else:
+        env = _request_env(group)
+    aux = None if has_cpu else _assignment(pinning, base)
+    if aux is not None:  # auxiliary CPUs: pinned as a cpu request is
+        env.update(marker_env(aux, view.uid))
+    elif not has_cpu:
+        nodes = {n for n in (device_numa_node(d.device) for d in view.devices) if n is not None}
+        if nodes:
+            env[ENV_MEMS] = format_cpulist(nodes)
+            env[ENV_CLAIM_UID] = view.uid
+            env[holds_env_name(base)] = "1"  # which devices: see pinning/align.py
+    return env, _env_entries(env), hooks, host_hooks
+
+
+class _DeviceEnvs:
+    """The environment of a request of one device (:func:`_request_env`), per inventory device.
+
+    It depends on the device (and its type) alone, so it is worked out once and reused by every claim of the
+    device while the inventory hands out the same device object (the inventory is replaced as a
+    whole when the host changes, and its objects are immutable): a new object is a miss. Callers
+    must not change the returned dict.
+    """
+
+    _MAX = 4096
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._envs: dict[str, tuple[InventoryDevice, DeviceKind, dict[str, str], tuple[str, ...]]] = {}
+
+    def get(self, dev: AllocatedDevice) -> tuple[dict[str, str], tuple[str, ...]]:
+        """(environment, its sorted ``NAME=value`` entries) of a request of ``dev`` alone."""
+        hit = self._envs.get(dev.device_name)
+        if hit is not None and hit[0] is dev.device and hit[1] is dev.kind:
+            return hit[2], hit[3]
+        env = _request_env([dev])
+        entries = _env_entries(env)
+        with self._lock:
+            if len(self._envs) >= self._MAX:
+                self._envs.clear()
+            self._envs[dev.device_name] = (dev.device, dev.kind, env, entries)
+        return env, entries
+
+
+_DEVICE_ENVS = _DeviceEnvs()
 
 
 @functools.lru_cache(maxsize=1024)
