@@ -126,3 +126,17 @@ def test_env_names_checked_before_are_still_checked_as_entries() -> None:
         for _ in range(2):
             with pytest.raises(ValueError, match="invalid env entry"):
                 validate_spec(spec("GOOD=1", bad))
+
+
+def test_env_and_nodes_shared_by_many_specs_are_spelled_right_each_time() -> None:
+    # a renderer hands one tuple to many specs; the text of each spec is still its own
+    env = ("A=1", "B=2")
+    nodes = (DeviceNode("/dev/x"), DeviceNode("/dev/y", host_path=CheckedHostPath("/dev/z")))
+    for index in range(3000):  # more specs than texts are remembered, each with tuples of its own too
+        own_env = (*env, f"C={index}")
+        for edits in (
+            ContainerEdits(env=env, device_nodes=nodes),
+            ContainerEdits(env=own_env, device_nodes=(DeviceNode(f"/dev/n{index}"),)),
+        ):
+            spec = Spec("numadra.dev/claim", (Device(f"d{index}", edits),))
+            assert spec.json_text() == _dumps(spec.to_json())
