@@ -15,6 +15,7 @@ from cdi.io import (
     remove_file,
     spec_bytes,
     spec_json_bytes,
+    spec_text,
     write_spec,
 )
 from cdi.naming import (
@@ -68,6 +69,7 @@ __all__ = [
     "spec_bytes",
     "spec_from_json",
     "spec_json_bytes",
+    "spec_text",
     "split_kind",
     "transient_spec_file_name",
     "validate_class",

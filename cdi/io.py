@@ -43,6 +43,7 @@ __all__ = [
     "remove_file",
     "spec_bytes",
     "spec_json_bytes",
+    "spec_text",
     "write_all",
     "write_spec",
 ]
@@ -274,8 +275,13 @@ def spec_bytes(spec: Spec) -> bytes:
 
     The same bytes as ``spec_json_bytes(spec.to_json())``, encoded straight from the model.
     """
+    return spec_text(spec).encode()
+
+
+def spec_text(spec: Spec) -> str:
+    """:func:`spec_bytes` as text (validated), for a caller that keeps the text."""
     validate_spec(spec)
-    return (spec.json_text() + "\n").encode()
+    return spec.json_text() + "\n"
 
 
 def spec_json_bytes(obj: dict[str, Any]) -> bytes:

@@ -30,7 +30,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from cdi import CheckedHostPath, DirsUnder, Mount, ensure_dir, remove_file, spec_bytes, spec_from_json
+from cdi import CheckedHostPath, DirsUnder, Mount, ensure_dir, remove_file, spec_from_json, spec_text
 from cdi.spec import CdiSpecError
 from driver.claims.attributes import PublishedAttributes
 from driver.claims.hostedits import DeviceExtras
@@ -346,7 +346,7 @@ class ClaimsDriver:
             path=stored.path,
             refused=list(refused),
         )
-        return replace(stored, content=spec_bytes(fresh).decode())
+        return replace(stored, content=spec_text(fresh))
 
     def _remove_stale_temp_files(self) -> None:
         """Temp files of writes a crash interrupted (``.<name>.<pid>.<tid>.<n>.tmp``)."""
@@ -484,7 +484,7 @@ class ClaimsDriver:
                 extras=extras,
             )
             spec_path = dir_prefix(self.cdi_dir) + claim_spec_file_name(self.driver_name, view.uid)
-            specs.append(StoredFile(spec_path, spec_bytes(spec).decode()))
+            specs.append(StoredFile(spec_path, spec_text(spec)))
             metas = [StoredFile(meta.host_path, meta.content) for meta in files]
         return JournalEntry(
             namespace=view.namespace,

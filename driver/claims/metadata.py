@@ -150,11 +150,18 @@ def container_path(view: ClaimView, request: str, driver_name: str) -> str:
     """
     if problem := pod_claim_name_problem(view.pod_claim_name):
         raise ValueError(problem)
+    return _container_file(_container_dir(view), request, driver_name)
+
+
+def _container_dir(view: ClaimView) -> str:
+    """The claim's directory below :data:`CONTAINER_DIR` (its pod claim name checked by the caller)."""
     if view.pod_claim_name:
-        sub = f"resourceclaimtemplates/{view.pod_claim_name}"
-    else:
-        sub = f"resourceclaims/{view.name}"
-    return f"{CONTAINER_DIR}/{sub}/{request}/{driver_name}-metadata.json"
+        return f"{CONTAINER_DIR}/resourceclaimtemplates/{view.pod_claim_name}"
+    return f"{CONTAINER_DIR}/resourceclaims/{view.name}"
+
+
+def _container_file(container_dir: str, request: str, driver_name: str) -> str:
+    return f"{container_dir}/{request}/{driver_name}-metadata.json"
 
 
 def _device_json(dev: AllocatedDevice, driver_name: str, attributes: Mapping[str, Any]) -> dict[str, Any]:
@@ -256,10 +263,11 @@ def metadata_files(
     by_request: dict[str, list[AllocatedDevice]] = {}
     for dev in view.devices:
         by_request.setdefault(dev.base_request, []).append(dev)
-    directory = metadata_dir(plugin_dir)
+    host_head = f"{metadata_dir(plugin_dir)}/{view.uid}_"
+    container_dir = _container_dir(view)  # the pod claim name is a DNS label (checked above)
     out: list[MetadataFile] = []
     for request, devs in by_request.items():
-        host_path = f"{directory}/{view.uid}_{request}.json"
+        host_path = f"{host_head}{request}.json"
         devices = [
             _DEVICE_TEXTS.get(d, driver_name, attributes.get(d.device_name, _NO_ATTRIBUTES)) for d in devs
         ]
@@ -273,7 +281,7 @@ def metadata_files(
                 request=request,
                 host_path=host_path,
                 content=content,
-                container_path=container_path(view, request, driver_name),
+                container_path=_container_file(container_dir, request, driver_name),
             )
         )
     return out

@@ -38,6 +38,7 @@ wins whatever the order of the claim's devices.
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable, Iterable, Mapping
 
 from cdi import (
@@ -48,12 +49,13 @@ from cdi import (
     Hook,
     Mount,
     Spec,
-    qualified_name,
     transient_spec_file_name,
+    validate_device_name,
+    validate_kind,
 )
 from driver.claims.hostedits import DeviceExtras
 from driver.claims.selection import AllocatedDevice, ClaimView
-from driver.inventory.model import DeviceKind, Gpu, Nic
+from driver.inventory.model import DeviceKind, Gpu, InventoryDevice, Nic
 from driver.layout import CLAIM_CDI_CLASS
 from driver.pinning.planner import device_numa_node
 from driver.pinning.types import (
@@ -174,62 +176,48 @@ def claim_spec(
     ``extras``: what the host adds per device (see the module docstring).
     """
     kind = claim_cdi_kind(driver_name)
+    if view.devices:
+        validate_kind(kind)  # once: each device's ID is this kind and its name, checked below
     bases = [dev.base_request for dev in view.devices]
     groups: dict[tuple[str, DeviceKind], list[AllocatedDevice]] = {}
     for base, dev in zip(bases, view.devices, strict=True):
         groups.setdefault((base, dev.kind), []).append(dev)
     has_cpu = any(d.kind is DeviceKind.CPU for d in view.devices)
     pending = dict(mounts) if mounts else None  # popped per request: the first device takes it
-    claim_nodes = {n for n in (device_numa_node(d.device) for d in view.devices) if n is not None}
-    #: the environment every device of a (request, type) group shares, worked out once per group
-    group_env: dict[tuple[str, DeviceKind], dict[str, str]] = {}
+    #: what every device of a (request, type) group shares, worked out once per group
+    shared: dict[tuple[str, DeviceKind], _Shared] = {}
 
     cdi_devices: list[Device] = []
     prepared: list[PreparedDevice] = []
     for base, dev in zip(bases, view.devices, strict=True):
         key = (base, dev.kind)
-        shared_env = group_env.get(key)
-        if shared_env is None:
-            group = groups[key]
-            if dev.kind is DeviceKind.CPU:
-                shared_env = _cpu_env(view, base, group, pinning)
-            else:
-                shared_env = _request_env(group)
-                aux = None if has_cpu else _assignment(pinning, base)
-                if aux is not None:  # auxiliary CPUs: pinned as a cpu request is
-                    shared_env.update(marker_env(aux, view.uid))
-                elif not has_cpu and claim_nodes:
-                    shared_env[ENV_MEMS] = format_cpulist(claim_nodes)
-                    shared_env[ENV_CLAIM_UID] = view.uid
-                    shared_env[holds_env_name(base)] = "1"  # which devices: see pinning/align.py
-            group_env[key] = shared_env
-        env = {**shared_env, **dev.config.env} if dev.config.env else shared_env
+        group = shared.get(key)
+        if group is None:
+            group = shared[key] = _shared(view, base, groups[key], pinning, cpu_hook, has_cpu=has_cpu)
+        shared_env, env, hooks, host_hooks = group
+        if dev.config.env:
+            env = _env_entries({**shared_env, **dev.config.env})
         nodes: tuple[DeviceNode, ...] = ()
-        hooks: tuple[Hook, ...] = ()
         files: tuple[Mount, ...] = ()
         gids: tuple[int, ...] = ()
         foreign: tuple[str, ...] = ()
-        if isinstance(dev.device, (Gpu, Nic)):
-            if extras is not None:
-                nodes = _device_nodes(extras.nodes.get(dev.device_name, ()))
-                files = extras.mounts.get(dev.device_name, ())
-                gids = extras.gids.get(dev.device_name, ())
-                foreign = extras.cdi_ids.get(dev.device_name, ())
-            aux = None if has_cpu or cpu_hook is None else _assignment(pinning, base)
-            hooks = (cpu_hook(aux),) if aux is not None and cpu_hook is not None else ()
-        elif cpu_hook is not None:
-            assignment = _assignment(pinning, base)
-            hooks = (cpu_hook(assignment),) if assignment is not None else ()
+        host_edited = isinstance(dev.device, (Gpu, Nic))
+        if extras is not None and host_edited:
+            nodes = _device_nodes(extras.nodes.get(dev.device_name, ()))
+            files = extras.mounts.get(dev.device_name, ())
+            gids = extras.gids.get(dev.device_name, ())
+            foreign = extras.cdi_ids.get(dev.device_name, ())
         name = cdi_device_name(view.uid, dev)
+        validate_device_name(name)
         mount = pending.pop(base, None) if pending else None
         cdi_devices.append(
             Device(
                 name,
                 ContainerEdits(
-                    env=tuple([f"{k}={v}" for k, v in sorted(env.items())]),
+                    env=env,
                     device_nodes=nodes,
                     mounts=(mount, *files) if mount is not None else files,
-                    hooks=hooks,
+                    hooks=host_hooks if host_edited else hooks,
                     additional_gids=gids,
                 ),
             )
@@ -239,11 +227,89 @@ def claim_spec(
                 request_names=(base,),
                 pool_name=dev.pool,
                 device_name=dev.device_name,
-                cdi_device_ids=(*foreign, qualified_name(kind, name)),
+                cdi_device_ids=(*foreign, f"{kind}={name}"),
                 share_id=dev.share_id,
             )
         )
     return Spec(kind=kind, devices=tuple(cdi_devices)), prepared
+
+
+#: what every device of one (request, type) group of a claim gets: the environment, as a dict and
+#: as sorted ``NAME=value`` entries, the hooks of a device other than a GPU or NIC (the request's
+#: pinning hook) and those of a GPU or NIC (its auxiliary CPUs' hook, in a claim without cpu
+#: devices); a plain tuple, made once per group
+_Shared = tuple[dict[str, str], tuple[str, ...], tuple[Hook, ...], tuple[Hook, ...]]
+
+
+def _env_entries(env: Mapping[str, str]) -> tuple[str, ...]:
+    return tuple([f"{k}={v}" for k, v in sorted(env.items())])
+
+
+def _shared(
+    view: ClaimView,
+    base: str,
+    group: list[AllocatedDevice],
+    pinning: ClaimPinning | None,
+    cpu_hook: CpuHook | None,
+    *,
+    has_cpu: bool,
+) -> _Shared:
+    """The environment and hooks of one group (see the module docstring)."""
+    assignment = _assignment(pinning, base) if cpu_hook is not None else None
+    hooks = (cpu_hook(assignment),) if assignment is not None and cpu_hook is not None else ()
+    host_hooks = () if has_cpu else hooks
+    if group[0].kind is DeviceKind.CPU:
+        env = _cpu_env(view, base, group, pinning)
+        return env, _env_entries(env), hooks, host_hooks
+    if len(group) == 1:
+        device_env, entries = _DEVICE_ENVS.get(group[0])
+        if has_cpu:  # nothing of the claim's own: the device's environment as it is
+            return device_env, entries, hooks, host_hooks
+        env = dict(device_env)
+    else:
+        env = _request_env(group)
+    aux = None if has_cpu else _assignment(pinning, base)
+    if aux is not None:  # auxiliary CPUs: pinned as a cpu request is
+        env.update(marker_env(aux, view.uid))
+    elif not has_cpu:
+        nodes = {n for n in (device_numa_node(d.device) for d in view.devices) if n is not None}
+        if nodes:
+            env[ENV_MEMS] = format_cpulist(nodes)
+            env[ENV_CLAIM_UID] = view.uid
+            env[holds_env_name(base)] = "1"  # which devices: see pinning/align.py
+    return env, _env_entries(env), hooks, host_hooks
+
+
+class _DeviceEnvs:
+    """The environment of a request of one device (:func:`_request_env`), per inventory device.
+
+    It depends on the device (and its type) alone, so it is worked out once and reused by every claim of the
+    device while the inventory hands out the same device object (the inventory is replaced as a
+    whole when the host changes, and its objects are immutable): a new object is a miss. Callers
+    must not change the returned dict.
+    """
+
+    _MAX = 4096
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._envs: dict[str, tuple[InventoryDevice, DeviceKind, dict[str, str], tuple[str, ...]]] = {}
+
+    def get(self, dev: AllocatedDevice) -> tuple[dict[str, str], tuple[str, ...]]:
+        """(environment, its sorted ``NAME=value`` entries) of a request of ``dev`` alone."""
+        hit = self._envs.get(dev.device_name)
+        if hit is not None and hit[0] is dev.device and hit[1] is dev.kind:
+            return hit[2], hit[3]
+        env = _request_env([dev])
+        entries = _env_entries(env)
+        with self._lock:
+            if len(self._envs) >= self._MAX:
+                self._envs.clear()
+            self._envs[dev.device_name] = (dev.device, dev.kind, env, entries)
+        return env, entries
+
+
+_DEVICE_ENVS = _DeviceEnvs()
 
 
 @functools.lru_cache(maxsize=1024)
