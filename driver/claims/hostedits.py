@@ -34,13 +34,13 @@ from driver.claims.selection import AllocatedDevice
 from driver.errors import UntrustedHostPathError
 from driver.inventory.hostfiles import host_join
 from driver.inventory.model import Gpu, Nic
-from driver.inventory.nodeaccess import access_gid
+from driver.inventory.nodeaccess import access_gid, access_gid_of
 from driver.inventory.nvidia_source import SourceChoice, UserspaceSource, choose_source
 from driver.inventory.nvidia_toolkit import ToolkitSpecFinder, ToolkitSpecs
 from driver.inventory.nvidia_userspace import DriverUserspace, discover_driver_userspace, driver_version
 from driver.kube.types import JsonObject
 from driver.log import get_logger
-from driver.untrusted.hostpaths import CheckedDirs, check_host_path_for_container
+from driver.untrusted.hostpaths import CheckedDirs, check_host_path_for_container, check_host_path_with_stat
 
 __all__ = ["STATIC_CDI_DIR", "DeviceExtras", "HostEdits", "UserspaceWarnings"]
 
@@ -197,13 +197,7 @@ class HostEdits:
         for dev in devices:
             if isinstance(dev.device, (Gpu, Nic)):
                 by_name.setdefault(dev.device_name, dev.device)
-        gids: dict[str, tuple[int, ...]] = {}
-        for name, device in by_name.items() if self.device_groups else ():
-            found = {access_gid(self.host_root, path) for path in device.device_nodes}
-            found.discard(None)
-            if found:
-                gids[name] = tuple(sorted(g for g in found if g is not None))
-        nodes, refused = self._device_nodes(by_name, CheckedDirs() if dirs is None else dirs)
+        nodes, gids, refused = self._device_nodes(by_name, CheckedDirs() if dirs is None else dirs)
         nvidia = [d for d in by_name.values() if isinstance(d, Gpu) and d.vendor == "nvidia"]
         if not nvidia:
             return DeviceExtras(gids=gids, nodes=nodes, warnings=refused)
@@ -215,19 +209,39 @@ class HostEdits:
 
     def _device_nodes(
         self, by_name: Mapping[str, Gpu | Nic], dirs: CheckedDirs
-    ) -> tuple[dict[str, tuple[tuple[str, CheckedHostPath], ...]], tuple[str, ...]]:
-        """Each device's nodes that a container may be given, and why each other one may not."""
+    ) -> tuple[
+        dict[str, tuple[tuple[str, CheckedHostPath], ...]], dict[str, tuple[int, ...]], tuple[str, ...]
+    ]:
+        """Each device's nodes that a container may be given, the groups that open its nodes
+        (:func:`access_gid`; none without ``device_groups``), and why each refused node is refused.
+
+        A node's group comes from the walk's own ``lstat`` of it when the walk followed no link (the
+        checked path is the path asked for), else from a ``stat`` of its own, as for a refused node.
+        """
         nodes: dict[str, tuple[tuple[str, CheckedHostPath], ...]] = {}
+        gids: dict[str, tuple[int, ...]] = {}
         refused: list[str] = []
         for name, device in by_name.items():
             checked: list[tuple[str, CheckedHostPath]] = []
+            found: set[int] = set()
             for path in device.device_nodes:
+                gid: int | None = None
                 try:
-                    checked.append((path, check_host_path_for_container(self.host_root, path, dirs=dirs)))
+                    host_path, st = check_host_path_with_stat(self.host_root, path, dirs=dirs)
                 except UntrustedHostPathError as exc:
                     _log.warning(
                         "device node not given to containers", device=name, path=path, reason=exc.reason
                     )
                     refused.append(f"device node {path} of {name} not given to containers: {exc.reason}")
+                    if self.device_groups:
+                        gid = access_gid(self.host_root, path)
+                else:
+                    checked.append((path, host_path))
+                    if self.device_groups:
+                        gid = access_gid_of(st) if host_path == path else access_gid(self.host_root, path)
+                if gid is not None:
+                    found.add(gid)
             nodes[name] = tuple(checked)
-        return nodes, tuple(refused)
+            if found:
+                gids[name] = tuple(sorted(found))
+        return nodes, gids, tuple(refused)

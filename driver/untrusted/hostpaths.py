@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from cdi.spec import CheckedHostPath
 from driver.errors import UntrustedHostPathError
 
-__all__ = ["CheckedDirs", "check_host_path_for_container", "checked_child"]
+__all__ = ["CheckedDirs", "check_host_path_for_container", "check_host_path_with_stat", "checked_child"]
 
 # ruff: noqa: PTH115, PTH116 - os.lstat/os.readlink one component at a time, on plain strings
 
@@ -177,6 +177,14 @@ def check_host_path_for_container(
     :class:`~driver.errors.UntrustedHostPathError` (an ``OSError``) naming the first component that
     breaks the rule (see the module docstring), or that does not exist.
     """
+    return check_host_path_with_stat(host_root, path, inside=inside, dirs=dirs)[0]
+
+
+def check_host_path_with_stat(
+    host_root: str, path: str, *, inside: str = "/", dirs: CheckedDirs | None = None
+) -> tuple[CheckedHostPath, os.stat_result]:
+    """:func:`check_host_path_for_container`, with what the walk's ``lstat`` said about the object
+    the path resolves to (for a caller that reads its owner or mode: no second ``stat``)."""
     walk = _Walk(host_root, path)
     if not path.startswith("/") or not inside.startswith("/"):
         raise walk.refuse(f"not an absolute host path (inside {inside!r})", errno.EINVAL)
@@ -187,7 +195,7 @@ def check_host_path_for_container(
         parent, _, name = path.rstrip("/").rpartition("/")
         known, floor = dirs.parent(walk, inside, parent or "/")
         stack = walk.resolve(known, name, floor)
-    return CheckedHostPath(stack[-1].path)
+    return CheckedHostPath(stack[-1].path), stack[-1].st
 
 
 def checked_child(directory: CheckedHostPath, name: str) -> CheckedHostPath:
