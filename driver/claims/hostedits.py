@@ -34,13 +34,14 @@ from driver.claims.selection import AllocatedDevice
 from driver.errors import UntrustedHostPathError
 from driver.inventory.hostfiles import host_join
 from driver.inventory.model import Gpu, Nic
-from driver.inventory.nodeaccess import access_gid, access_gid_of
+from driver.inventory.nodeaccess import access_gid
+from driver.inventory.nodewatch import WatchedNodes
 from driver.inventory.nvidia_source import SourceChoice, UserspaceSource, choose_source
 from driver.inventory.nvidia_toolkit import ToolkitSpecFinder, ToolkitSpecs
 from driver.inventory.nvidia_userspace import DriverUserspace, discover_driver_userspace, driver_version
 from driver.kube.types import JsonObject
 from driver.log import get_logger
-from driver.untrusted.hostpaths import CheckedDirs, check_host_path_for_container, check_host_path_with_stat
+from driver.untrusted.hostpaths import CheckedDirs, check_host_path_for_container
 
 __all__ = ["STATIC_CDI_DIR", "DeviceExtras", "HostEdits", "UserspaceWarnings"]
 
@@ -106,6 +107,7 @@ class HostEdits:
         own = transient_spec_file_name(claim_kind, "x").removesuffix("x.json")
         self._toolkit = ToolkitSpecFinder(host_root, dirs, skip_prefix=own)
         self._lock = threading.Lock()
+        self._nodes = WatchedNodes(host_root)
         #: the last usable driver root and what it was found under: (version, dir mtimes)
         self._driver: tuple[_DriverKey, DriverUserspace, tuple[Mount, ...]] | None = None
 
@@ -215,8 +217,8 @@ class HostEdits:
         """Each device's nodes that a container may be given, the groups that open its nodes
         (:func:`access_gid`; none without ``device_groups``), and why each refused node is refused.
 
-        A node's group comes from the walk's own ``lstat`` of it when the walk followed no link (the
-        checked path is the path asked for), else from a ``stat`` of its own, as for a refused node.
+        An accepted node's check and group are :class:`WatchedNodes`' (kept until the host changes);
+        a refused node's group is read by :func:`access_gid`.
         """
         nodes: dict[str, tuple[tuple[str, CheckedHostPath], ...]] = {}
         gids: dict[str, tuple[int, ...]] = {}
@@ -224,21 +226,18 @@ class HostEdits:
         for name, device in by_name.items():
             checked: list[tuple[str, CheckedHostPath]] = []
             found: set[int] = set()
-            for path in device.device_nodes:
-                gid: int | None = None
-                try:
-                    host_path, st = check_host_path_with_stat(self.host_root, path, dirs=dirs)
-                except UntrustedHostPathError as exc:
+            for path, got in zip(
+                device.device_nodes, self._nodes.check(device.device_nodes, dirs), strict=True
+            ):
+                if isinstance(got, UntrustedHostPathError):
                     _log.warning(
-                        "device node not given to containers", device=name, path=path, reason=exc.reason
+                        "device node not given to containers", device=name, path=path, reason=got.reason
                     )
-                    refused.append(f"device node {path} of {name} not given to containers: {exc.reason}")
-                    if self.device_groups:
-                        gid = access_gid(self.host_root, path)
+                    refused.append(f"device node {path} of {name} not given to containers: {got.reason}")
+                    gid = access_gid(self.host_root, path) if self.device_groups else None
                 else:
-                    checked.append((path, host_path))
-                    if self.device_groups:
-                        gid = access_gid_of(st) if host_path == path else access_gid(self.host_root, path)
+                    checked.append((path, got[0]))
+                    gid = got[1] if self.device_groups else None
                 if gid is not None:
                     found.add(gid)
             nodes[name] = tuple(checked)
