@@ -88,16 +88,6 @@ class Inotify:
                 out.append((wd, mask, name))
                 offset = start + size
 
-    def pending(self) -> bool:
-        """Whether any event is queued (read and dropped): for a caller that forgets on any event."""
-        changed = False
-        while True:
-            try:
-                data = os.read(self.fd, _READ_SIZE)
-            except BlockingIOError:
-                return changed
-            changed = changed or bool(data)
-
     def close(self) -> None:
         """Close the descriptor (again is a no-op)."""
         self._closer()

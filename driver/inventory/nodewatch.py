@@ -17,6 +17,9 @@ sign that something a walk looked at may have changed:
   ``POLLPRI``), which no inotify watch reports;
 * the host root's own ``stat`` (device, inode, owner, mode), taken on every call as the walk takes it.
 
+So a call that finds nothing changed costs one ``poll(2)`` (the inotify descriptor and the mount
+table's together) and one ``stat``, where a walk costs an ``lstat`` per component.
+
 A result is kept only when the watches were in place before the walk that made it: the node is
 walked once, every object it looked at is watched, and it is walked again; that second walk's
 result is kept only if it looked at nothing unwatched. A refused node is never kept (it is walked,
@@ -87,6 +90,8 @@ class WatchedNodes:
         self._watched: set[str] = set()
         self._kept: dict[str, tuple[CheckedHostPath, int | None]] = {}
         self._root: tuple[int, int, int, int] | None = None
+        #: the mount table's descriptor (POLLPRI) and the inotify instance's (POLLIN): one poll
+        #: per call says whether either has news
         self._mounts: select.poll | None = None
         self._mounts_file: weakref.finalize[[int], WatchedNodes] | None = None  # closes the polled descriptor
         self._unavailable = False
@@ -166,26 +171,32 @@ class WatchedNodes:
         if self._inotify is None:
             try:
                 inotify = Inotify()
-                inotify.watch(self.host_root, _MASK & ~IN_DONT_FOLLOW)  # as the walk stats it
             except (OSError, AttributeError) as exc:
                 self._unavailable = True
                 _log.info("device nodes checked on every prepare", reason=str(exc))
                 return None
+            try:
+                inotify.watch(self.host_root, _MASK & ~IN_DONT_FOLLOW)  # as the walk stats it
+            except OSError:
+                inotify.close()
+                return None  # no host root (yet): walked this time, tried again next time
+            self._mounts.register(inotify.fd, select.POLLIN)
             self._inotify, self._root = inotify, _root_identity(self.host_root)
         return self._inotify
 
     def _forget_if_changed(self) -> None:
         """Drop every kept result (and the watches) when anything watched may have changed."""
-        if self._inotify is None:
+        if self._inotify is None or self._mounts is None:
             return
-        changed = self._inotify.pending()
-        if self._mounts is not None and self._mounts.poll(0):
-            changed = True  # the mount table changed (poll reports each change once)
-        if changed or _root_identity(self.host_root) != self._root:
+        # an inotify event queued, or the mount table changed (poll reports each change once);
+        # the instance's queue goes with it
+        if self._mounts.poll(0) or _root_identity(self.host_root) != self._root:
             self._drop()
 
     def _drop(self) -> None:
         if self._inotify is not None:
+            if self._mounts is not None:
+                self._mounts.unregister(self._inotify.fd)
             self._inotify.close()
         self._inotify, self._root = None, None
         self._watched.clear()
