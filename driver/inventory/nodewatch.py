@@ -24,7 +24,9 @@ A result is kept only when the watches were in place before the walk that made i
 walked once, every object it looked at is watched, and it is walked again; that second walk's
 result is kept only if it looked at nothing unwatched. A refused node is never kept (it is walked,
 and logged by the caller, on every prepare). Where inotify or the mount table cannot be watched,
-every call walks, as without this cache.
+every call walks, as without this cache. What inotify cannot see is a change made on another
+machine to a network filesystem the path crosses; device nodes live on the host's own ``/dev``,
+and such a change takes root on that filesystem's server, as a mount does here.
 """
 
 from __future__ import annotations
