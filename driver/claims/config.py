@@ -27,6 +27,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from driver.inventory.model import DeviceKind
@@ -53,6 +54,8 @@ _ENV_NAME = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
 _RESERVED_PREFIX = ENV_PREFIX  # the pinning markers: a user value would forge them
 _MAX_ENV = 32
 _MAX_VALUE = 1024
+_MODES = frozenset(m.value for m in CpuMode)
+_HEADER_FIELDS = frozenset({"apiVersion", "kind"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,15 +96,15 @@ def decode_parameters(params: Any) -> OpaqueConfig:
     if not isinstance(kind, str) or kind not in _KINDS:
         raise ValueError(f"kind must be one of {', '.join(sorted(_KINDS))}, got {kind!r}")
     device_kind, allowed = _KINDS[kind]
-    unknown = sorted(set(params) - allowed - {"apiVersion", "kind"})
+    unknown = sorted(params.keys() - allowed - _HEADER_FIELDS)
     if unknown:
         allowed_text = ", ".join(sorted(allowed))
         raise ValueError(f"{kind}: unknown field(s) {', '.join(unknown)} (allowed: {allowed_text})")
-    env = _decode_env(kind, params.get("env", {}))
+    env = _decode_env(kind, params["env"]) if "env" in params else ()
     mode = None
     if "mode" in params:
         raw = params["mode"]
-        if not isinstance(raw, str) or raw not in {m.value for m in CpuMode}:
+        if not isinstance(raw, str) or raw not in _MODES:
             raise ValueError(f"{kind}.mode must be 'exclusive' or 'shared', got {raw!r}")
         mode = CpuMode(raw)
     return OpaqueConfig(kind=kind, device_kind=device_kind, env=env, mode=mode)
@@ -144,21 +147,33 @@ def applies_to_request(config_requests: Sequence[str], result_request: str) -> b
     """True when a config with ``config_requests`` targets a result of ``result_request``."""
     if not config_requests:
         return True
-    parent = result_request.partition("/")[0]
-    return any(r in (result_request, parent) for r in config_requests)
+    return result_request in config_requests or result_request.partition("/")[0] in config_requests
+
+
+def _claim_after_class(entry: ConfigEntry) -> bool:
+    """The sort key of precedence: class configs (False) before the claim's (True)."""
+    return entry.source != "FromClass"
+
+
+#: what a result gets when no config applies to it (most results): one shared, read-only value
+_DEFAULT = EffectiveConfig(env=MappingProxyType({}))
 
 
 def effective_config(entries: Sequence[ConfigEntry], request: str, kind: DeviceKind) -> EffectiveConfig:
     """Fold the matching configs for one result, class configs first, later ones winning."""
-    from_class = [e for e in entries if e.source == "FromClass"]
-    ordered = from_class + [e for e in entries if e.source != "FromClass"]
+    if not entries:
+        return _DEFAULT
     env: dict[str, str] = {}
     mode = CpuMode.EXCLUSIVE
-    for entry in ordered:
+    for entry in sorted(entries, key=_claim_after_class) if len(entries) > 1 else entries:
         cfg = entry.config
-        if cfg.device_kind not in (None, kind) or not applies_to_request(entry.requests, request):
+        if (cfg.device_kind is not None and cfg.device_kind != kind) or not applies_to_request(
+            entry.requests, request
+        ):
             continue
         env.update(cfg.env)
         if cfg.mode is not None:
             mode = cfg.mode
+    if not env and mode is CpuMode.EXCLUSIVE:
+        return _DEFAULT
     return EffectiveConfig(env=env, mode=mode)

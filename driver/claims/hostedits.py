@@ -35,6 +35,7 @@ from driver.errors import UntrustedHostPathError
 from driver.inventory.hostfiles import host_join
 from driver.inventory.model import Gpu, Nic
 from driver.inventory.nodeaccess import access_gid
+from driver.inventory.nodewatch import WatchedNodes
 from driver.inventory.nvidia_source import SourceChoice, UserspaceSource, choose_source
 from driver.inventory.nvidia_toolkit import ToolkitSpecFinder, ToolkitSpecs
 from driver.inventory.nvidia_userspace import DriverUserspace, discover_driver_userspace, driver_version
@@ -106,6 +107,7 @@ class HostEdits:
         own = transient_spec_file_name(claim_kind, "x").removesuffix("x.json")
         self._toolkit = ToolkitSpecFinder(host_root, dirs, skip_prefix=own)
         self._lock = threading.Lock()
+        self._nodes = WatchedNodes(host_root)
         #: the last usable driver root and what it was found under: (version, dir mtimes)
         self._driver: tuple[_DriverKey, DriverUserspace, tuple[Mount, ...]] | None = None
 
@@ -197,13 +199,7 @@ class HostEdits:
         for dev in devices:
             if isinstance(dev.device, (Gpu, Nic)):
                 by_name.setdefault(dev.device_name, dev.device)
-        gids: dict[str, tuple[int, ...]] = {}
-        for name, device in by_name.items() if self.device_groups else ():
-            found = {access_gid(self.host_root, path) for path in device.device_nodes}
-            found.discard(None)
-            if found:
-                gids[name] = tuple(sorted(g for g in found if g is not None))
-        nodes, refused = self._device_nodes(by_name, CheckedDirs() if dirs is None else dirs)
+        nodes, gids, refused = self._device_nodes(by_name, CheckedDirs() if dirs is None else dirs)
         nvidia = [d for d in by_name.values() if isinstance(d, Gpu) and d.vendor == "nvidia"]
         if not nvidia:
             return DeviceExtras(gids=gids, nodes=nodes, warnings=refused)
@@ -215,19 +211,36 @@ class HostEdits:
 
     def _device_nodes(
         self, by_name: Mapping[str, Gpu | Nic], dirs: CheckedDirs
-    ) -> tuple[dict[str, tuple[tuple[str, CheckedHostPath], ...]], tuple[str, ...]]:
-        """Each device's nodes that a container may be given, and why each other one may not."""
+    ) -> tuple[
+        dict[str, tuple[tuple[str, CheckedHostPath], ...]], dict[str, tuple[int, ...]], tuple[str, ...]
+    ]:
+        """Each device's nodes that a container may be given, the groups that open its nodes
+        (:func:`access_gid`; none without ``device_groups``), and why each refused node is refused.
+
+        An accepted node's check and group are :class:`WatchedNodes`' (kept until the host changes);
+        a refused node's group is read by :func:`access_gid`.
+        """
         nodes: dict[str, tuple[tuple[str, CheckedHostPath], ...]] = {}
+        gids: dict[str, tuple[int, ...]] = {}
         refused: list[str] = []
         for name, device in by_name.items():
             checked: list[tuple[str, CheckedHostPath]] = []
-            for path in device.device_nodes:
-                try:
-                    checked.append((path, check_host_path_for_container(self.host_root, path, dirs=dirs)))
-                except UntrustedHostPathError as exc:
+            found: set[int] = set()
+            for path, got in zip(
+                device.device_nodes, self._nodes.check(device.device_nodes, dirs), strict=True
+            ):
+                if isinstance(got, UntrustedHostPathError):
                     _log.warning(
-                        "device node not given to containers", device=name, path=path, reason=exc.reason
+                        "device node not given to containers", device=name, path=path, reason=got.reason
                     )
-                    refused.append(f"device node {path} of {name} not given to containers: {exc.reason}")
+                    refused.append(f"device node {path} of {name} not given to containers: {got.reason}")
+                    gid = access_gid(self.host_root, path) if self.device_groups else None
+                else:
+                    checked.append((path, got[0]))
+                    gid = got[1] if self.device_groups else None
+                if gid is not None:
+                    found.add(gid)
             nodes[name] = tuple(checked)
-        return nodes, tuple(refused)
+            if found:
+                gids[name] = tuple(sorted(found))
+        return nodes, gids, tuple(refused)

@@ -137,20 +137,29 @@ def _decode_configs(uid: str, raw: Sequence[Any], driver_name: str, known: set[s
         opaque = object_or_empty(item.get("opaque"))
         if opaque.get("driver") != driver_name:
             continue  # another driver's configuration: not ours to judge
-        source = item.get("source") if isinstance(item.get("source"), str) else "FromClaim"
-        where = f"config #{index} ({source})"
+        source = item.get("source")
+        if not isinstance(source, str):
+            source = "FromClaim"
         requests = item.get("requests") or []
         if not isinstance(requests, list) or not all(isinstance(r, str) for r in requests):
-            raise ConfigDecodeError(uid, f"{where}: requests must be a list of request names")
+            raise ConfigDecodeError(
+                uid, f"config #{index} ({source}): requests must be a list of request names"
+            )
         unknown = [r for r in requests if r not in known]
         if unknown:
-            raise ConfigDecodeError(uid, f"{where}: names unknown request(s) {', '.join(map(repr, unknown))}")
+            names = ", ".join(map(repr, unknown))
+            raise ConfigDecodeError(uid, f"config #{index} ({source}): names unknown request(s) {names}")
         try:
             config = decode_parameters(opaque.get("parameters"))
         except ValueError as exc:
-            raise ConfigDecodeError(uid, f"{where}: {exc}") from exc
+            raise ConfigDecodeError(uid, f"config #{index} ({source}): {exc}") from exc
         entries.append(ConfigEntry(requests=tuple(requests), config=config, source=str(source)))
     return entries
+
+
+def _where(request: str, name: str) -> str:
+    """How an error names one result: built only when there is an error to name it in."""
+    return f"request {request!r}: device {name!r}"
 
 
 def _resolve_result(
@@ -168,40 +177,43 @@ def _resolve_result(
     problem = check_request_name(request)
     if problem:
         raise ClaimError(uid, f"allocation result #{index}: {problem}")
-    where = f"request {request!r}: device {name!r}"
     if pool != node_name:
-        raise ClaimError(uid, f"{where} is in pool {pool!r}, not this node's pool {node_name!r}")
+        raise ClaimError(
+            uid, f"{_where(request, name)} is in pool {pool!r}, not this node's pool {node_name!r}"
+        )
     found = inventory.find(name)
     if found is None:
-        raise ClaimError(uid, f"{where} not found in this node's inventory")
+        raise ClaimError(uid, f"{_where(request, name)} not found in this node's inventory")
     share = res.get("shareID")
     kind = device_kind(found)
     if share is not None:
         # The "one claim per whole device" rule (the journal's) keys on share_id None; a shareID on
         # a device we never published as shareable would let any number of claims hold it.
         if not isinstance(share, str) or not is_claim_uid(share):
-            raise ClaimError(uid, f"{where}: shareID {share!r} is not a UID")
+            raise ClaimError(uid, f"{_where(request, name)}: shareID {share!r} is not a UID")
         if kind not in SHAREABLE_KINDS:
             raise ClaimError(
-                uid, f"{where}: has shareID {share!r}, but this {kind.value} is not published as shareable"
+                uid,
+                f"{_where(request, name)}: has shareID {share!r}, but this {kind.value} is not published "
+                "as shareable",
             )
     consumed = res.get("consumedCapacity") or {}
     if not is_object(consumed) or not all(isinstance(v, str) for v in consumed.values()):
-        raise ClaimError(uid, f"{where}: malformed consumedCapacity")
+        raise ClaimError(uid, f"{_where(request, name)}: malformed consumedCapacity")
     admin = res.get("adminAccess", False)
     if admin is None:
         admin = False
     if not isinstance(admin, bool):
-        raise ClaimError(uid, f"{where}: adminAccess must be a boolean, got {admin!r}")
+        raise ClaimError(uid, f"{_where(request, name)}: adminAccess must be a boolean, got {admin!r}")
     if kind is DeviceKind.CPU and share is None and not admin:
         # Only an allocator without consumable capacity hands a cpu device out whole: it dropped
         # the claim's CPU count too, and all of a NUMA node's CPUs for one claim is not the answer.
         raise ClaimError(
             uid,
-            f"{where} was allocated whole (no shareID): the scheduler treated it as a device for one "
-            f"claim and dropped the claim's CPU count, because the {CONSUMABLE_CAPACITY} feature gate "
-            "is off on kube-apiserver or kube-scheduler; numadra pins no CPUs it cannot count. "
-            f"Enable {CONSUMABLE_CAPACITY} (docs/troubleshooting.md)",
+            f"{_where(request, name)} was allocated whole (no shareID): the scheduler treated it as a "
+            "device for one claim and dropped the claim's CPU count, because the "
+            f"{CONSUMABLE_CAPACITY} feature gate is off on kube-apiserver or kube-scheduler; numadra "
+            f"pins no CPUs it cannot count. Enable {CONSUMABLE_CAPACITY} (docs/troubleshooting.md)",
         )
     return AllocatedDevice(
         request=request,

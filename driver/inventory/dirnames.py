@@ -23,80 +23,34 @@ header (``struct inotify_event``); a name in an event is only compared with the 
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import os
-import struct
 import threading
-import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from driver.inventory.inotify import (
+    IN_CREATE,
+    IN_DELETE,
+    IN_DELETE_SELF,
+    IN_IGNORED,
+    IN_MOVE_SELF,
+    IN_MOVED_FROM,
+    IN_MOVED_TO,
+    IN_ONLYDIR,
+    IN_Q_OVERFLOW,
+    IN_UNMOUNT,
+    Inotify,
+)
 from driver.log import get_logger
 
 __all__ = ["DirNames"]
 
 _log = get_logger("inventory.dirnames")
 
-# <sys/inotify.h>
-_IN_MOVED_FROM = 0x40
-_IN_MOVED_TO = 0x80
-_IN_CREATE = 0x100
-_IN_DELETE = 0x200
-_IN_DELETE_SELF = 0x400
-_IN_MOVE_SELF = 0x800
-_IN_UNMOUNT = 0x2000
-_IN_Q_OVERFLOW = 0x4000
-_IN_IGNORED = 0x8000
-_IN_ONLYDIR = 0x01000000
-_WATCHED = _IN_MOVED_FROM | _IN_MOVED_TO | _IN_CREATE | _IN_DELETE | _IN_DELETE_SELF | _IN_MOVE_SELF
-_NAME_EVENTS = _IN_MOVED_FROM | _IN_MOVED_TO | _IN_CREATE | _IN_DELETE
-_WATCH_GONE = _IN_DELETE_SELF | _IN_MOVE_SELF | _IN_UNMOUNT | _IN_IGNORED
-#: wd, mask, cookie, len of ``struct inotify_event``; the name (NUL-padded) follows
-_HEADER = struct.Struct("iIII")
-_READ_SIZE = 64 * 1024
-
-
-class _Inotify:
-    """One inotify instance, non-blocking; closed when its owner is collected."""
-
-    def __init__(self) -> None:
-        libc = ctypes.CDLL(None, use_errno=True)
-        self._add_watch = libc.inotify_add_watch
-        self._add_watch.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32)
-        fd = int(libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC))
-        if fd < 0:
-            code = ctypes.get_errno()
-            raise OSError(code, os.strerror(code))
-        self.fd = fd
-        self._closer = weakref.finalize(self, os.close, fd)
-
-    def watch(self, directory: str) -> int:
-        """The watch descriptor of ``directory`` (OSError when it cannot be watched)."""
-        wd = int(self._add_watch(self.fd, os.fsencode(directory), _WATCHED | _IN_ONLYDIR))
-        if wd < 0:
-            code = ctypes.get_errno()
-            raise OSError(code, os.strerror(code), directory)
-        return wd
-
-    def events(self) -> list[tuple[int, int, str]]:
-        """Every event queued now: (wd, mask, name), ``name`` empty for the dir's own."""
-        out: list[tuple[int, int, str]] = []
-        while True:
-            try:
-                data = os.read(self.fd, _READ_SIZE)
-            except BlockingIOError:
-                return out
-            offset = 0
-            while offset + _HEADER.size <= len(data):
-                wd, mask, _, size = _HEADER.unpack_from(data, offset)
-                start = offset + _HEADER.size
-                name = os.fsdecode(data[start : start + size].split(b"\0", 1)[0])
-                out.append((wd, mask, name))
-                offset = start + size
-
-    def close(self) -> None:
-        self._closer()
+_WATCHED = IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR
+_NAME_EVENTS = IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE
+_WATCH_GONE = IN_DELETE_SELF | IN_MOVE_SELF | IN_UNMOUNT | IN_IGNORED
 
 
 @dataclass(slots=True)
@@ -125,7 +79,7 @@ class DirNames:
         self._keep = keep
         self._dirs = {d: _Dir(d) for d in directories}
         self._lock = threading.Lock()
-        self._inotify: _Inotify | None = None
+        self._inotify: Inotify | None = None
         self._unavailable = False
         #: listings done (each dir counted): what a test reads to see a listing was spared
         self.listings = 0
@@ -154,10 +108,10 @@ class DirNames:
             for entry in self._dirs.values():
                 entry.wd, entry.names = None, None
 
-    def _instance(self) -> _Inotify | None:
+    def _instance(self) -> Inotify | None:
         if self._inotify is None and not self._unavailable:
             try:
-                self._inotify = _Inotify()
+                self._inotify = Inotify()
             except (OSError, AttributeError) as exc:  # no inotify (or no libc symbol): list every time
                 self._unavailable = True
                 _log.info("CDI dirs listed on every look", reason=str(exc))
@@ -169,7 +123,7 @@ class DirNames:
             return
         identity = _identity(entry.path)  # before the watch: a swap in between is seen next call
         try:
-            wd = inotify.watch(entry.path)
+            wd = inotify.watch(entry.path, _WATCHED)
         except OSError as exc:
             if exc.errno not in (errno.ENOENT, errno.ENOTDIR):
                 _log.debug("CDI dir not watched", path=entry.path, reason=str(exc))
@@ -185,7 +139,7 @@ class DirNames:
         if inotify is None:
             return
         for wd, mask, name in inotify.events():
-            if mask & _IN_Q_OVERFLOW:  # events were lost: every dir is listed again
+            if mask & IN_Q_OVERFLOW:  # events were lost: every dir is listed again
                 for entry in self._dirs.values():
                     entry.names = None
                 continue

@@ -18,7 +18,7 @@ import stat
 
 from driver.inventory.hostfiles import host_join
 
-__all__ = ["access_gid"]
+__all__ = ["access_gid", "access_gid_of"]
 
 # ruff: noqa: PTH116 - os.stat on plain strings, as the inventory's readers do
 
@@ -32,6 +32,11 @@ def access_gid(host_root: str, path: str) -> int | None:
         st = os.stat(host_join(host_root, path), follow_symlinks=False)
     except OSError:
         return None
+    return access_gid_of(st)
+
+
+def access_gid_of(st: os.stat_result) -> int | None:
+    """:func:`access_gid` from the node's ``lstat`` result, for a caller that has it already."""
     if st.st_mode & _RW_OTHER == _RW_OTHER or st.st_mode & _RW_GROUP != _RW_GROUP or st.st_gid == 0:
         return None
     return st.st_gid

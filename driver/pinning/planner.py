@@ -84,8 +84,13 @@ class CpuPlanner:
         self._shared_pool = shared_pool
         self._pool_users: PoolUsers | None = None
         self._lock = threading.Lock()
-        #: the NUMA node ids of the last inventory seen (by identity): computed once per inventory
-        self._known_nodes: tuple[Inventory | None, frozenset[int]] = (None, frozenset())
+        #: the last inventory seen (by identity), its NUMA node ids (nodes and the nodes its CPUs
+        #: name) and those with memory to confine a container to: computed once per inventory
+        self._known_nodes: tuple[Inventory | None, frozenset[int], frozenset[int]] = (
+            None,
+            frozenset(),
+            frozenset(),
+        )
 
     @property
     def reserved_cpus(self) -> frozenset[int]:
@@ -123,11 +128,11 @@ class CpuPlanner:
         self._validate(claim_uid, requests)
         with self._lock:
             inventory = self._inventory()
-            asked = self._mems(inventory, memory_nodes)
-            known_nodes = self._nodes_of(inventory)
+            known_nodes, with_memory = self._nodes_of(inventory)
+            asked = with_memory.intersection(memory_nodes)
             for req in requests:
-                missing = sorted(set(req.numa_nodes) - known_nodes)
-                if missing:
+                if not known_nodes.issuperset(req.numa_nodes):
+                    missing = sorted(set(req.numa_nodes) - known_nodes)
                     raise PinningError(
                         f"claim {claim_uid} request {req.request}: NUMA node(s) "
                         f"{format_cpulist(missing)} do not exist on this host"
@@ -148,7 +153,7 @@ class CpuPlanner:
                         request=req.request,
                         mode=req.mode,
                         cpus=cpus,
-                        mems=self._mems(inventory, req.numa_nodes) | asked,
+                        mems=with_memory.intersection(req.numa_nodes) | asked,
                     )
             shared = [r for r in requests if r.mode is CpuMode.SHARED]
             if shared:
@@ -162,7 +167,7 @@ class CpuPlanner:
                     count=sum(r.count for r in shared),
                     held=held,
                 )
-                mems = self._mems(inventory, nodes) | asked
+                mems = with_memory.intersection(nodes) | asked
                 for req in shared:
                     by_request[req.request] = CpuAssignment(
                         request=req.request, mode=req.mode, cpus=pool, mems=mems
@@ -191,23 +196,15 @@ class CpuPlanner:
             "claimed and always shared), or free CPUs by deleting another claim",
         )
 
-    @staticmethod
-    def _mems(inventory: Inventory, nodes: Iterable[int]) -> frozenset[int]:
-        """The nodes among ``nodes`` that have memory to confine a container to."""
-        out: set[int] = set()
-        for node_id in nodes:
-            node = inventory.numa_node(node_id)
-            if node is not None and device_numa_node(node) is not None:
-                out.add(node_id)
-        return frozenset(out)
-
-    def _nodes_of(self, inventory: Inventory) -> frozenset[int]:
-        """Every NUMA node id of ``inventory`` (nodes and the nodes its CPUs name); call under the lock."""
-        seen, nodes = self._known_nodes
+    def _nodes_of(self, inventory: Inventory) -> tuple[frozenset[int], frozenset[int]]:
+        """Every NUMA node id of ``inventory`` (nodes and the nodes its CPUs name), and the nodes
+        that have memory to confine a container to (:func:`device_numa_node`); call under the lock."""
+        seen, nodes, with_memory = self._known_nodes
         if seen is not inventory:
             nodes = frozenset({n.id for n in inventory.numa_nodes} | {c.numa_node for c in inventory.cpus})
-            self._known_nodes = (inventory, nodes)
-        return nodes
+            with_memory = frozenset(n.id for n in inventory.numa_nodes if device_numa_node(n) is not None)
+            self._known_nodes = (inventory, nodes, with_memory)
+        return nodes, with_memory
 
     @staticmethod
     def _validate(claim_uid: str, requests: Sequence[CpuRequest]) -> None:

@@ -10,6 +10,7 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import lru_cache
 from json.encoder import encode_basestring_ascii
 from typing import Any
 
@@ -55,6 +56,13 @@ ENV_REQUEST = "NUMADRA_REQUEST"
 #: without CPUs. One variable per request, so a container given several requests keeps them all
 #: (``NUMADRA_REQUEST`` would hold only the last CDI device's)
 ENV_HOLDS_PREFIX = "NUMADRA_HOLDS_"
+
+
+@lru_cache(maxsize=256)
+def _kernel_list(ids: frozenset[int]) -> str:
+    """:func:`format_cpulist` of a set an assignment holds, remembered for the last few sets: a
+    claim's sets are spelled twice at its prepare (its marker variables, its "prepared" line)."""
+    return format_cpulist(ids)
 
 
 class CpuMode(StrEnum):
@@ -113,8 +121,8 @@ class CpuAssignment:
         return {
             "request": self.request,
             "mode": self.mode.value,
-            "cpus": format_cpulist(self.cpus),
-            "mems": format_cpulist(self.mems),
+            "cpus": _kernel_list(self.cpus),
+            "mems": _kernel_list(self.mems),
         }
 
 

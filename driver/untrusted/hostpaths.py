@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from cdi.spec import CheckedHostPath
 from driver.errors import UntrustedHostPathError
 
-__all__ = ["CheckedDirs", "check_host_path_for_container", "checked_child"]
+__all__ = ["CheckedDirs", "check_host_path_for_container", "check_host_path_with_stat", "checked_child"]
 
 # ruff: noqa: PTH115, PTH116 - os.lstat/os.readlink one component at a time, on plain strings
 
@@ -82,11 +82,13 @@ def _child(parent: str, name: str) -> str:
 class _Walk:
     """One resolution of one path; ``refuse`` names the path asked for in every error."""
 
-    def __init__(self, host_root: str, path: str) -> None:
+    def __init__(self, host_root: str, path: str, seen: list[str] | None = None) -> None:
         self.host_root = host_root
         self.path = path
         self.trusted = _trusted_owners()
         self.links = 0
+        #: every host path the walk looks at with ``lstat``, in order (None: not recorded)
+        self.seen = seen
 
     def refuse(self, reason: str, err: int = errno.EPERM) -> UntrustedHostPathError:
         return UntrustedHostPathError(self.path, reason, err)
@@ -140,6 +142,8 @@ class _Walk:
         return stack
 
     def _lstat(self, current: str) -> os.stat_result:
+        if self.seen is not None:
+            self.seen.append(current)
         try:
             return os.lstat(_join(self.host_root, current))
         except OSError as exc:
@@ -177,17 +181,33 @@ def check_host_path_for_container(
     :class:`~driver.errors.UntrustedHostPathError` (an ``OSError``) naming the first component that
     breaks the rule (see the module docstring), or that does not exist.
     """
-    walk = _Walk(host_root, path)
+    return check_host_path_with_stat(host_root, path, inside=inside, dirs=dirs)[0]
+
+
+def check_host_path_with_stat(
+    host_root: str,
+    path: str,
+    *,
+    inside: str = "/",
+    dirs: CheckedDirs | None = None,
+    seen: list[str] | None = None,
+) -> tuple[CheckedHostPath, os.stat_result]:
+    """:func:`check_host_path_for_container`, with what the walk's ``lstat`` said about the object
+    the path resolves to (for a caller that reads its owner or mode: no second ``stat``).
+
+    ``seen`` gets every host path the walk looked at (for a caller that watches them); with it,
+    ``dirs`` is not used: the walk starts at the root."""
+    walk = _Walk(host_root, path, seen)
     if not path.startswith("/") or not inside.startswith("/"):
         raise walk.refuse(f"not an absolute host path (inside {inside!r})", errno.EINVAL)
-    if dirs is None:
+    if dirs is None or seen is not None:
         top = walk.resolve(walk.root(), inside, 1)
         stack = walk.resolve(top, path, len(top))
     else:
         parent, _, name = path.rstrip("/").rpartition("/")
         known, floor = dirs.parent(walk, inside, parent or "/")
         stack = walk.resolve(known, name, floor)
-    return CheckedHostPath(stack[-1].path)
+    return CheckedHostPath(stack[-1].path), stack[-1].st
 
 
 def checked_child(directory: CheckedHostPath, name: str) -> CheckedHostPath:

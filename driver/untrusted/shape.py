@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from driver.errors import UntrustedValueError
-from driver.untrusted.values import bounded_int, json_type
+from driver.untrusted.values import bounded_int, is_object, json_type
 
 __all__ = [
     "AS_DICT",
@@ -53,6 +53,8 @@ T_co = TypeVar("T_co", covariant=True)
 
 #: a string field longer than this is refused unless its shape allows more
 MAX_TEXT = 4096
+#: what ``Mapping.get`` gives for a key the object does not have (``None`` is a value: null)
+_ABSENT: Any = object()
 
 
 def at(path: str, key: str | int) -> str:
@@ -168,7 +170,7 @@ class ListOf(Shape[tuple[T, ...]]):
                 path or "the document", f"has {len(value)} items, fewer than the {self.min_items} needed"
             )
         check = self.item.check
-        return tuple(check(entry, at(path, index)) for index, entry in enumerate(value))
+        return tuple([check(entry, at(path, index)) for index, entry in enumerate(value)])
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,13 +230,15 @@ class Record(Shape[T]):
     fields: Mapping[str, Field[Any]]
     max_keys: int = 256
     _required: tuple[str, ...] = field(init=False, default=())
+    _fields: tuple[tuple[str, Field[Any]], ...] = field(init=False, default=())
 
     def __post_init__(self) -> None:
         required = tuple(key for key, spec in self.fields.items() if spec.required)
         object.__setattr__(self, "_required", required)
+        object.__setattr__(self, "_fields", tuple(self.fields.items()))
 
     def check(self, value: object, path: str = "") -> T:
-        if not isinstance(value, Mapping):
+        if not is_object(value):
             raise _refuse(path, "an object", value)
         if len(value) > self.max_keys:
             raise UntrustedValueError(
@@ -244,11 +248,9 @@ class Record(Shape[T]):
             if key not in value:
                 raise UntrustedValueError(at(path, key), "is required")
         kwargs: dict[str, Any] = {}
-        for key, spec in self.fields.items():
-            if key not in value:
-                continue
-            raw = value[key]
-            if raw is None and spec.nullable and not spec.required:
+        for key, spec in self._fields:
+            raw = value.get(key, _ABSENT)
+            if raw is _ABSENT or (raw is None and spec.nullable and not spec.required):
                 continue
             kwargs[spec.name] = spec.shape.check(raw, at(path, key))
         return self.build(**kwargs)

@@ -23,7 +23,7 @@ CHECKED = "CheckedHostPath"
 
 #: (file, enclosing function) -> why it may make a CheckedHostPath
 MAKERS: dict[tuple[str, str], str] = {
-    ("driver/untrusted/hostpaths.py", "check_host_path_for_container"): "the check",
+    ("driver/untrusted/hostpaths.py", "check_host_path_with_stat"): "the check",
     ("driver/untrusted/hostpaths.py", "checked_child"): "numadra's own file in a checked directory",
     ("cdi/spec.py", "_read_back"): "a spec read back from JSON (checked when written, or inspected)",
     ("cdi/spec.py", "spec_from_json.edits"): "a spec read back from JSON (as above)",
