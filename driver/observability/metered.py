@@ -55,7 +55,9 @@ class MeteredPlugin:
         self._lock = threading.Lock()
         self._pending: deque[tuple[_Op, bool, float]] = deque(maxlen=MAX_PENDING_OBSERVATIONS)
         #: after the attach: (op, claims succeeded, claims failed, seconds) per call, not yet applied
-        self._queued: deque[tuple[_Op, int, int, float]] = deque()
+        # applied by the call that makes it MAX_PENDING_OBSERVATIONS long: the bound only ever drops
+        # an observation if as many more calls end while that one applies, more than the call slots
+        self._queued: deque[tuple[_Op, int, int, float]] = deque(maxlen=2 * MAX_PENDING_OBSERVATIONS)
         #: one applier at a time: a read that waits for it finds the popped observations applied
         self._apply_lock = threading.Lock()
         # decided once: ``isinstance(inner, ReadsAhead)`` asks the same (the method is there and
