@@ -232,6 +232,21 @@ class SliceWatch:
         return kind, obj
 
 
+def _list_items(answer: Mapping[str, Any], resource: str, name: str) -> list[Any]:
+    """A LIST answer's ``items`` (none when absent); a KubeError naming the call when they are no
+    list: the caller's loop backs off as for any failed call, instead of iterating a string."""
+    items = answer.get("items") or []
+    if not isinstance(items, list):
+        raise KubeError(
+            f"list {_target(resource, name)}: the answer's items are {json_type(items)}, not a list",
+            verb="list",
+            resource=resource,
+            name=name,
+            transient=True,
+        )
+    return items
+
+
 def _event_code(status: Mapping[str, Any]) -> int:
     """The HTTP code an ERROR event's Status carries; 500 when it has none that is a status code."""
     try:
@@ -402,15 +417,8 @@ class KubeClient:
             query.append(("continue", continue_token))
         path = f"{RESOURCE_API}/namespaces/{quote(namespace)}/resourceclaims"
         obj = self._get_json("list", "resourceclaims", namespace, path, query)
-        items = obj.get("items") or []
-        if not isinstance(items, list):
-            raise KubeError(
-                f"list {_target('resourceclaims', namespace)}: items is not a list",
-                verb="list",
-                resource="resourceclaims",
-                name=namespace,
-            )
-        return items, str((obj.get("metadata") or {}).get("continue") or "")
+        items = _list_items(obj, "resourceclaims", namespace)
+        return items, str(object_or_empty(obj.get("metadata")).get("continue") or "")
 
     def apply_claim_status(
         self, namespace: str, name: str, devices: Sequence[Mapping[str, Any]], field_manager: str
@@ -470,14 +478,7 @@ class KubeClient:
         ]
         data = self._call("list", "resourceslices", "", "GET", _SLICES, query=query, idempotent=True)
         obj = _decode("list", "resourceslices", "", data)
-        items = obj.get("items") or []
-        if not isinstance(items, list):
-            raise KubeError(
-                f"list resourceslices: the answer's items are {json_type(items)}, not a list",
-                verb="list",
-                resource="resourceslices",
-                transient=True,
-            )
+        items = _list_items(obj, "resourceslices", "")
         return items, str(object_or_empty(obj.get("metadata")).get("resourceVersion", ""))
 
     def create_resource_slice(self, obj: Mapping[str, Any]) -> dict[str, Any]:
