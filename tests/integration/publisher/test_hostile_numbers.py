@@ -12,21 +12,15 @@ watch.
 from __future__ import annotations
 
 import dataclasses
-import random
 import threading
-from collections.abc import Iterator
 
 import pytest
 
-from driver.kube.backoff import RetryPolicy
-from driver.kube.client import KubeClient
-from driver.slices.builder import build_slices
 from driver.slices.publisher import SlicePublisher
 from harness.fakeapiserver import FakeApiServer, Fault
 from harness.poll import wait_for
 
 from .conftest import DRIVER, NODE
-from .inventories import gpu_inventory
 
 pytestmark = pytest.mark.fault
 
@@ -47,20 +41,6 @@ FAULTS = [
 ]
 
 
-@pytest.fixture
-def publisher(client: KubeClient) -> Iterator[SlicePublisher]:
-    pub = SlicePublisher(
-        client,
-        node_name=NODE,
-        driver_name=DRIVER,
-        retry=RetryPolicy(floor=0.05, cap=0.5, healthy_after=0.5),
-        rng=random.Random(7),
-    )
-    pub.publish(build_slices(gpu_inventory(2), node_name=NODE, driver_name=DRIVER))
-    yield pub
-    pub.stop()
-
-
 def _alive(name: str) -> bool:
     return any(t.name == name and t.is_alive() for t in threading.enumerate())
 
@@ -71,9 +51,10 @@ def _watches(api: FakeApiServer) -> int:
 
 @pytest.mark.parametrize("fault", FAULTS)
 def test_a_non_ascii_retry_after_kills_no_thread(
-    api: FakeApiServer, publisher: SlicePublisher, fault: Fault
+    api: FakeApiServer, fast_publisher: SlicePublisher, fault: Fault
 ) -> None:
     api.inject_fault(dataclasses.replace(fault))  # the fake counts down its own copy
+    publisher = fast_publisher
     publisher.start()
     assert publisher.published.wait(WAIT), f"no slices published; last error: {publisher.stats.last_error}"
     assert len(api.objects("ResourceSlice")) > 0

@@ -12,23 +12,16 @@ its own content over it.
 from __future__ import annotations
 
 import copy
-import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from driver.kube.backoff import RetryPolicy
-from driver.kube.client import KubeClient
-from driver.slices.builder import build_slices
 from driver.slices.plan import slice_content
 from driver.slices.publisher import SlicePublisher
 from driver.supervise import LOOPS
 from harness.fakeapiserver import FakeApiServer
 from harness.poll import wait_for
-
-from .conftest import DRIVER, NODE
-from .inventories import gpu_inventory
 
 pytestmark = pytest.mark.fault
 
@@ -70,28 +63,15 @@ PLANTS = [
 ]
 
 
-@pytest.fixture
-def publisher(client: KubeClient) -> Iterator[SlicePublisher]:
-    pub = SlicePublisher(
-        client,
-        node_name=NODE,
-        driver_name=DRIVER,
-        retry=RetryPolicy(floor=0.05, cap=0.5, healthy_after=0.5),
-        rng=random.Random(11),
-    )
-    pub.publish(build_slices(gpu_inventory(2), node_name=NODE, driver_name=DRIVER))
-    yield pub
-    pub.stop()
-
-
 def _restarts() -> dict[str, int]:
     return LOOPS.restarts()
 
 
 @pytest.mark.parametrize(("plant", "repairable"), PLANTS)
 def test_a_malformed_slice_of_ours_is_repaired_without_a_restart(
-    api: FakeApiServer, publisher: SlicePublisher, plant: Callable[[Obj], None], repairable: bool
+    api: FakeApiServer, fast_publisher: SlicePublisher, plant: Callable[[Obj], None], repairable: bool
 ) -> None:
+    publisher = fast_publisher
     publisher.start()
     assert publisher.published.wait(WAIT), f"no slices published; last error: {publisher.stats.last_error}"
     (good,) = [s for s in api.objects("ResourceSlice") if s["spec"].get("devices")][:1]
