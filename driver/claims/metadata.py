@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from json.encoder import encode_basestring_ascii
@@ -50,8 +49,9 @@ from typing import Any
 
 from cdi import CheckedHostPath, Mount
 from driver.claims.paths import dir_prefix
+from driver.claims.reuse import ReusedWhileSame
 from driver.claims.selection import AllocatedDevice, ClaimView
-from driver.inventory.model import InventoryDevice, Nic
+from driver.inventory.model import Nic
 from driver.layout import METADATA_DIR
 from driver.log import get_logger
 from driver.names import is_dns_label
@@ -179,34 +179,19 @@ def _device_json(dev: AllocatedDevice, driver_name: str, attributes: Mapping[str
     return out
 
 
-class _DeviceTexts:
-    """The encoded device objects of the metadata streams, reused while their inputs stay the same.
-
-    Keyed by (driver, pool, device name); an entry is used only while the inventory device and its
-    attribute map are the very objects it was encoded from (the inventory provider and the slice
-    builder hand out immutable objects until something changes), so a new inventory re-encodes.
-    """
-
-    _MAX = 4096
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._texts: dict[tuple[str, str, str], tuple[InventoryDevice, Mapping[str, Any], str]] = {}
-
-    def get(self, dev: AllocatedDevice, driver_name: str, attributes: Mapping[str, Any]) -> str:
-        key = (driver_name, dev.pool, dev.device_name)
-        hit = self._texts.get(key)
-        if hit is not None and hit[0] is dev.device and hit[1] is attributes:
-            return hit[2]
-        text = json.dumps(_device_json(dev, driver_name, attributes), separators=(",", ":"))
-        with self._lock:
-            if len(self._texts) >= self._MAX:
-                self._texts.clear()
-            self._texts[key] = (dev.device, attributes, text)
-        return text
+#: the encoded device objects of the metadata streams, by (driver, pool, device name), reused while
+#: the inventory device and its attribute map are the very objects they were encoded from
+_DEVICE_TEXTS: ReusedWhileSame[str] = ReusedWhileSame(4096)
 
 
-_DEVICE_TEXTS = _DeviceTexts()
+def _device_text(dev: AllocatedDevice, driver_name: str, attributes: Mapping[str, Any]) -> str:
+    return _DEVICE_TEXTS.get(
+        (driver_name, dev.pool, dev.device_name),
+        (dev.device, attributes),
+        lambda: json.dumps(_device_json(dev, driver_name, attributes), separators=(",", ":")),
+    )
+
+
 _NO_ATTRIBUTES: Mapping[str, Any] = MappingProxyType({})
 
 
@@ -268,9 +253,7 @@ def metadata_files(
     out: list[MetadataFile] = []
     for request, devs in by_request.items():
         host_path = f"{host_head}{request}.json"
-        devices = [
-            _DEVICE_TEXTS.get(d, driver_name, attributes.get(d.device_name, _NO_ATTRIBUTES)) for d in devs
-        ]
+        devices = [_device_text(d, driver_name, attributes.get(d.device_name, _NO_ATTRIBUTES)) for d in devs]
         old = previous.get(host_path, "") if previous else ""
         generation = max(parse_generation(old), 1) if old else 1
         content = _stream(view, devs[0].request, devices, generation)

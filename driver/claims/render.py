@@ -38,7 +38,6 @@ wins whatever the order of the claim's devices.
 from __future__ import annotations
 
 import functools
-import threading
 from collections.abc import Callable, Iterable, Mapping
 
 from cdi import (
@@ -54,8 +53,9 @@ from cdi import (
     validate_kind,
 )
 from driver.claims.hostedits import DeviceExtras
+from driver.claims.reuse import ReusedWhileSame
 from driver.claims.selection import AllocatedDevice, ClaimView
-from driver.inventory.model import DeviceKind, Gpu, InventoryDevice, Nic
+from driver.inventory.model import DeviceKind, Gpu, Nic
 from driver.layout import CLAIM_CDI_CLASS
 from driver.pinning.planner import device_numa_node
 from driver.pinning.types import (
@@ -262,7 +262,7 @@ def _shared(
         env = _cpu_env(view, base, group, pinning)
         return env, _env_entries(env), hooks, host_hooks
     if len(group) == 1:
-        device_env, entries = _DEVICE_ENVS.get(group[0])
+        device_env, entries = _device_env(group[0])
         if has_cpu:  # nothing of the claim's own: the device's environment as it is
             return device_env, entries, hooks, host_hooks
         env = dict(device_env)
@@ -280,36 +280,18 @@ def _shared(
     return env, _env_entries(env), hooks, host_hooks
 
 
-class _DeviceEnvs:
-    """The environment of a request of one device (:func:`_request_env`), per inventory device.
+#: the environment of a request of one device alone (:func:`_request_env`), as a dict and as its
+#: sorted entries, by device name: it depends on the device object and its type only, so it is
+#: reused while the inventory hands out that very object
+_DEVICE_ENVS: ReusedWhileSame[tuple[dict[str, str], tuple[str, ...]]] = ReusedWhileSame(4096)
 
-    It depends on the device (and its type) alone, so it is worked out once and reused by every claim of the
-    device while the inventory hands out the same device object (the inventory is replaced as a
-    whole when the host changes, and its objects are immutable): a new object is a miss. Callers
-    must not change the returned dict.
-    """
 
-    _MAX = 4096
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._envs: dict[str, tuple[InventoryDevice, DeviceKind, dict[str, str], tuple[str, ...]]] = {}
-
-    def get(self, dev: AllocatedDevice) -> tuple[dict[str, str], tuple[str, ...]]:
-        """(environment, its sorted ``NAME=value`` entries) of a request of ``dev`` alone."""
-        hit = self._envs.get(dev.device_name)
-        if hit is not None and hit[0] is dev.device and hit[1] is dev.kind:
-            return hit[2], hit[3]
+def _device_env(dev: AllocatedDevice) -> tuple[dict[str, str], tuple[str, ...]]:
+    def make() -> tuple[dict[str, str], tuple[str, ...]]:
         env = _request_env([dev])
-        entries = _env_entries(env)
-        with self._lock:
-            if len(self._envs) >= self._MAX:
-                self._envs.clear()
-            self._envs[dev.device_name] = (dev.device, dev.kind, env, entries)
-        return env, entries
+        return env, _env_entries(env)
 
-
-_DEVICE_ENVS = _DeviceEnvs()
+    return _DEVICE_ENVS.get(dev.device_name, (dev.device, dev.kind), make)
 
 
 @functools.lru_cache(maxsize=1024)
