@@ -23,7 +23,7 @@ Contract of :class:`DriverPlugin` (every implementation must keep it):
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
@@ -39,6 +39,7 @@ __all__ = [
     "PreparedDevice",
     "ReadsAhead",
     "describe_claim",
+    "read_ahead_of",
 ]
 
 
@@ -118,6 +119,16 @@ class ReadsAhead(Protocol):
     def read_ahead(self, claims: Sequence[Claim]) -> None:
         """Do what the prepare of ``claims`` will need and no lock guards (best effort: never raises)."""
         ...
+
+
+def read_ahead_of(plugin: object) -> Callable[[Sequence[Claim]], None] | None:
+    """``plugin.read_ahead`` when ``plugin`` is a :class:`ReadsAhead`, else None.
+
+    The same rule as ``isinstance(plugin, ReadsAhead)`` (the method is there and not None), without
+    the runtime-checkable protocol's class checks, a slow way to ask on every prepare.
+    """
+    method: Callable[[Sequence[Claim]], None] | None = getattr(plugin, "read_ahead", None)
+    return method
 
 
 class HealthState(StrEnum):

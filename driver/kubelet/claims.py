@@ -54,7 +54,7 @@ from driver.errors import KubeError
 from driver.kube.types import ClaimGetter, JsonObject
 from driver.kubelet.translate import check_claims
 from driver.log import get_logger
-from driver.plugin import Claim, ClaimRef, DriverPlugin, PrepareResult, describe_claim
+from driver.plugin import Claim, ClaimRef, DriverPlugin, PrepareResult, describe_claim, read_ahead_of
 
 __all__ = [
     "ClaimFetcher",
@@ -322,16 +322,6 @@ def read_claims(
     return claims
 
 
-def _read_ahead_of(plugin: object) -> Callable[[Sequence[Claim]], None] | None:
-    """``plugin.read_ahead`` when ``plugin`` is a :class:`~driver.plugin.ReadsAhead`, else None.
-
-    The same rule as ``isinstance(plugin, ReadsAhead)`` (the method is there and not None), without
-    the runtime-checkable protocol's class checks, a slow way to ask on every prepare.
-    """
-    method: Callable[[Sequence[Claim]], None] | None = getattr(plugin, "read_ahead", None)
-    return method
-
-
 def _held(hold: Hold) -> AbstractContextManager[None]:
     return hold() if hold is not None else contextlib.nullcontext()
 
@@ -362,7 +352,7 @@ def prepare_checked(
     if results and on_refused is not None:
         on_refused(len(results), time.perf_counter() - started)
     if claims:
-        read_ahead = _read_ahead_of(plugin)
+        read_ahead = read_ahead_of(plugin)
         if read_ahead is not None:
             read_ahead(claims)  # before the lock: its holder never waits for this work
         with _held(hold):

@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Literal, TypeVar
 
-from driver.plugin import Claim, ClaimRef, DriverPlugin, PrepareResult
+from driver.plugin import Claim, ClaimRef, DriverPlugin, PrepareResult, read_ahead_of
 
 if TYPE_CHECKING:
     from driver.observability.metrics import Metrics
@@ -60,9 +60,7 @@ class MeteredPlugin:
         self._queued: deque[tuple[_Op, int, int, float]] = deque(maxlen=2 * MAX_PENDING_OBSERVATIONS)
         #: one applier at a time: a read that waits for it finds the popped observations applied
         self._apply_lock = threading.Lock()
-        # decided once: ``isinstance(inner, ReadsAhead)`` asks the same (the method is there and
-        # not None), but through the runtime-checkable protocol's costly class checks
-        self._inner_read_ahead: Callable[[Sequence[Claim]], None] | None = getattr(inner, "read_ahead", None)
+        self._inner_read_ahead = read_ahead_of(inner)  # decided once
 
     @property
     def metrics(self) -> Metrics | None:
