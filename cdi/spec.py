@@ -143,6 +143,16 @@ class DeviceNode:
     uid: int | None = None
     gid: int | None = None
 
+    def _numbers(self) -> tuple[tuple[str, int | None], ...]:
+        """The numeric fields by their JSON key, in the order both spellings write them."""
+        return (
+            ("major", self.major),
+            ("minor", self.minor),
+            ("fileMode", self.file_mode),
+            ("uid", self.uid),
+            ("gid", self.gid),
+        )
+
     def to_json(self) -> dict[str, Any]:
         """The CDI JSON object of this node."""
         out: dict[str, Any] = {"path": self.path}
@@ -150,13 +160,7 @@ class DeviceNode:
             out["hostPath"] = self.host_path
         if self.type:
             out["type"] = self.type
-        for key, value in (
-            ("major", self.major),
-            ("minor", self.minor),
-            ("fileMode", self.file_mode),
-            ("uid", self.uid),
-            ("gid", self.gid),
-        ):
+        for key, value in self._numbers():
             if value is not None:
                 out[key] = value
         if self.permissions:
@@ -170,13 +174,7 @@ class DeviceNode:
             text += ',"hostPath":' + _quote(self.host_path)
         if self.type:
             text += ',"type":' + _quote(self.type)
-        for key, value in (
-            ("major", self.major),
-            ("minor", self.minor),
-            ("fileMode", self.file_mode),
-            ("uid", self.uid),
-            ("gid", self.gid),
-        ):
+        for key, value in self._numbers():
             if value is not None:
                 text += f',"{key}":{_number(value)}'
         if self.permissions:
