@@ -38,6 +38,7 @@ from json.encoder import encode_basestring_ascii
 from typing import Any, NewType
 
 from cdi.naming import CdiNameError, CdiSpecError, validate_device_name, validate_kind
+from cdi.reuse import ReusedWhileSame
 
 __all__ = [
     "HOOK_NAMES",
@@ -281,9 +282,9 @@ class ContainerEdits:
         """The compact JSON text of :meth:`to_json`."""
         parts: list[str] = []
         if self.env:
-            parts.append(_REMEMBERED.text(self.env, _env_text))
+            parts.append(_TUPLE_TEXTS.of(self.env, _env_text))
         if self.device_nodes:
-            parts.append(_REMEMBERED.text(self.device_nodes, _nodes_text))
+            parts.append(_TUPLE_TEXTS.of(self.device_nodes, _nodes_text))
         if self.mounts:
             parts.append(f'"mounts":[{",".join([m._text() for m in self.mounts])}]')
         if self.hooks:
@@ -301,33 +302,10 @@ def _nodes_text(nodes: tuple[DeviceNode, ...]) -> str:
     return f'"deviceNodes":[{",".join([n._text() for n in nodes])}]'
 
 
-class _Remembered:
-    """The text of the env and device-node tuples of edits, remembered per tuple object.
-
-    A renderer hands the same tuple to many specs (a device's nodes, its environment when no
-    claim adds to it), and a tuple of strings or frozen nodes is the same text for as long as it
-    exists: the tuple is held with its text, so its identity cannot pass to another object while
-    remembered. Bounded (emptied when full); tuples met once cost one entry each.
-    """
-
-    _MAX = 2048
-
-    def __init__(self) -> None:
-        self._texts: dict[int, tuple[tuple[Any, ...], str]] = {}
-
-    def text(self, parts: tuple[Any, ...], spell: Callable[[Any], str]) -> str:
-        """``spell(parts)``, remembered for this very tuple."""
-        hit = self._texts.get(id(parts))
-        if hit is not None and hit[0] is parts:
-            return hit[1]
-        text = spell(parts)
-        if len(self._texts) >= self._MAX:
-            self._texts.clear()
-        self._texts[id(parts)] = (parts, text)
-        return text
-
-
-_REMEMBERED = _Remembered()
+#: the text of the env and device-node tuples of edits, by tuple object: a renderer hands the same
+#: tuple to many specs (a device's nodes, its environment when no claim adds to it), and a tuple of
+#: strings or frozen nodes is the same text for as long as it exists; tuples met once cost one entry
+_TUPLE_TEXTS: ReusedWhileSame[str] = ReusedWhileSame(2048)
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,8 +48,8 @@ from types import MappingProxyType
 from typing import Any
 
 from cdi import CheckedHostPath, Mount
+from cdi.reuse import ReusedWhileSame
 from driver.claims.paths import dir_prefix
-from driver.claims.reuse import ReusedWhileSame
 from driver.claims.selection import AllocatedDevice, ClaimView
 from driver.inventory.model import Nic
 from driver.layout import METADATA_DIR

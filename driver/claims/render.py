@@ -52,8 +52,8 @@ from cdi import (
     validate_device_name,
     validate_kind,
 )
+from cdi.reuse import ReusedWhileSame
 from driver.claims.hostedits import DeviceExtras
-from driver.claims.reuse import ReusedWhileSame
 from driver.claims.selection import AllocatedDevice, ClaimView
 from driver.inventory.model import DeviceKind, Gpu, Nic
 from driver.layout import CLAIM_CDI_CLASS
