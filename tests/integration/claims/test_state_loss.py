@@ -29,6 +29,17 @@ def _journal(world: World) -> Path:
     return world.plugin_dir / "state" / "journal.log"
 
 
+def _replace_with_empty_journal(world: World) -> bytes:
+    """Put another valid, empty journal (the same header, no records) in the journal's place, as
+    a new file renamed over it; returns that header."""
+    path = _journal(world)
+    header = path.read_bytes().split(b"\n", 1)[0] + b"\n"
+    tmp = path.with_name("planted")
+    tmp.write_bytes(header)
+    tmp.replace(path)
+    return header
+
+
 def _first_prepared(world: World, **extra: Any) -> tuple[ServedDriver, ClaimRef, ClaimRef]:
     """Claim 1 (GPU0 + 2 exclusive CPUs) prepared; claim 2 (GPU0 too) known to the apiserver."""
     first = world.getter.add(
@@ -130,11 +141,7 @@ def test_journal_deleted_while_running_is_detected_before_the_next_write(world: 
 def test_journal_replaced_while_running_by_an_empty_one(world: World) -> None:
     """Another (valid, empty) journal put in place: detected by its identity, claim rebuilt."""
     drv, _, second = _first_prepared(world)
-    path = _journal(world)
-    header = path.read_bytes().split(b"\n", 1)[0] + b"\n"
-    tmp = path.with_name("planted")
-    tmp.write_bytes(header)
-    tmp.replace(path)
+    _replace_with_empty_journal(world)
     _assert_second_refused(drv, second)
     _assert_recovered(world, drv, "journal_replaced")
 
@@ -145,11 +152,7 @@ def test_a_replacement_seen_first_by_a_reader_is_rebuilt_by_the_next_call(world:
     must still rebuild the lost claim before it plans: an unchanged log is no reason to skip a
     cross-check that is due."""
     drv, _, second = _first_prepared(world)
-    path = _journal(world)
-    header = path.read_bytes().split(b"\n", 1)[0] + b"\n"
-    tmp = path.with_name("planted")
-    tmp.write_bytes(header)
-    tmp.replace(path)
+    path, header = _journal(world), _replace_with_empty_journal(world)
     assert drv.prepared_claims() == []  # read, found the loss, wrote nothing (no lock)
     assert path.read_bytes() == header
     _assert_second_refused(drv, second)
